@@ -1,0 +1,27 @@
+# Two commands for a fresh machine: `make demo` and `make test`.
+# Each creates .venv (if missing) and installs what it needs; torch is pinned
+# to the CPU build first so no multi-GB CUDA wheel is pulled.
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.llm42-installed
+
+.PHONY: demo test install clean
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q torch==2.13.0
+	$(PY) -m pip install -q -e ".[dev,bench]"
+	touch $(STAMP)
+
+install: $(STAMP)
+
+demo: $(STAMP)
+	$(PY) -m llm42 demo
+
+test: $(STAMP)
+	$(PY) -m pytest -q --hypothesis-profile=ci
+
+clean:
+	rm -rf $(VENV) build src/*.egg-info .pytest_cache .hypothesis

@@ -1,0 +1,37 @@
+"""The per-step inputs of one forward pass: an explicit, frozen value.
+
+The model never reads "the current batch" from anywhere else. A forward pass
+processes N token rows in a flat (varlen) layout; rows belong to S sequences,
+each with its own block table into the paged K/V store.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass(frozen=True)
+class StepInputs:
+    token_ids: torch.Tensor  # [N] int64
+    positions: torch.Tensor  # [N] int64, absolute position of each row
+    slot_mapping: torch.Tensor  # [N] int64, flat K/V slot each row writes
+    row_seq: torch.Tensor  # [N] int64, which sequence (block-table row) each row belongs to
+    block_tables: torch.Tensor  # [S, max_blocks] int64, physical block ids (scratch block where unused)
+    context_lens: torch.Tensor  # [S] int64, number of keys visible to the last row of each sequence
+    seq_starts: tuple[int, ...]  # S + 1 host offsets: rows of sequence s are [seq_starts[s], seq_starts[s+1])
+    max_context_len: int  # host copy of context_lens.max()
+    logits_rows: torch.Tensor | None = None  # [L] rows whose logits are wanted; None = every row
+
+    @property
+    def num_rows(self) -> int:
+        return int(self.token_ids.shape[0])
+
+    @property
+    def num_seqs(self) -> int:
+        return len(self.seq_starts) - 1
+
+    @property
+    def max_query_len(self) -> int:
+        return max(b - a for a, b in zip(self.seq_starts, self.seq_starts[1:]))

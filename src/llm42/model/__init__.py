@@ -1,0 +1,12 @@
+"""The functional decoder model, its config and its checkpoint loader."""
+
+from llm42.model.config import ModelConfig, RopeConfig, UnsupportedModelError
+from llm42.model.forward import KVLayers, forward
+from llm42.model.loader import CheckpointError, embedded_model_path, load_config, load_tokenizer, load_weights
+from llm42.model.weights import LayerWeights, Weights, random_weights
+
+__all__ = [
+    "ModelConfig", "RopeConfig", "UnsupportedModelError", "KVLayers", "forward", "CheckpointError",
+    "embedded_model_path", "load_config", "load_tokenizer", "load_weights", "LayerWeights", "Weights",
+    "random_weights",
+]

@@ -1,0 +1,151 @@
+"""Model weights as an explicit, immutable pytree of tensors.
+
+Projections that read the same input are stored fused ([q; k; v] and
+[gate; up]) so the forward pass issues one GEMM for each.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from llm42.model.config import ModelConfig, rope_inv_freq
+
+
+@dataclass(frozen=True)
+class LayerWeights:
+    input_norm: torch.Tensor  # [H]
+    qkv: torch.Tensor  # [q_size + 2 * kv_size, H]
+    qkv_bias: torch.Tensor | None  # [q_size + 2 * kv_size]
+    q_norm: torch.Tensor | None  # [head_dim]
+    k_norm: torch.Tensor | None  # [head_dim]
+    o_proj: torch.Tensor  # [H, q_size]
+    post_norm: torch.Tensor  # [H]
+    gate_up: torch.Tensor  # [2 * I, H]
+    down: torch.Tensor  # [H, I]
+
+
+@dataclass(frozen=True)
+class Weights:
+    embed: torch.Tensor  # [V, H]
+    layers: tuple[LayerWeights, ...]
+    norm: torch.Tensor  # [H]
+    lm_head: torch.Tensor  # [V, H] (the embedding itself when tied)
+    rope_cos: torch.Tensor  # [max_positions, head_dim] float32
+    rope_sin: torch.Tensor  # [max_positions, head_dim] float32
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.embed.dtype
+
+    @property
+    def device(self) -> torch.device:
+        return self.embed.device
+
+
+def hf_tensor_shapes(cfg: ModelConfig) -> dict[str, tuple[int, ...]]:
+    """The tensor names and shapes a Hugging Face checkpoint of this config must hold."""
+    h, i, d = cfg.hidden_size, cfg.intermediate_size, cfg.head_dim
+    shapes: dict[str, tuple[int, ...]] = {
+        "model.embed_tokens.weight": (cfg.vocab_size, h),
+        "model.norm.weight": (h,),
+    }
+    if not cfg.tie_word_embeddings:
+        shapes["lm_head.weight"] = (cfg.vocab_size, h)
+    for n in range(cfg.num_layers):
+        p = f"model.layers.{n}."
+        shapes[p + "input_layernorm.weight"] = (h,)
+        shapes[p + "post_attention_layernorm.weight"] = (h,)
+        shapes[p + "self_attn.q_proj.weight"] = (cfg.q_size, h)
+        shapes[p + "self_attn.k_proj.weight"] = (cfg.kv_size, h)
+        shapes[p + "self_attn.v_proj.weight"] = (cfg.kv_size, h)
+        shapes[p + "self_attn.o_proj.weight"] = (h, cfg.q_size)
+        if cfg.attention_bias:
+            shapes[p + "self_attn.q_proj.bias"] = (cfg.q_size,)
+            shapes[p + "self_attn.k_proj.bias"] = (cfg.kv_size,)
+            shapes[p + "self_attn.v_proj.bias"] = (cfg.kv_size,)
+        if cfg.qk_norm:
+            shapes[p + "self_attn.q_norm.weight"] = (d,)
+            shapes[p + "self_attn.k_norm.weight"] = (d,)
+        shapes[p + "mlp.gate_proj.weight"] = (i, h)
+        shapes[p + "mlp.up_proj.weight"] = (i, h)
+        shapes[p + "mlp.down_proj.weight"] = (h, i)
+    return shapes
+
+
+def meta_tensors(cfg: ModelConfig, dtype: torch.dtype) -> dict[str, torch.Tensor]:
+    """The checkpoint's tensors as ``meta`` tensors: the skeleton loaded tensors are checked against."""
+    return {name: torch.empty(shape, dtype=dtype, device="meta") for name, shape in hf_tensor_shapes(cfg).items()}
+
+
+def rope_tables(cfg: ModelConfig, device: torch.device | str) -> tuple[torch.Tensor, torch.Tensor]:
+    # cos/sin [max_positions, head_dim] in float32, the rotate-half layout transformers uses
+    inv_freq = rope_inv_freq(cfg)
+    positions = torch.arange(cfg.max_position_embeddings, dtype=torch.float32)
+    freqs = positions[:, None] * inv_freq[None, :]
+    emb = torch.cat((freqs, freqs), dim=-1)
+    return emb.cos().to(device), emb.sin().to(device)
+
+
+def assemble(cfg: ModelConfig, tensors: dict[str, torch.Tensor]) -> Weights:
+    """Build Weights from HF-named tensors (already on the target device and dtype)."""
+    layers = []
+    for n in range(cfg.num_layers):
+        p = f"model.layers.{n}."
+        attn = p + "self_attn."
+        qkv = torch.cat([tensors[attn + f"{x}_proj.weight"] for x in "qkv"], dim=0)
+        qkv_bias = (
+            torch.cat([tensors[attn + f"{x}_proj.bias"] for x in "qkv"], dim=0) if cfg.attention_bias else None
+        )
+        layers.append(
+            LayerWeights(
+                input_norm=tensors[p + "input_layernorm.weight"],
+                qkv=qkv,
+                qkv_bias=qkv_bias,
+                q_norm=tensors[attn + "q_norm.weight"] if cfg.qk_norm else None,
+                k_norm=tensors[attn + "k_norm.weight"] if cfg.qk_norm else None,
+                o_proj=tensors[attn + "o_proj.weight"],
+                post_norm=tensors[p + "post_attention_layernorm.weight"],
+                gate_up=torch.cat([tensors[p + "mlp.gate_proj.weight"], tensors[p + "mlp.up_proj.weight"]], dim=0),
+                down=tensors[p + "mlp.down_proj.weight"],
+            )
+        )
+    embed = tensors["model.embed_tokens.weight"]
+    cos, sin = rope_tables(cfg, embed.device)
+    return Weights(
+        embed=embed,
+        layers=tuple(layers),
+        norm=tensors["model.norm.weight"],
+        lm_head=embed if cfg.tie_word_embeddings else tensors["lm_head.weight"],
+        rope_cos=cos,
+        rope_sin=sin,
+    )
+
+
+def random_weights(
+    cfg: ModelConfig,
+    *,
+    seed: int,
+    dtype: torch.dtype = torch.float32,
+    device: torch.device | str = "cpu",
+    std: float = 0.02,
+    lm_head_std: float | None = None,
+) -> Weights:
+    """Seeded random weights for a config alone (no checkpoint).
+
+    ``lm_head_std`` scales the output head separately: a larger value makes the
+    logits peaked like a trained model's (large top-1/top-2 gaps).
+    """
+    generator = torch.Generator(device="cpu").manual_seed(seed)
+    tensors = {}
+    for name, shape in hf_tensor_shapes(cfg).items():
+        if name.endswith("norm.weight") or name.endswith("layernorm.weight"):
+            t = torch.ones(shape)
+        elif name.endswith(".bias"):
+            t = torch.randn(shape, generator=generator) * std
+        else:
+            scale = lm_head_std if (name == "lm_head.weight" and lm_head_std is not None) else std
+            t = torch.randn(shape, generator=generator) * scale
+        tensors[name] = t.to(device=device, dtype=dtype)
+    return assemble(cfg, tensors)

@@ -1,0 +1,1 @@
+"""Reference PyTorch implementations of the model's reducing operations."""

@@ -1,0 +1,119 @@
+"""Paged attention in plain PyTorch: a fast padded version and a fixed-schedule version.
+
+Both read keys/values from a flat paged cache ``[num_slots, Hkv, D]`` where the
+slot of position p of a sequence is ``block_table[p // block_size] * block_size
++ p % block_size``.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from llm42.inputs import StepInputs
+
+
+def _slots(block_tables: torch.Tensor, key_pos: torch.Tensor, block_size: int) -> torch.Tensor:
+    # block_tables: [S, MB]; key_pos: [K] -> slots [S, K]
+    max_blocks = block_tables.shape[1]
+    block_idx = torch.clamp(key_pos // block_size, max=max_blocks - 1)
+    return block_tables[:, block_idx] * block_size + key_pos % block_size
+
+
+def _visible(key_pos: torch.Tensor, query_pos: torch.Tensor, sliding_window: int | None) -> torch.Tensor:
+    # key_pos: [K]; query_pos: [...] -> [..., K] causal (and windowed) visibility
+    mask = key_pos <= query_pos[..., None]
+    if sliding_window is not None:
+        mask = mask & (key_pos > query_pos[..., None] - sliding_window)
+    return mask
+
+
+def padded_attention(
+    q: torch.Tensor,  # [N, Hq, D]
+    k_cache: torch.Tensor,  # [num_slots, Hkv, D]
+    v_cache: torch.Tensor,  # [num_slots, Hkv, D]
+    inputs: StepInputs,
+    *,
+    block_size: int,
+    scale: float,
+    sliding_window: int | None = None,
+) -> torch.Tensor:
+    """Fast path: pad each sequence's queries and keys and call SDPA once. Shapes vary with the batch."""
+    num_rows, num_heads, head_dim = q.shape
+    num_kv_heads = k_cache.shape[1]
+    num_seqs, max_q, max_k = inputs.num_seqs, inputs.max_query_len, inputs.max_context_len
+    device = q.device
+
+    starts = torch.tensor(inputs.seq_starts[:-1], device=device)
+    row_offset = torch.arange(num_rows, device=device) - starts[inputs.row_seq]
+    q_pad = q.new_zeros(num_seqs, max_q, num_heads, head_dim)
+    q_pad[inputs.row_seq, row_offset] = q
+    # padded query rows see every valid key, so no softmax row is empty
+    qpos_pad = torch.full((num_seqs, max_q), max_k, device=device, dtype=torch.int64)
+    qpos_pad[inputs.row_seq, row_offset] = inputs.positions
+
+    key_pos = torch.arange(max_k, device=device)
+    slots = _slots(inputs.block_tables, key_pos, block_size)  # [S, K]
+    k = k_cache[slots]  # [S, K, Hkv, D]
+    v = v_cache[slots]
+    mask = _visible(key_pos, qpos_pad, sliding_window)  # [S, Q, K]
+    mask = mask & (key_pos < inputs.context_lens[:, None, None])
+
+    groups = num_heads // num_kv_heads
+    k = k.transpose(1, 2).repeat_interleave(groups, dim=1)  # [S, Hq, K, D]
+    v = v.transpose(1, 2).repeat_interleave(groups, dim=1)
+    out = F.scaled_dot_product_attention(
+        q_pad.transpose(1, 2), k, v, attn_mask=mask[:, None], scale=scale
+    )  # [S, Hq, Q, D]
+    return out.transpose(1, 2)[inputs.row_seq, row_offset]  # [N, Hq, D]
+
+
+def blocked_attention(
+    q: torch.Tensor,  # [N, Hq, D]
+    k_cache: torch.Tensor,  # [num_slots, Hkv, D]
+    v_cache: torch.Tensor,  # [num_slots, Hkv, D]
+    inputs: StepInputs,
+    *,
+    block_size: int,
+    scale: float,
+    key_block: int,
+    sliding_window: int | None = None,
+) -> torch.Tensor:
+    """Canonical attention: one KV split, key blocks of ``key_block`` aligned at position 0.
+
+    Each row runs its own online softmax over key blocks 0, 1, 2, ... in order;
+    every launch has shape [N, ..., key_block] and a block a row cannot see
+    leaves its state bit-for-bit unchanged (scale exp(0) = 1, adds exact zeros).
+    So a row's output depends on its own keys only, never on how long the other
+    rows' contexts are or where the row sits.
+    """
+    num_rows, num_heads, head_dim = q.shape
+    num_kv_heads = k_cache.shape[1]
+    groups = num_heads // num_kv_heads
+    device = q.device
+
+    qf = q.float().view(num_rows, num_kv_heads, groups, head_dim) * scale
+    row_tables = inputs.block_tables[inputs.row_seq]  # [N, MB]
+    m = torch.full((num_rows, num_kv_heads, groups), float("-inf"), device=device)
+    denom = torch.zeros((num_rows, num_kv_heads, groups), device=device)
+    acc = torch.zeros((num_rows, num_kv_heads, groups, head_dim), device=device)
+    num_key_blocks = -(-inputs.max_context_len // key_block)
+    for j in range(num_key_blocks):
+        key_pos = torch.arange(j * key_block, (j + 1) * key_block, device=device)
+        slots = _slots(row_tables, key_pos, block_size)  # [N, KB]
+        visible = _visible(key_pos, inputs.positions, sliding_window)  # [N, KB]
+        k = k_cache[slots].float().permute(0, 2, 3, 1)  # [N, Hkv, D, KB]
+        v = v_cache[slots].float().transpose(1, 2)  # [N, Hkv, KB, D]
+        v = torch.where(visible[:, None, :, None], v, 0.0)
+        s = torch.matmul(qf, k)  # [N, Hkv, G, KB]
+        s = torch.where(visible[:, None, None, :], s, float("-inf"))
+        m_new = torch.maximum(m, s.amax(-1))
+        # a row that has seen no key yet (sliding window) keeps m = -inf; subtract 0 there, not -inf
+        m_sub = torch.where(torch.isinf(m_new), 0.0, m_new)
+        alpha = torch.exp(m - m_sub)
+        p = torch.exp(s - m_sub[..., None])
+        denom = denom * alpha + p.sum(-1)
+        acc = acc * alpha[..., None] + torch.matmul(p, v)
+        m = m_new
+    out = acc / denom[..., None]
+    return out.view(num_rows, num_heads, head_dim).to(q.dtype)

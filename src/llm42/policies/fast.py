@@ -1,0 +1,34 @@
+"""FastPolicy: any shape, the fastest kernels available. Its results may drift with the batch."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from llm42.inputs import StepInputs
+from llm42.ops.attention import padded_attention
+from llm42.ops.norm import rms_norm
+
+
+class FastPolicy:
+    """The fast path: dynamic batches, library GEMMs, padded SDPA attention."""
+
+    name = "fast"
+    is_shape_closed = False
+
+    def linear(self, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+        return F.linear(x, weight, bias)
+
+    def rms_norm(self, x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+        return rms_norm(x, weight, eps)
+
+    def attention(self, q, k_cache, v_cache, inputs: StepInputs, *, block_size, scale, sliding_window):
+        return padded_attention(
+            q, k_cache, v_cache, inputs, block_size=block_size, scale=scale, sliding_window=sliding_window
+        )
+
+    def process_logits(self, logits: torch.Tensor, inputs: StepInputs) -> torch.Tensor:
+        return logits
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}()"

@@ -1,0 +1,47 @@
+"""FixedShapePolicy: the canonical pass's kernels, each with one fixed reduction schedule."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from llm42.inputs import StepInputs
+from llm42.ops.attention import blocked_attention
+from llm42.ops.norm import rms_norm
+
+
+class FixedShapePolicy:
+    """Kernels for the canonical pass.
+
+    GEMMs are plain library GEMMs: the verifier guarantees they always see
+    M = R rows, and at a fixed shape a library GEMM gives a row the same bits
+    wherever it sits (observation O2). Attention uses one KV split and key
+    blocks of ``key_block`` positions aligned at position 0, so no reduction
+    depends on context lengths or on the other rows.
+    """
+
+    name = "fixed_shape"
+    is_shape_closed = True
+
+    def __init__(self, key_block: int = 64):
+        if not isinstance(key_block, int) or key_block < 1:
+            raise ValueError(f"key_block must be a positive integer, got {key_block!r}")
+        self.key_block = key_block
+
+    def linear(self, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+        return F.linear(x, weight, bias)
+
+    def rms_norm(self, x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+        return rms_norm(x, weight, eps)
+
+    def attention(self, q, k_cache, v_cache, inputs: StepInputs, *, block_size, scale, sliding_window):
+        return blocked_attention(
+            q, k_cache, v_cache, inputs,
+            block_size=block_size, scale=scale, key_block=self.key_block, sliding_window=sliding_window,
+        )
+
+    def process_logits(self, logits: torch.Tensor, inputs: StepInputs) -> torch.Tensor:
+        return logits
+
+    def __repr__(self) -> str:
+        return f"FixedShapePolicy(key_block={self.key_block})"

@@ -1,0 +1,87 @@
+"""Greedy and seeded sampling, with noise that is a pure function of (seed, position, vocab id).
+
+Seeded sampling is Gumbel-max: token = argmax(logits / T + g), where g is
+Gumbel noise computed from a counter-based hash of (seed, position, vocab id)
+inside the step, never drawn from a stateful generator. So a token's draw does
+not depend on what else was sampled before it, in this batch or any other —
+the fast path and the canonical pass see the same noise for the same position,
+which is also why candidates are usually accepted.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+_MASK32 = 0xFFFFFFFF
+_GOLDEN = 0x9E3779B1
+
+
+def _mix32(x: torch.Tensor) -> torch.Tensor:
+    # a 32-bit avalanche hash on int64 tensors holding values in [0, 2^32);
+    # constants < 2^28 keep every product inside int64
+    x = ((x >> 16) ^ x) * 0x45D9F3B & _MASK32
+    x = ((x >> 16) ^ x) * 0x45D9F3B & _MASK32
+    return (x >> 16) ^ x
+
+
+def gumbel_noise(seeds: torch.Tensor, positions: torch.Tensor, vocab_size: int) -> torch.Tensor:
+    """Gumbel noise [N, V] in float32; row i depends only on (seeds[i], positions[i])."""
+    seeds = seeds.to(torch.int64)
+    lo = seeds & _MASK32
+    hi = (seeds >> 32) & _MASK32
+    key = _mix32(_mix32(lo ^ 0x5BD1E995) ^ hi)
+    key = _mix32(key ^ (positions.to(torch.int64) * _GOLDEN & _MASK32))  # [N]
+    vocab = torch.arange(vocab_size, device=seeds.device, dtype=torch.int64)
+    bits = _mix32(_mix32(key[:, None] ^ (vocab[None, :] * 0x27D4EB2F & _MASK32)) ^ 0x165667B1)
+    # 24 random bits -> u in (0, 1), exactly representable in float32
+    u = ((bits >> 8).to(torch.float32) + 0.5) * (1.0 / (1 << 24))
+    return -torch.log(-torch.log(u))
+
+
+@dataclass(frozen=True)
+class SamplingRows:
+    """Per-row sampling parameters of one step (all tensors [N])."""
+
+    temperature: torch.Tensor  # float32, 0 = greedy
+    top_k: torch.Tensor  # int64, 0 = off
+    top_p: torch.Tensor  # float32, 1 = off
+    seeds: torch.Tensor  # int64
+    positions: torch.Tensor  # int64: the position of the token being sampled
+
+
+def _filter_top_k_top_p(scaled: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor) -> torch.Tensor:
+    # scaled: [N, V]; returns scaled with tokens outside top-k / top-p set to -inf
+    vocab_size = scaled.shape[-1]
+    sorted_vals, _ = torch.sort(scaled, dim=-1, descending=True, stable=True)
+    k = torch.where(top_k > 0, top_k.clamp(max=vocab_size), vocab_size)
+    kth = sorted_vals.gather(1, (k - 1)[:, None])  # [N, 1]
+    rank = torch.arange(vocab_size, device=scaled.device)
+    sorted_vals = torch.where(rank[None, :] < k[:, None], sorted_vals, float("-inf"))
+    probs = torch.softmax(sorted_vals, dim=-1)
+    mass_before = torch.cumsum(probs, dim=-1) - probs
+    keep = (mass_before < top_p[:, None]) & (rank[None, :] < k[:, None])
+    keep[:, 0] = True
+    num_keep = keep.sum(-1)
+    threshold = sorted_vals.gather(1, (num_keep - 1)[:, None])
+    threshold = torch.maximum(threshold, kth)
+    return torch.where(scaled >= threshold, scaled, float("-inf"))
+
+
+def sample(logits: torch.Tensor, rows: SamplingRows) -> tuple[torch.Tensor, torch.Tensor]:
+    """Pick one token per row; returns (tokens [N] int64, log-probs [N] float32 of the raw distribution)."""
+    logits = logits.float()
+    logprobs_all = torch.log_softmax(logits, dim=-1)
+    greedy = torch.argmax(logits, dim=-1)
+    is_sampled = rows.temperature > 0
+    if bool(is_sampled.any()):
+        temperature = torch.where(is_sampled, rows.temperature, 1.0)
+        scaled = logits / temperature[:, None]
+        scaled = _filter_top_k_top_p(scaled, rows.top_k, rows.top_p)
+        noise = gumbel_noise(rows.seeds, rows.positions, logits.shape[-1])
+        drawn = torch.argmax(scaled + noise, dim=-1)
+        tokens = torch.where(is_sampled, drawn, greedy)
+    else:
+        tokens = greedy
+    return tokens, logprobs_all.gather(1, tokens[:, None]).squeeze(1)

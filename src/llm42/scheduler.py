@@ -1,0 +1,185 @@
+"""Scheduling: which requests run in the next step, as an explicit Plan.
+
+The engine hands the scheduler a read-only snapshot (``SchedulerState``) and
+gets back a ``Plan``: a fast decode batch, prompt chunks for the fast path,
+verify windows and deterministic prompt chunks for the canonical pass. A
+user's scheduler implements the one-method ``Scheduler`` protocol; the engine
+checks every plan (``validate_plan``) so a faulty scheduler gets a clear error
+and can never break the determinism contract — which holds for *any* valid
+plan, since committed tokens do not depend on when or with whom a request is
+verified.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
+
+
+@dataclass(frozen=True)
+class RequestView:
+    """What a scheduler may know about one admitted, unfinished request."""
+
+    rid: int
+    is_deterministic: bool
+    num_prompt_tokens: int
+    num_prefilled: int  # prompt positions already processed
+    num_generated: int  # committed output tokens
+    num_candidates: int  # fast-path tokens awaiting verification (deterministic only)
+    num_speculable: int  # further candidates the fast path may still draft before it must verify
+    arrival: int  # admission order, smaller = older
+
+    @property
+    def is_prefill(self) -> bool:
+        return self.num_prefilled < self.num_prompt_tokens
+
+    @property
+    def num_prompt_remaining(self) -> int:
+        return self.num_prompt_tokens - self.num_prefilled
+
+    @property
+    def is_ready_to_verify(self) -> bool:
+        """A deterministic decode request that cannot draft further: its window is due."""
+        return self.is_deterministic and not self.is_prefill and self.num_speculable == 0
+
+
+@dataclass(frozen=True)
+class SchedulerState:
+    requests: tuple[RequestView, ...]  # oldest first
+    window: int  # T
+    group: int  # G
+    max_fast_tokens: int  # token rows one fast step may process
+    step: int
+
+    @property
+    def num_canonical_rows(self) -> int:
+        return self.window * self.group
+
+
+@dataclass(frozen=True)
+class PrefillChunk:
+    rid: int
+    num_tokens: int
+
+
+@dataclass(frozen=True)
+class Plan:
+    fast_decode: tuple[int, ...] = ()
+    fast_prefill: tuple[PrefillChunk, ...] = ()
+    verify: tuple[int, ...] = ()
+    canonical_prefill: tuple[PrefillChunk, ...] = ()
+
+    @property
+    def is_empty(self) -> bool:
+        return not (self.fast_decode or self.fast_prefill or self.verify or self.canonical_prefill)
+
+    @property
+    def has_canonical_pass(self) -> bool:
+        return bool(self.verify or self.canonical_prefill)
+
+
+@runtime_checkable
+class Scheduler(Protocol):
+    def schedule(self, state: SchedulerState) -> Plan: ...
+
+
+class InvalidPlanError(RuntimeError):
+    """A scheduler returned a plan the engine cannot run."""
+
+
+def canonical_rows(plan: Plan, views: dict[int, RequestView]) -> int:
+    return sum(1 + views[r].num_candidates for r in plan.verify) + sum(c.num_tokens for c in plan.canonical_prefill)
+
+
+def validate_plan(plan: Plan, state: SchedulerState) -> None:
+    """Raise InvalidPlanError unless ``plan`` is runnable on ``state``."""
+    views = {v.rid: v for v in state.requests}
+    seen: set[int] = set()
+
+    def take(rid: int, where: str) -> RequestView:
+        if rid not in views:
+            raise InvalidPlanError(f"plan.{where} names request {rid}, which is not running")
+        if rid in seen:
+            raise InvalidPlanError(f"plan schedules request {rid} twice in one step")
+        seen.add(rid)
+        return views[rid]
+
+    for rid in plan.fast_decode:
+        v = take(rid, "fast_decode")
+        if v.is_prefill:
+            raise InvalidPlanError(f"plan.fast_decode: request {rid} is still prefilling")
+        if v.is_deterministic and v.num_speculable == 0:
+            raise InvalidPlanError(f"plan.fast_decode: request {rid} has a full window and must be verified")
+    for chunk in plan.fast_prefill:
+        v = take(chunk.rid, "fast_prefill")
+        if v.is_deterministic:
+            raise InvalidPlanError(f"plan.fast_prefill: request {chunk.rid} is deterministic; "
+                                   "its prompt must go through the canonical pass")
+        if not 1 <= chunk.num_tokens <= v.num_prompt_remaining:
+            raise InvalidPlanError(f"plan.fast_prefill: chunk of {chunk.num_tokens} tokens for request "
+                                   f"{chunk.rid}, which has {v.num_prompt_remaining} prompt tokens left")
+    for rid in plan.verify:
+        v = take(rid, "verify")
+        if not v.is_deterministic or v.is_prefill:
+            raise InvalidPlanError(f"plan.verify: request {rid} is not a deterministic request in decode")
+    for chunk in plan.canonical_prefill:
+        v = take(chunk.rid, "canonical_prefill")
+        if not v.is_deterministic:
+            raise InvalidPlanError(f"plan.canonical_prefill: request {chunk.rid} is not deterministic")
+        if not 1 <= chunk.num_tokens <= v.num_prompt_remaining:
+            raise InvalidPlanError(f"plan.canonical_prefill: chunk of {chunk.num_tokens} tokens for request "
+                                   f"{chunk.rid}, which has {v.num_prompt_remaining} prompt tokens left")
+    fast_rows = len(plan.fast_decode) + sum(c.num_tokens for c in plan.fast_prefill)
+    if fast_rows > state.max_fast_tokens:
+        raise InvalidPlanError(f"plan's fast step has {fast_rows} rows, over max_fast_tokens={state.max_fast_tokens}")
+    rows = canonical_rows(plan, views)
+    if rows > state.num_canonical_rows:
+        raise InvalidPlanError(f"plan's canonical pass needs {rows} rows, over R = {state.num_canonical_rows}")
+
+
+class DefaultScheduler:
+    """Continuous batching that never makes a non-deterministic request wait for verification.
+
+    Each step: every decode request that may draft takes a fast decode step;
+    prompts of non-deterministic requests are chunked into the fast step's
+    spare rows; a canonical pass is formed when a deterministic request has a
+    full window (or its prompt is pending), and its rows are filled — due
+    windows first, then partial windows of other deterministic requests (up
+    to G windows), then deterministic prompt chunks.
+    """
+
+    def schedule(self, state: SchedulerState) -> Plan:
+        reqs = state.requests
+        rows_left = state.num_canonical_rows
+        verify: list[int] = []
+        due = [v for v in reqs if v.is_ready_to_verify]
+        det_prefill = [v for v in reqs if v.is_deterministic and v.is_prefill]
+        if due or det_prefill:
+            partial = [v for v in reqs if v.is_deterministic and not v.is_prefill
+                       and not v.is_ready_to_verify and v.num_candidates > 0]
+            for v in due + partial:
+                if len(verify) == state.group or 1 + v.num_candidates > rows_left:
+                    continue
+                verify.append(v.rid)
+                rows_left -= 1 + v.num_candidates
+        canonical_prefill = []
+        for v in det_prefill:
+            if rows_left == 0:
+                break
+            n = min(v.num_prompt_remaining, rows_left)
+            canonical_prefill.append(PrefillChunk(v.rid, n))
+            rows_left -= n
+
+        in_canonical = set(verify)
+        fast_decode = [v.rid for v in reqs if not v.is_prefill and v.rid not in in_canonical
+                       and (not v.is_deterministic or v.num_speculable > 0)][: state.max_fast_tokens]
+        budget = state.max_fast_tokens - len(fast_decode)
+        fast_prefill = []
+        for v in reqs:
+            if budget == 0:
+                break
+            if v.is_prefill and not v.is_deterministic:
+                n = min(v.num_prompt_remaining, budget)
+                fast_prefill.append(PrefillChunk(v.rid, n))
+                budget -= n
+        return Plan(tuple(fast_decode), tuple(fast_prefill), tuple(verify), tuple(canonical_prefill))
