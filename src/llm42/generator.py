@@ -481,6 +481,8 @@ class DVRGenerator:
             return list(self._finished[rid].token_ids)
         if rid in self._running:
             return list(self._running[rid].token_ids)
+        if any(r.rid == rid for r in self._waiting):
+            return []
         raise KeyError(f"unknown request id {rid}")
 
 

@@ -1,0 +1,93 @@
+"""The canonical pass is shape-closed: a row's logits (and the K/V it writes) are bit-identical
+whatever else fills the pass and wherever the row sits; the fast path is not."""
+
+import random
+
+import hypothesis.strategies as st
+import torch
+from hypothesis import given
+
+from llm42 import KVStore, SamplingParams
+from llm42.model.forward import forward
+from llm42.model.weights import random_weights
+from llm42.policies import FastPolicy, FixedShapePolicy
+from llm42.runner import ModelRunner, Segment
+from llm42.verify import commit_window
+from tests.helpers import wide_config
+
+CFG = wide_config()
+WEIGHTS = random_weights(CFG, seed=11)
+RUNNER = ModelRunner(WEIGHTS, CFG)
+PARAMS = SamplingParams()
+NUM_ROWS = 32
+
+
+def canonical_logits(layout: list[list[int]], needle: int, policy=None, num_rows=NUM_ROWS):
+    """Run one canonical pass over prompts laid out in order; return (logits, kv rows) of prompt ``needle``."""
+    kv = KVStore(CFG, num_blocks=64, block_size=8, num_scratch_slots=num_rows)
+    segments = []
+    for rid, prompt in enumerate(layout):
+        kv.allocate(rid, len(prompt) + 1)
+        kv.append(rid, len(prompt))
+        segments.append(Segment(rid, tuple(prompt), 0, PARAMS, 0))
+    inputs = RUNNER.canonical_inputs(segments, kv, num_rows)
+    logits = forward(WEIGHTS, CFG, inputs, kv.layers(), policy or FixedShapePolicy())
+    start = sum(len(p) for p in layout[:needle])
+    rows = logits[start: start + len(layout[needle])]
+    slots = torch.tensor(kv.slots(needle, 0, len(layout[needle])))
+    return rows, kv.layers().k[1][slots].clone()
+
+
+@given(needle_len=st.integers(1, 12), before=st.lists(st.integers(1, 6), max_size=3),
+       after=st.lists(st.integers(1, 6), max_size=2), seed=st.integers(0, 10_000))
+def test_row_logits_and_kv_independent_of_pass_contents_and_row_position(needle_len, before, after, seed):
+    rng = random.Random(seed)
+    needle = [rng.randrange(CFG.vocab_size) for _ in range(needle_len)]
+    others = [[rng.randrange(CFG.vocab_size) for _ in range(n)] for n in before + after]
+    alone_logits, alone_kv = canonical_logits([needle], 0)
+    layout = others[: len(before)] + [needle] + others[len(before):]
+    mixed_logits, mixed_kv = canonical_logits(layout, len(before))
+    assert torch.equal(alone_logits, mixed_logits)
+    assert torch.equal(alone_kv, mixed_kv)
+
+
+def test_fast_path_rows_drift_with_batch_composition():
+    """Negative control: the same comparison through FastPolicy (varying M) finds differences."""
+    rng = random.Random(0)
+    needle = [rng.randrange(CFG.vocab_size) for _ in range(4)]
+    kv = KVStore(CFG, num_blocks=256, block_size=8, num_scratch_slots=8)
+    distinct = set()
+    for num_others in range(0, 40, 3):
+        layout = [[rng.randrange(CFG.vocab_size) for _ in range(rng.randrange(1, 8))] for _ in range(num_others)]
+        layout.append(needle)
+        segments = []
+        for rid, prompt in enumerate(layout):
+            kv.allocate(rid, len(prompt))
+            kv.append(rid, len(prompt))
+            segments.append(Segment(rid, tuple(prompt), 0, PARAMS, 0))
+        logits = forward(WEIGHTS, CFG, RUNNER.fast_inputs(segments, kv), kv.layers(), FastPolicy())
+        distinct.add(logits[-1].numpy().tobytes())
+        for rid in range(len(layout)):
+            kv.free(rid)
+    assert len(distinct) >= 2, "CPU GEMMs should drift with the batch size for a hidden-512 fp32 model"
+
+
+def test_commit_rule_accepts_matching_prefix_then_first_canonical_token():
+    seg = Segment(0, (10, 11, 12, 13), 5, PARAMS, 0)  # last committed 10, candidates 11 12 13
+    commit = commit_window(seg, sampled=[11, 12, 99, 7], logprobs=[-0.1, -0.2, -0.3, -0.4])
+    assert commit.token_ids == (11, 12, 99)
+    assert commit.logprobs == (-0.1, -0.2, -0.3)
+    assert (commit.num_accepted, commit.num_rejected) == (2, 1)
+    assert commit.num_kv_valid == 5 + 3  # positions 0..7: the committed token and the two accepted ones
+
+
+def test_commit_rule_all_accepted_adds_bonus_token():
+    seg = Segment(0, (10, 11, 12), 0, PARAMS, 0)
+    commit = commit_window(seg, sampled=[11, 12, 42], logprobs=[-1.0, -2.0, -3.0])
+    assert commit.token_ids == (11, 12, 42) and commit.num_rejected == 0
+
+
+def test_commit_rule_empty_window_commits_one_canonical_token():
+    seg = Segment(0, (10,), 3, PARAMS, 0)
+    commit = commit_window(seg, sampled=[8], logprobs=[-0.5])
+    assert commit.token_ids == (8,) and commit.num_accepted == 0 and commit.num_kv_valid == 4
