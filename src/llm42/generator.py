@@ -155,6 +155,7 @@ class DVRGenerator:
         self._running: dict[int, _Request] = {}
         self._finished: dict[int, Completion] = {}
         self._num_steps = 0
+        self._events: dict[int, list[int]] = {}
         self.stats: dict[str, int] = {
             "steps": 0,
             "fast_steps": 0,
@@ -287,11 +288,14 @@ class DVRGenerator:
                 f"scheduler {type(self.scheduler).__name__} returned an empty plan with "
                 f"{len(self._running)} requests running; no progress is possible"
             )
-        events: dict[int, list[int]] = {}
+        # events live on the generator until returned: if a later phase of this step raises,
+        # tokens the fast phase already committed are reported by the next successful step
+        events = self._events
         self._fast_step(plan, events)
         self._canonical_pass(plan, events)
         self._num_steps += 1
         self.stats["steps"] += 1
+        self._events = {}
         return events
 
     def stream(self, prompts: Sequence, params: SamplingParams | Sequence[SamplingParams] | None = None
