@@ -25,9 +25,11 @@ class EngineMachine(RuleBasedStateMachine):
         self.limits: dict[int, int] = {}
         self.finished: set[int] = set()
 
-    @rule(prompt=st.lists(st.integers(3, CFG.vocab_size - 1), min_size=1, max_size=20),
+    @rule(stem=st.sampled_from([(), tuple(range(3, 20)), tuple(range(40, 57))]),
+          tail=st.lists(st.integers(3, CFG.vocab_size - 1), min_size=1, max_size=12),
           max_new=st.integers(1, 12), deterministic=st.booleans(), sampled=st.booleans())
-    def submit(self, prompt, max_new, deterministic, sampled):
+    def submit(self, stem, tail, max_new, deterministic, sampled):
+        prompt = list(stem) + tail
         params = SamplingParams(max_new_tokens=max_new, deterministic=deterministic,
                                 temperature=0.9 if sampled else 0.0, seed=len(prompt))
         rid = self.gen.submit(prompt, params)
@@ -56,7 +58,7 @@ class EngineMachine(RuleBasedStateMachine):
     @invariant()
     def blocks_are_conserved(self):
         kv = self.gen.kv
-        assert kv.num_free_blocks + kv.num_used_blocks == kv.num_blocks
+        assert kv.num_free_blocks + kv.num_cached_blocks + kv.num_used_blocks == kv.num_blocks
         assert kv.num_unreserved_blocks >= 0
 
     @invariant()
@@ -76,6 +78,7 @@ class EngineMachine(RuleBasedStateMachine):
     def idle_engine_holds_nothing(self):
         if not self.gen.has_unfinished():
             assert self.gen.kv.num_used_blocks == 0
+            assert self.gen.kv.num_free_blocks + self.gen.kv.num_cached_blocks == self.gen.kv.num_blocks
             assert self.gen.kv.num_unreserved_blocks == self.gen.kv.num_blocks
 
 

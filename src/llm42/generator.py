@@ -117,6 +117,7 @@ class DVRGenerator:
         max_fast_tokens: int = 512,
         kv_cache_tokens: int | None = None,
         block_size: int = 16,
+        prefix_cache: bool = True,
         seed: int = 0,
     ):
         self.canonical_config = CanonicalConfig(window=window, group=group)
@@ -146,6 +147,7 @@ class DVRGenerator:
                 num_scratch_slots=max(self.canonical_config.num_rows, max_fast_tokens),
                 dtype=weights.dtype,
                 device=self.device,
+                enable_prefix_cache=prefix_cache,
             )
         self.kv = kv_store
         self._rng = random.Random(seed)  # seeds for non-deterministic requests that give none
@@ -167,6 +169,7 @@ class DVRGenerator:
             "accepted_tokens": 0,
             "rollbacks": 0,
             "recomputed_tokens": 0,
+            "prefix_cached_tokens": 0,
         }
 
     # -- construction ---------------------------------------------------------------------------
@@ -339,10 +342,15 @@ class DVRGenerator:
     def _admit(self) -> None:
         while self._waiting and len(self._running) < self.max_num_seqs:
             req = self._waiting[0]
-            if not self.kv.can_allocate(req.max_tokens):
+            # reuse canonical K/V of a cached prefix; the last prompt token is always computed,
+            # since its row yields the first output token
+            prefix = self.kv.match_prefix(req.prompt[:-1])
+            if not self.kv.can_allocate(req.max_tokens, prefix):
                 break
             self._waiting.pop(0)
-            self.kv.allocate(req.rid, req.max_tokens)
+            self.kv.allocate(req.rid, req.max_tokens, prefix)
+            req.num_prefilled = len(prefix) * self.kv.block_size
+            self.stats["prefix_cached_tokens"] += req.num_prefilled
             req.arrival = next(self._arrivals)
             self._running[req.rid] = req
 
@@ -435,6 +443,8 @@ class DVRGenerator:
                 self.stats["rollbacks"] += 1
                 self.stats["recomputed_tokens"] += commit.num_rejected
             req.candidates.clear()
+        # index the now-canonical full blocks before the request may finish and release them
+        self.kv.publish(req.rid, req.prompt + req.token_ids + list(commit.token_ids))
         if commit.token_ids:
             self._commit_tokens(req, list(commit.token_ids), list(commit.logprobs), events)
 
