@@ -49,7 +49,9 @@ class ModelConfig:
     rms_norm_eps: float
     rope: RopeConfig
     tie_word_embeddings: bool = False
-    attention_bias: bool = False  # q/k/v projections carry a bias (Qwen2)
+    attention_bias: bool = False  # q/k/v projections carry a bias (Qwen2; Llama/Qwen3 attention_bias)
+    o_proj_bias: bool = False  # the output projection carries a bias (Llama/Qwen3 attention_bias)
+    mlp_bias: bool = False  # gate/up/down projections carry a bias (Llama mlp_bias)
     qk_norm: bool = False  # per-head RMSNorm on q and k before RoPE (Qwen3)
     sliding_window: int | None = None
     eos_token_ids: tuple[int, ...] = ()
@@ -101,12 +103,20 @@ class ModelConfig:
                 raise ValueError(f"{source}: missing required field {key!r}")
             return raw[key]
 
+        hidden_act = raw.get("hidden_act", "silu")
+        if hidden_act not in ("silu", "swish"):
+            raise UnsupportedModelError(f"{source}: unsupported hidden_act {hidden_act!r}; llm42 implements 'silu'")
         hidden = need("hidden_size")
         num_heads = need("num_attention_heads")
         head_dim = raw.get("head_dim") or hidden // num_heads
         eos = raw.get("eos_token_id")
         eos_ids: tuple[int, ...] = () if eos is None else tuple(eos) if isinstance(eos, list) else (eos,)
         sliding = raw.get("sliding_window") if family == "mistral" else None
+        # which projections carry biases, as each transformers family builds them: Qwen2 always has
+        # q/k/v biases and nothing else; Llama/Qwen3 `attention_bias` covers q/k/v *and* o_proj;
+        # Mistral has none whatever the config says
+        has_attention_bias = family in ("llama", "qwen3") and bool(raw.get("attention_bias", False))
+        has_mlp_bias = family == "llama" and bool(raw.get("mlp_bias", False))
         if family in ("qwen2", "qwen3") and raw.get("use_sliding_window", False):
             # Qwen's per-layer window (max_window_layers) is not implemented.
             raise UnsupportedModelError(f"{source}: use_sliding_window=true is not supported for {family}")
@@ -123,13 +133,41 @@ class ModelConfig:
             rms_norm_eps=float(raw.get("rms_norm_eps", 1e-6)),
             rope=_parse_rope(raw, source),
             tie_word_embeddings=bool(raw.get("tie_word_embeddings", False)),
-            attention_bias=family == "qwen2" or bool(raw.get("attention_bias", False)),
+            attention_bias=family == "qwen2" or has_attention_bias,
+            o_proj_bias=has_attention_bias,
+            mlp_bias=has_mlp_bias,
             qk_norm=family == "qwen3",
             sliding_window=sliding,
             eos_token_ids=eos_ids,
             bos_token_id=raw.get("bos_token_id"),
         )
 
+
+
+def llama31_8b_config(*, max_position_embeddings: int = 8192, num_layers: int = 32) -> ModelConfig:
+    """The shape of Llama-3.1-8B (hidden 4096, 32 layers, 32/8 heads, FFN 14336, vocab 128256,
+    RoPE theta 500000 with llama3 scaling: factor 8, low 1, high 4, original context 8192).
+
+    The real model's context is 131072 positions; the default here is 8192 so
+    that RoPE tables, block tables and the default K/V store stay small. Pass
+    ``num_layers`` to build a shallower model of the same width.
+    """
+    return ModelConfig(
+        family="llama",
+        vocab_size=128256,
+        hidden_size=4096,
+        intermediate_size=14336,
+        num_layers=num_layers,
+        num_heads=32,
+        num_kv_heads=8,
+        head_dim=128,
+        max_position_embeddings=max_position_embeddings,
+        rms_norm_eps=1e-5,
+        rope=RopeConfig(theta=500000.0, rope_type="llama3", factor=8.0, low_freq_factor=1.0,
+                        high_freq_factor=4.0, original_max_position_embeddings=8192),
+        eos_token_ids=(128001, 128008, 128009),
+        bos_token_id=128000,
+    )
 
 def _parse_rope(raw: dict[str, Any], source: str) -> RopeConfig:
     # transformers >= 5 writes `rope_parameters` (theta inside); older files
@@ -143,13 +181,18 @@ def _parse_rope(raw: dict[str, Any], source: str) -> RopeConfig:
         raise UnsupportedModelError(
             f"{source}: unsupported rope_type {rope_type!r}; llm42 supports {list(_SUPPORTED_ROPE_TYPES)}"
         )
+    partial = params.get("partial_rotary_factor", raw.get("partial_rotary_factor", 1.0))
+    if partial != 1.0:
+        raise UnsupportedModelError(f"{source}: partial_rotary_factor={partial} is not supported (only 1.0)")
+    # like transformers, llama3 scaling without original_max_position_embeddings uses the context length
+    original_max = params.get("original_max_position_embeddings", raw.get("max_position_embeddings", 2048))
     return RopeConfig(
         theta=float(theta),
         rope_type=rope_type,
         factor=float(params.get("factor", 1.0)),
         low_freq_factor=float(params.get("low_freq_factor", 1.0)),
         high_freq_factor=float(params.get("high_freq_factor", 4.0)),
-        original_max_position_embeddings=int(params.get("original_max_position_embeddings", 8192)),
+        original_max_position_embeddings=int(original_max),
     )
 
 

@@ -67,10 +67,10 @@ def forward(
             q, kv.k[layer], kv.v[layer], inputs,
             block_size=kv.block_size, scale=scale, sliding_window=cfg.sliding_window,
         )  # [N, Hq, D]
-        x = x + policy.linear(attn.reshape(num_rows, cfg.q_size), lw.o_proj)
+        x = x + policy.linear(attn.reshape(num_rows, cfg.q_size), lw.o_proj, lw.o_proj_bias)
         h = policy.rms_norm(x, lw.post_norm, cfg.rms_norm_eps)
-        gate, up = policy.linear(h, lw.gate_up).chunk(2, dim=-1)
-        x = x + policy.linear(F.silu(gate) * up, lw.down)
+        gate, up = policy.linear(h, lw.gate_up, lw.gate_up_bias).chunk(2, dim=-1)
+        x = x + policy.linear(F.silu(gate) * up, lw.down, lw.down_bias)
     if inputs.logits_rows is not None:
         x = x[inputs.logits_rows]
     x = policy.rms_norm(x, weights.norm, cfg.rms_norm_eps)

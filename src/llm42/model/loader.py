@@ -7,11 +7,12 @@ against that skeleton (name, shape) before it is cast and placed.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
 import torch
-from safetensors import safe_open
+from safetensors import SafetensorError, safe_open
 
 from llm42.model.config import ModelConfig
 from llm42.model.weights import Weights, assemble, meta_tensors
@@ -34,13 +35,38 @@ def load_config(path: str | Path) -> ModelConfig:
         raw = json.loads(config_file.read_text())
     except json.JSONDecodeError as exc:
         raise CheckpointError(f"{config_file}: not valid JSON ({exc})") from exc
-    return ModelConfig.from_hf_dict(raw, source=str(config_file))
+    if not isinstance(raw, dict):
+        raise CheckpointError(f"{config_file}: expected a JSON object, got {type(raw).__name__}")
+    cfg = ModelConfig.from_hf_dict(raw, source=str(config_file))
+    eos_ids = _generation_eos_ids(directory / "generation_config.json")
+    return cfg if eos_ids is None else dataclasses.replace(cfg, eos_token_ids=eos_ids)
+
+
+def _generation_eos_ids(file: Path) -> tuple[int, ...] | None:
+    # Chat models often list their end-of-turn ids only here (Llama-3-Instruct: 128001, 128008,
+    # 128009); transformers' generate() stops on these, not on config.json's.
+    if not file.is_file():
+        return None
+    try:
+        raw = json.loads(file.read_text())
+    except json.JSONDecodeError as exc:
+        raise CheckpointError(f"{file}: not valid JSON ({exc})") from exc
+    eos = raw.get("eos_token_id") if isinstance(raw, dict) else None
+    if eos is None:
+        return None
+    eos = eos if isinstance(eos, list) else [eos]
+    if not all(isinstance(e, int) and not isinstance(e, bool) and e >= 0 for e in eos):
+        raise CheckpointError(f"{file}: eos_token_id must be a non-negative int or a list of them, got {eos!r}")
+    return tuple(eos)
 
 
 def _safetensors_files(directory: Path) -> list[Path]:
     index = directory / "model.safetensors.index.json"
     if index.is_file():
-        weight_map = json.loads(index.read_text()).get("weight_map", {})
+        try:
+            weight_map = json.loads(index.read_text())["weight_map"]
+        except (json.JSONDecodeError, KeyError, TypeError) as exc:
+            raise CheckpointError(f"{index}: not a valid safetensors index with a 'weight_map' ({exc!r})") from exc
         files = sorted({directory / name for name in weight_map.values()})
         missing = [f.name for f in files if not f.is_file()]
         if missing:
@@ -55,6 +81,18 @@ def _safetensors_files(directory: Path) -> list[Path]:
     return files
 
 
+def _open_safetensors(file: Path):
+    try:
+        return safe_open(str(file), framework="pt", device="cpu")
+    except SafetensorError as exc:
+        raise CheckpointError(f"{file}: not a readable safetensors file ({exc})") from exc
+
+
+def _is_ignorable(name: str, cfg: ModelConfig) -> bool:
+    # tied checkpoints may still carry lm_head; some older exports store RoPE caches
+    return (name == "lm_head.weight" and cfg.tie_word_embeddings) or name.endswith("rotary_emb.inv_freq")
+
+
 def load_weights(
     path: str | Path, cfg: ModelConfig, *, dtype: torch.dtype, device: torch.device | str
 ) -> Weights:
@@ -62,11 +100,17 @@ def load_weights(
     skeleton = meta_tensors(cfg, dtype)
     tensors: dict[str, torch.Tensor] = {}
     for file in _safetensors_files(directory):
-        with safe_open(str(file), framework="pt", device="cpu") as f:
+        with _open_safetensors(file) as f:
             for name in f.keys():
                 if name not in skeleton:
-                    # tied checkpoints may still carry lm_head; rotary caches etc. are ignored
-                    continue
+                    if _is_ignorable(name, cfg):
+                        continue
+                    # a tensor the config does not account for (a bias, an extra norm) would be
+                    # silently dropped and the logits silently wrong
+                    raise CheckpointError(
+                        f"{file.name}: unexpected tensor {name!r}, which the model described by "
+                        "config.json does not have"
+                    )
                 tensor = f.get_tensor(name)
                 expected = tuple(skeleton[name].shape)
                 if tuple(tensor.shape) != expected:

@@ -24,6 +24,9 @@ class LayerWeights:
     post_norm: torch.Tensor  # [H]
     gate_up: torch.Tensor  # [2 * I, H]
     down: torch.Tensor  # [H, I]
+    o_proj_bias: torch.Tensor | None = None  # [H]
+    gate_up_bias: torch.Tensor | None = None  # [2 * I]
+    down_bias: torch.Tensor | None = None  # [H]
 
 
 @dataclass(frozen=True)
@@ -65,12 +68,18 @@ def hf_tensor_shapes(cfg: ModelConfig) -> dict[str, tuple[int, ...]]:
             shapes[p + "self_attn.q_proj.bias"] = (cfg.q_size,)
             shapes[p + "self_attn.k_proj.bias"] = (cfg.kv_size,)
             shapes[p + "self_attn.v_proj.bias"] = (cfg.kv_size,)
+        if cfg.o_proj_bias:
+            shapes[p + "self_attn.o_proj.bias"] = (h,)
         if cfg.qk_norm:
             shapes[p + "self_attn.q_norm.weight"] = (d,)
             shapes[p + "self_attn.k_norm.weight"] = (d,)
         shapes[p + "mlp.gate_proj.weight"] = (i, h)
         shapes[p + "mlp.up_proj.weight"] = (i, h)
         shapes[p + "mlp.down_proj.weight"] = (h, i)
+        if cfg.mlp_bias:
+            shapes[p + "mlp.gate_proj.bias"] = (i,)
+            shapes[p + "mlp.up_proj.bias"] = (i,)
+            shapes[p + "mlp.down_proj.bias"] = (h,)
     return shapes
 
 
@@ -109,6 +118,12 @@ def assemble(cfg: ModelConfig, tensors: dict[str, torch.Tensor]) -> Weights:
                 post_norm=tensors[p + "post_attention_layernorm.weight"],
                 gate_up=torch.cat([tensors[p + "mlp.gate_proj.weight"], tensors[p + "mlp.up_proj.weight"]], dim=0),
                 down=tensors[p + "mlp.down_proj.weight"],
+                o_proj_bias=tensors[attn + "o_proj.bias"] if cfg.o_proj_bias else None,
+                gate_up_bias=(
+                    torch.cat([tensors[p + "mlp.gate_proj.bias"], tensors[p + "mlp.up_proj.bias"]], dim=0)
+                    if cfg.mlp_bias else None
+                ),
+                down_bias=tensors[p + "mlp.down_proj.bias"] if cfg.mlp_bias else None,
             )
         )
     embed = tensors["model.embed_tokens.weight"]
@@ -135,17 +150,23 @@ def random_weights(
     """Seeded random weights for a config alone (no checkpoint).
 
     ``lm_head_std`` scales the output head separately: a larger value makes the
-    logits peaked like a trained model's (large top-1/top-2 gaps).
+    logits peaked like a trained model's (large top-1/top-2 gaps). On a CUDA
+    device the values are drawn there, from a CUDA generator seeded with
+    ``seed`` (an 8B-parameter model takes well under a second); they differ
+    from the CPU draw for the same seed, which is unchanged.
     """
-    generator = torch.Generator(device="cpu").manual_seed(seed)
+    device = torch.device(device)
+    draw_on = device if device.type == "cuda" else torch.device("cpu")
+    generator = torch.Generator(device=draw_on).manual_seed(seed)
     tensors = {}
     for name, shape in hf_tensor_shapes(cfg).items():
         if name.endswith("norm.weight") or name.endswith("layernorm.weight"):
-            t = torch.ones(shape)
+            t = torch.ones(shape, device=draw_on)
         elif name.endswith(".bias"):
-            t = torch.randn(shape, generator=generator) * std
+            t = torch.randn(shape, generator=generator, device=draw_on) * std
         else:
             scale = lm_head_std if (name == "lm_head.weight" and lm_head_std is not None) else std
-            t = torch.randn(shape, generator=generator) * scale
+            t = torch.randn(shape, generator=generator, device=draw_on).mul_(scale)
         tensors[name] = t.to(device=device, dtype=dtype)
+        del t
     return assemble(cfg, tensors)

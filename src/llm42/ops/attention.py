@@ -48,7 +48,8 @@ def padded_attention(
     row_offset = torch.arange(num_rows, device=device) - starts[inputs.row_seq]
     q_pad = q.new_zeros(num_seqs, max_q, num_heads, head_dim)
     q_pad[inputs.row_seq, row_offset] = q
-    # padded query rows see every valid key, so no softmax row is empty
+    # padding query rows sit past every key; under a sliding window they may see no key at all, which
+    # is harmless: they are dropped right after attention and rows never mix inside it
     qpos_pad = torch.full((num_seqs, max_q), max_k, device=device, dtype=torch.int64)
     qpos_pad[inputs.row_seq, row_offset] = inputs.positions
 
