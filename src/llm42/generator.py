@@ -34,6 +34,7 @@ from llm42.scheduler import (
     validate_plan,
 )
 from llm42.verify import CanonicalConfig, CanonicalWork, Commit, Verifier
+from llm42.verify.graph import DecodeGraphs, GraphVerifier
 
 _INT64_SPAN = 1 << 64
 
@@ -97,7 +98,8 @@ class DVRGenerator:
     or :meth:`from_config` (seeded random weights). ``window`` (T) and ``group``
     (G) fix the canonical pass at R = T * G rows; committed deterministic output
     is a function of the weights, the prompt, the sampling params and this
-    canonical config only.
+    canonical config only. On CUDA (``use_cuda_graphs=True``) the canonical pass
+    is replayed from one captured graph and fast decode steps from per-bucket graphs.
     """
 
     def __init__(
@@ -119,6 +121,7 @@ class DVRGenerator:
         block_size: int = 16,
         prefix_cache: bool = True,
         seed: int = 0,
+        use_cuda_graphs: bool = True,
     ):
         self.canonical_config = CanonicalConfig(window=window, group=group)
         for name, value in (("max_num_seqs", max_num_seqs), ("max_fast_tokens", max_fast_tokens)):
@@ -133,7 +136,11 @@ class DVRGenerator:
         self.runner = ModelRunner(weights, cfg)
         self.fast_policy = fast_policy if fast_policy is not None else FastPolicy()
         self.canonical_policy = canonical_policy if canonical_policy is not None else FixedShapePolicy()
-        self.verifier = verifier if verifier is not None else Verifier(
+        # on CUDA the canonical pass is one captured graph (the default canonical policy is graph-safe)
+        is_graphed = use_cuda_graphs and self.device.type == "cuda"
+        is_graph_safe = isinstance(self.canonical_policy, FixedShapePolicy)
+        verifier_type = GraphVerifier if is_graphed and is_graph_safe else Verifier
+        self.verifier = verifier if verifier is not None else verifier_type(
             self.runner, self.canonical_policy, self.canonical_config
         )
         self.scheduler = scheduler if scheduler is not None else DefaultScheduler()
@@ -150,6 +157,10 @@ class DVRGenerator:
                 enable_prefix_cache=prefix_cache,
             )
         self.kv = kv_store
+        if is_graphed and type(self.fast_policy) is FastPolicy:
+            self.runner.decode_graphs = DecodeGraphs(
+                self.runner, self.fast_policy, self.kv, max_batch_size=min(max_num_seqs, max_fast_tokens)
+            )
         self._rng = random.Random(seed)  # seeds for non-deterministic requests that give none
         self._ids = itertools.count()
         self._arrivals = itertools.count()
@@ -388,9 +399,8 @@ class DVRGenerator:
             return
         for seg in segments:
             self.kv.append(seg.rid, seg.end)
-        inputs = self.runner.fast_inputs(segments, self.kv)
         rows = self.runner.sampling_rows([(s.params, s.seed, s.end) for s in segments], len(segments))
-        out = self.runner.run(inputs, self.kv, self.fast_policy, rows)
+        out = self.runner.run_fast(segments, self.kv, self.fast_policy, rows)
         self.stats["fast_steps"] += 1
         # state changes only after the whole step computed: a failure above leaves requests untouched
         num_prefill = len(plan.fast_prefill)

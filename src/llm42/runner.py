@@ -44,6 +44,8 @@ class ModelRunner:
         self.weights = weights
         self.cfg = cfg
         self.device = weights.device
+        # CUDA graphs of fast decode steps (llm42.verify.graph.DecodeGraphs); None = always eager
+        self.decode_graphs = None
 
     def _tensor(self, values, dtype=torch.int64) -> torch.Tensor:
         return torch.tensor(values, dtype=dtype, device=self.device)
@@ -120,6 +122,7 @@ class ModelRunner:
             top_p=self._tensor([p.top_p for p, _, _ in per_row] + [1.0] * pad, torch.float32),
             seeds=self._tensor([s for _, s, _ in per_row] + [0] * pad),
             positions=self._tensor([q for _, _, q in per_row] + [0] * pad),
+            is_any_sampled=any(p.temperature > 0 for p, _, _ in per_row),
         )
 
     def run(self, inputs: StepInputs, kv: KVStoreProtocol, policy: ReductionPolicy,
@@ -127,3 +130,14 @@ class ModelRunner:
         logits = forward(self.weights, self.cfg, inputs, kv.layers(), policy)
         tokens, logprobs = sample(logits, rows)
         return StepOutput(tokens.tolist(), logprobs.tolist())
+
+    def run_fast(self, segments: list[Segment], kv: KVStoreProtocol, policy: ReductionPolicy,
+                 rows: SamplingRows) -> StepOutput:
+        """A fast step over ``segments``: a captured decode graph when one fits (one token row per
+        sequence, the graphs' policy and K/V store), otherwise eagerly through ``fast_inputs``."""
+        graphs = self.decode_graphs
+        if graphs is not None and policy is graphs.policy and graphs.can_run(segments, kv):
+            logits = graphs.forward(segments, kv)
+            tokens, logprobs = sample(logits, rows)
+            return StepOutput(tokens.tolist(), logprobs.tolist())
+        return self.run(self.fast_inputs(segments, kv), kv, policy, rows)

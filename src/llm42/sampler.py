@@ -42,13 +42,21 @@ def gumbel_noise(seeds: torch.Tensor, positions: torch.Tensor, vocab_size: int) 
 
 @dataclass(frozen=True)
 class SamplingRows:
-    """Per-row sampling parameters of one step (all tensors [N])."""
+    """Per-row sampling parameters of one step (all tensors [N]).
+
+    ``is_any_sampled`` is the host's knowledge of whether any row has
+    ``temperature > 0``. Given, ``sample`` never synchronises with the device
+    (so it can run inside a CUDA graph); ``None`` makes ``sample`` read it off
+    ``temperature``. ``True`` with only greedy rows is allowed and gives the same
+    tokens; ``False`` with a sampled row would be wrong.
+    """
 
     temperature: torch.Tensor  # float32, 0 = greedy
     top_k: torch.Tensor  # int64, 0 = off
     top_p: torch.Tensor  # float32, 1 = off
     seeds: torch.Tensor  # int64
     positions: torch.Tensor  # int64: the position of the token being sampled
+    is_any_sampled: bool | None = None
 
 
 def _filter_top_k_top_p(scaled: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor) -> torch.Tensor:
@@ -75,7 +83,8 @@ def sample(logits: torch.Tensor, rows: SamplingRows) -> tuple[torch.Tensor, torc
     logprobs_all = torch.log_softmax(logits, dim=-1)
     greedy = torch.argmax(logits, dim=-1)
     is_sampled = rows.temperature > 0
-    if bool(is_sampled.any()):
+    is_any_sampled = rows.is_any_sampled if rows.is_any_sampled is not None else bool(is_sampled.any())
+    if is_any_sampled:
         temperature = torch.where(is_sampled, rows.temperature, 1.0)
         scaled = logits / temperature[:, None]
         scaled = _filter_top_k_top_p(scaled, rows.top_k, rows.top_p)

@@ -11,7 +11,12 @@ from llm42.ops.norm import rms_norm
 
 
 class FastPolicy:
-    """The fast path: dynamic batches, library GEMMs, padded SDPA attention."""
+    """The fast path: dynamic batches, library GEMMs, the fastest attention for the step.
+
+    On the CPU: padded SDPA. On CUDA: the Triton split-KV decode kernel when
+    every sequence has one query row (its split count follows the batch and
+    context), otherwise the Triton row kernel; RMSNorm is the fused Triton kernel.
+    """
 
     name = "fast"
     is_shape_closed = False
@@ -20,9 +25,25 @@ class FastPolicy:
         return F.linear(x, weight, bias)
 
     def rms_norm(self, x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+        if x.is_cuda:
+            from llm42 import kernels
+
+            return kernels.rms_norm(x, weight, eps)
         return rms_norm(x, weight, eps)
 
     def attention(self, q, k_cache, v_cache, inputs: StepInputs, *, block_size, scale, sliding_window):
+        if q.is_cuda:
+            from llm42 import kernels
+
+            if inputs.num_rows == inputs.num_seqs:  # decode: one query row per sequence, in sequence order
+                return kernels.paged_decode_attention(
+                    q, k_cache, v_cache, inputs.block_tables, inputs.context_lens, block_size=block_size,
+                    scale=scale, sliding_window=sliding_window, max_context_len=inputs.max_context_len,
+                )
+            return kernels.canonical_attention(
+                q, k_cache, v_cache, inputs.positions, inputs.row_seq, inputs.block_tables,
+                block_size=block_size, scale=scale, sliding_window=sliding_window,
+            )
         return padded_attention(
             q, k_cache, v_cache, inputs, block_size=block_size, scale=scale, sliding_window=sliding_window
         )

@@ -17,7 +17,9 @@ class FixedShapePolicy:
     M = R rows, and at a fixed shape a library GEMM gives a row the same bits
     wherever it sits (observation O2). Attention uses one KV split and key
     blocks of ``key_block`` positions aligned at position 0, so no reduction
-    depends on context lengths or on the other rows.
+    depends on context lengths or on the other rows. On CUDA these are the
+    Triton canonical attention kernel (``key_block`` a power of two >= 16) and
+    the fused row-per-program RMSNorm; on the CPU, plain torch.
     """
 
     name = "fixed_shape"
@@ -32,9 +34,20 @@ class FixedShapePolicy:
         return F.linear(x, weight, bias)
 
     def rms_norm(self, x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+        if x.is_cuda:
+            from llm42 import kernels
+
+            return kernels.rms_norm(x, weight, eps)
         return rms_norm(x, weight, eps)
 
     def attention(self, q, k_cache, v_cache, inputs: StepInputs, *, block_size, scale, sliding_window):
+        if q.is_cuda:
+            from llm42 import kernels
+
+            return kernels.canonical_attention(
+                q, k_cache, v_cache, inputs.positions, inputs.row_seq, inputs.block_tables,
+                block_size=block_size, scale=scale, key_block=self.key_block, sliding_window=sliding_window,
+            )
         return blocked_attention(
             q, k_cache, v_cache, inputs,
             block_size=block_size, scale=scale, key_block=self.key_block, sliding_window=sliding_window,

@@ -1,0 +1,18 @@
+"""Triton kernels for the GPU: paged attention (fast split-KV decode, canonical row kernel) and RMSNorm.
+
+Importing this package needs Triton (shipped with CUDA builds of torch). The
+policies import it only when they see CUDA tensors, so CPU-only installs never do.
+"""
+
+from llm42.kernels.attention import (
+    MAX_SPLITS,
+    canonical_attention,
+    choose_num_splits,
+    num_sms,
+    paged_decode_attention,
+)
+from llm42.kernels.norm import rms_norm
+
+__all__ = [
+    "MAX_SPLITS", "canonical_attention", "choose_num_splits", "num_sms", "paged_decode_attention", "rms_norm",
+]
