@@ -7,7 +7,8 @@ Measures, with CUDA events (medians over repeated runs, after warm-up):
 - the device's copy bandwidth and bf16 GEMM rate (the two ceilings);
 - a fast decode step at batch 1, 8, 32, 64, 128 with ~1K context per sequence,
   eager and replayed from its CUDA graph bucket, against the weight-read floor
-  (weight bytes / copy bandwidth) and the weight + K/V floor;
+  (weight bytes / copy bandwidth) and the weight + K/V floor; the replay also
+  with the row ops unfused (plain torch ops, as before the fused kernels);
 - the canonical pass at R = 128, 256, 512 rows (windows of 32 rows at ~1K
   context), eager and graph-replayed, and its time per committed token at full
   acceptance (pass time / R);
@@ -99,6 +100,20 @@ def weight_bytes(weights) -> dict[str, int]:
     return {"total": layers + head + embed + weights.norm.numel() * 2, "read_per_step": layers + head}
 
 
+class UnfusedFastPolicy:
+    """FastPolicy's five ReductionPolicy members alone, so the model runs the unfused torch row ops."""
+
+    name = "fast_unfused"
+    is_shape_closed = False
+
+    def __init__(self):
+        self._fast = FastPolicy()
+        self.linear = self._fast.linear
+        self.rms_norm = self._fast.rms_norm
+        self.attention = self._fast.attention
+        self.process_logits = self._fast.process_logits
+
+
 def bench_decode(runner, kv, num_seqs_max, bandwidth, bytes_read, kv_bytes_per_token) -> tuple[list, float]:
     cfg = runner.cfg
     fast = FastPolicy()
@@ -107,6 +122,7 @@ def bench_decode(runner, kv, num_seqs_max, bandwidth, bytes_read, kv_bytes_per_t
     graphs = DecodeGraphs(runner, fast, kv, max_batch_size=num_seqs_max)
     graphs.capture()
     capture_s = time.perf_counter() - t0
+    unfused_graphs = DecodeGraphs(runner, UnfusedFastPolicy(), kv, max_batch_size=num_seqs_max)
     rows_out = []
     for batch in DECODE_BATCHES:
         segments = [Segment(rid, (rid * 7 % cfg.vocab_size,), CONTEXT - 1, params, 0) for rid in range(batch)]
@@ -122,6 +138,8 @@ def bench_decode(runner, kv, num_seqs_max, bandwidth, bytes_read, kv_bytes_per_t
         graph_step = median_ms(lambda: runner.run_fast(segments, kv, fast, rows))
         graphs.forward(segments, kv)  # stage this batch
         replay = median_ms(lambda: graphs.replay(batch))
+        unfused_graphs.forward(segments, kv)
+        unfused_replay = median_ms(lambda: unfused_graphs.replay(batch))
         runner.decode_graphs = None
         floor_w = bytes_read / bandwidth / 1e6
         floor_wkv = (bytes_read + batch * CONTEXT * kv_bytes_per_token) / bandwidth / 1e6
@@ -131,10 +149,13 @@ def bench_decode(runner, kv, num_seqs_max, bandwidth, bytes_read, kv_bytes_per_t
             "graph_step_ms": graph_step, "graph_replay_ms": replay,
             "weight_floor_ms": floor_w, "weight_kv_floor_ms": floor_wkv,
             "replay_over_weight_kv_floor": replay / floor_wkv,
+            "graph_replay_unfused_ms": unfused_replay,
+            "unfused_replay_over_weight_kv_floor": unfused_replay / floor_wkv,
             "tokens_per_s_graph_step": batch / graph_step * 1e3,
         })
         print(f"decode B={batch:4d}: eager step {eager_step:7.2f} ms  graph step {graph_step:7.2f} ms  "
-              f"replay {replay:7.2f} ms  floor(w) {floor_w:5.2f}  floor(w+kv) {floor_wkv:5.2f}", flush=True)
+              f"replay {replay:7.2f} ms (unfused {unfused_replay:7.2f})  floor(w) {floor_w:5.2f}  "
+              f"floor(w+kv) {floor_wkv:5.2f}  replay/floor {replay / floor_wkv:4.2f}", flush=True)
     return rows_out, capture_s
 
 

@@ -44,6 +44,18 @@ def _seed_to_int64(seed: int) -> int:
     return value - _INT64_SPAN if value >= 1 << 63 else value
 
 
+def _default_kv_tokens(cfg: ModelConfig, dtype: torch.dtype, device: torch.device) -> int:
+    """Room for 16 full-context sequences, capped by memory: on CUDA half of what is free
+    after the weights, on the CPU 2 GiB."""
+    bytes_per_token = 2 * cfg.num_layers * cfg.kv_size * torch.finfo(dtype).bits // 8
+    if device.type == "cuda":
+        free_bytes, _ = torch.cuda.mem_get_info(device)
+        budget = free_bytes // 2
+    else:
+        budget = 2 << 30
+    return max(cfg.max_position_embeddings, min(16 * cfg.max_position_embeddings, budget // bytes_per_token))
+
+
 @dataclass
 class _Request:
     rid: int
@@ -138,7 +150,7 @@ class DVRGenerator:
         self.canonical_policy = canonical_policy if canonical_policy is not None else FixedShapePolicy()
         # on CUDA the canonical pass is one captured graph (the default canonical policy is graph-safe)
         is_graphed = use_cuda_graphs and self.device.type == "cuda"
-        is_graph_safe = isinstance(self.canonical_policy, FixedShapePolicy)
+        is_graph_safe = getattr(self.canonical_policy, "is_graph_safe", False)
         verifier_type = GraphVerifier if is_graphed and is_graph_safe else Verifier
         self.verifier = verifier if verifier is not None else verifier_type(
             self.runner, self.canonical_policy, self.canonical_config
@@ -146,7 +158,9 @@ class DVRGenerator:
         self.scheduler = scheduler if scheduler is not None else DefaultScheduler()
         if kv_store is None:
             if kv_cache_tokens is None:
-                kv_cache_tokens = 16 * cfg.max_position_embeddings
+                kv_cache_tokens = _default_kv_tokens(cfg, weights.dtype, self.device)
+            elif not isinstance(kv_cache_tokens, int) or kv_cache_tokens < 1:
+                raise ValueError(f"kv_cache_tokens must be a positive integer, got {kv_cache_tokens!r}")
             kv_store = KVStore(
                 cfg,
                 num_blocks=-(-kv_cache_tokens // block_size),
@@ -157,7 +171,7 @@ class DVRGenerator:
                 enable_prefix_cache=prefix_cache,
             )
         self.kv = kv_store
-        if is_graphed and type(self.fast_policy) is FastPolicy:
+        if is_graphed and getattr(self.fast_policy, "is_graph_safe", False):
             self.runner.decode_graphs = DecodeGraphs(
                 self.runner, self.fast_policy, self.kv, max_batch_size=min(max_num_seqs, max_fast_tokens)
             )

@@ -2,18 +2,19 @@
 
 Pure apart from writing this step's K/V into the slots ``inputs.slot_mapping``
 names. Every reducing op goes through the policy, so the same code is the fast
-path, the canonical pass and the batch-invariant baseline.
+path, the canonical pass and the batch-invariant baseline. The row-wise ops
+between them (residual add + RMSNorm, RoPE + K/V write, SwiGLU) go through the
+policy's ``RowOps`` too, which a policy may fuse into one kernel each.
 """
 
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 
 from llm42.inputs import StepInputs
 from llm42.model.config import ModelConfig
 from llm42.model.weights import Weights
-from llm42.policies.base import ReductionPolicy
+from llm42.policies.base import ReductionPolicy, row_ops
 
 
 class KVLayers:
@@ -25,16 +26,6 @@ class KVLayers:
         self.block_size = block_size
 
 
-def _rotate_half(x: torch.Tensor) -> torch.Tensor:
-    half = x.shape[-1] // 2
-    return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
-
-
-def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    # x: [N, heads, D]; cos/sin: [N, D] already in x's dtype
-    return x * cos[:, None, :] + _rotate_half(x) * sin[:, None, :]
-
-
 def forward(
     weights: Weights,
     cfg: ModelConfig,
@@ -43,36 +34,40 @@ def forward(
     policy: ReductionPolicy,
 ) -> torch.Tensor:
     """Run one step over ``inputs.num_rows`` token rows; returns logits [L, V] for the wanted rows."""
+    ops = row_ops(policy)
     num_rows = inputs.num_rows
     dtype = weights.dtype
+    eps = cfg.rms_norm_eps
     scale = cfg.head_dim**-0.5
-    x = weights.embed[inputs.token_ids]  # [N, H]
+    residual = weights.embed[inputs.token_ids]  # [N, H]: the residual stream
     cos = weights.rope_cos[inputs.positions].to(dtype)  # [N, D]
     sin = weights.rope_sin[inputs.positions].to(dtype)
+    mlp_out = None  # [N, H]: the previous layer's MLP output, not yet added to the residual
     for layer, lw in enumerate(weights.layers):
-        h = policy.rms_norm(x, lw.input_norm, cfg.rms_norm_eps)
+        if mlp_out is None:
+            h = policy.rms_norm(residual, lw.input_norm, eps)
+        else:
+            h, residual = ops.add_rms_norm(mlp_out, residual, lw.input_norm, eps)
         qkv = policy.linear(h, lw.qkv, lw.qkv_bias)
         q, k, v = qkv.split([cfg.q_size, cfg.kv_size, cfg.kv_size], dim=-1)
         q = q.reshape(num_rows, cfg.num_heads, cfg.head_dim)
         k = k.reshape(num_rows, cfg.num_kv_heads, cfg.head_dim)
         v = v.reshape(num_rows, cfg.num_kv_heads, cfg.head_dim)
-        if lw.q_norm is not None:
-            q = policy.rms_norm(q, lw.q_norm, cfg.rms_norm_eps)
-            k = policy.rms_norm(k, lw.k_norm, cfg.rms_norm_eps)
-        q = apply_rope(q, cos, sin)
-        k = apply_rope(k, cos, sin)
-        kv.k[layer].index_copy_(0, inputs.slot_mapping, k.to(kv.k[layer].dtype))
-        kv.v[layer].index_copy_(0, inputs.slot_mapping, v.to(kv.v[layer].dtype))
+        q = ops.rope_and_store(
+            q, k, v, cos, sin, kv.k[layer], kv.v[layer], inputs.slot_mapping,
+            q_norm=lw.q_norm, k_norm=lw.k_norm, eps=eps,
+        )
         attn = policy.attention(
             q, kv.k[layer], kv.v[layer], inputs,
             block_size=kv.block_size, scale=scale, sliding_window=cfg.sliding_window,
         )  # [N, Hq, D]
-        x = x + policy.linear(attn.reshape(num_rows, cfg.q_size), lw.o_proj, lw.o_proj_bias)
-        h = policy.rms_norm(x, lw.post_norm, cfg.rms_norm_eps)
-        gate, up = policy.linear(h, lw.gate_up, lw.gate_up_bias).chunk(2, dim=-1)
-        x = x + policy.linear(F.silu(gate) * up, lw.down, lw.down_bias)
+        attn_out = policy.linear(attn.reshape(num_rows, cfg.q_size), lw.o_proj, lw.o_proj_bias)
+        h, residual = ops.add_rms_norm(attn_out, residual, lw.post_norm, eps)
+        gate_up = policy.linear(h, lw.gate_up, lw.gate_up_bias)  # [N, 2I]
+        mlp_out = policy.linear(ops.swiglu(gate_up), lw.down, lw.down_bias)
     if inputs.logits_rows is not None:
-        x = x[inputs.logits_rows]
-    x = policy.rms_norm(x, weights.norm, cfg.rms_norm_eps)
-    logits = policy.linear(x, weights.lm_head)
+        residual = residual[inputs.logits_rows]
+        mlp_out = mlp_out[inputs.logits_rows]
+    h, _ = ops.add_rms_norm(mlp_out, residual, weights.norm, eps)
+    logits = policy.linear(h, weights.lm_head)
     return policy.process_logits(logits, inputs)

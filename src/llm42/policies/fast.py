@@ -7,19 +7,22 @@ import torch.nn.functional as F
 
 from llm42.inputs import StepInputs
 from llm42.ops.attention import padded_attention
+from llm42.policies.base import FusedRowOps
 from llm42.ops.norm import rms_norm
 
 
-class FastPolicy:
+class FastPolicy(FusedRowOps):
     """The fast path: dynamic batches, library GEMMs, the fastest attention for the step.
 
     On the CPU: padded SDPA. On CUDA: the Triton split-KV decode kernel when
     every sequence has one query row (its split count follows the batch and
-    context), otherwise the Triton row kernel; RMSNorm is the fused Triton kernel.
+    context), otherwise the Triton row kernel; RMSNorm and the row ops (residual
+    add + RMSNorm, RoPE + K/V write, SwiGLU) are fused Triton kernels.
     """
 
     name = "fast"
     is_shape_closed = False
+    is_graph_safe = True  # no host syncs or host-side state: decode steps may be CUDA-graph captured
 
     def linear(self, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
         return F.linear(x, weight, bias)

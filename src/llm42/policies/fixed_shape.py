@@ -8,9 +8,10 @@ import torch.nn.functional as F
 from llm42.inputs import StepInputs
 from llm42.ops.attention import blocked_attention
 from llm42.ops.norm import rms_norm
+from llm42.policies.base import FusedRowOps
 
 
-class FixedShapePolicy:
+class FixedShapePolicy(FusedRowOps):
     """Kernels for the canonical pass.
 
     GEMMs are plain library GEMMs: the verifier guarantees they always see
@@ -18,12 +19,15 @@ class FixedShapePolicy:
     wherever it sits (observation O2). Attention uses one KV split and key
     blocks of ``key_block`` positions aligned at position 0, so no reduction
     depends on context lengths or on the other rows. On CUDA these are the
-    Triton canonical attention kernel (``key_block`` a power of two >= 16) and
-    the fused row-per-program RMSNorm; on the CPU, plain torch.
+    Triton canonical attention kernel (``key_block`` a power of two >= 16), the
+    fused row-per-program RMSNorm and the fused row ops (residual add + RMSNorm,
+    RoPE + K/V write, SwiGLU: row-wise, launched over the R rows, each row's
+    arithmetic fixed by the feature sizes alone); on the CPU, plain torch.
     """
 
     name = "fixed_shape"
     is_shape_closed = True
+    is_graph_safe = True
 
     def __init__(self, key_block: int = 64):
         if not isinstance(key_block, int) or key_block < 1:

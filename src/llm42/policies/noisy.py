@@ -17,6 +17,7 @@ class NoisyFastPolicy(FastPolicy):
     """
 
     name = "noisy_fast"
+    is_graph_safe = False  # draws its noise from a host-side generator at every call
 
     def __init__(self, scale: float = 1.0, seed: int = 0):
         if not isinstance(scale, (int, float)) or scale < 0:

@@ -1,0 +1,171 @@
+"""What one benchmark run measured, and the numbers reported from it.
+
+Reported per run (``summarize``): output tokens per second, rollbacks per
+request, recomputed tokens as a share of committed ones, TTFT and end-to-end
+latency percentiles (p50/p90/p99), and — when a ``nondet`` run of the same
+request set is given — the throughput ratio to it and the latency of this
+run's non-deterministic requests relative to the same requests there.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from dataclasses import dataclass, field
+
+PERCENTILES = (50, 90, 99)
+
+
+@dataclass
+class RequestRecord:
+    """One request in one run; times are seconds from the run's start."""
+
+    index: int
+    is_deterministic: bool
+    arrival_s: float
+    first_token_s: float | None = None
+    finish_s: float | None = None
+    num_tokens: int = 0
+    token_ids: list[int] = field(default_factory=list)
+    num_rollbacks: int = 0
+    num_recomputed: int = 0
+
+    @property
+    def is_finished(self) -> bool:
+        return self.finish_s is not None
+
+    @property
+    def ttft_s(self) -> float | None:
+        return None if self.first_token_s is None else self.first_token_s - self.arrival_s
+
+    @property
+    def e2e_s(self) -> float | None:
+        return None if self.finish_s is None else self.finish_s - self.arrival_s
+
+
+@dataclass
+class RunResult:
+    mode: str
+    records: list[RequestRecord]
+    elapsed_s: float  # host wall clock, device synchronized at both ends
+    device_elapsed_s: float | None  # CUDA events around the same region (None off CUDA)
+    stats: dict[str, int]  # the generator's stats for this run (warm-up excluded)
+    is_complete: bool  # False when the time budget cut the run short
+    notes: list[str] = field(default_factory=list)  # how the run deviated from the plan, if it did
+
+    @property
+    def num_output_tokens(self) -> int:
+        return sum(r.num_tokens for r in self.records)
+
+    @property
+    def tokens_per_s(self) -> float:
+        return self.num_output_tokens / self.elapsed_s if self.elapsed_s > 0 else 0.0
+
+
+def percentile(values: list[float], q: float) -> float | None:
+    """Linear-interpolation percentile (numpy's default); None for no values."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    pos = (len(ordered) - 1) * q / 100
+    lo, hi = math.floor(pos), math.ceil(pos)
+    return ordered[lo] + (ordered[hi] - ordered[lo]) * (pos - lo)
+
+
+def percentiles(values: list[float]) -> dict[str, float | None]:
+    out: dict[str, float | None] = {f"p{q}": percentile(values, q) for q in PERCENTILES}
+    out["mean"] = sum(values) / len(values) if values else None
+    return out
+
+
+def _ratio(a: float | None, b: float | None) -> float | None:
+    return None if a is None or b is None or b == 0 else a / b
+
+
+def _latencies(records: list[RequestRecord]) -> dict:
+    return {
+        "ttft_s": percentiles([r.ttft_s for r in records if r.ttft_s is not None]),
+        "e2e_s": percentiles([r.e2e_s for r in records if r.e2e_s is not None]),
+    }
+
+
+def output_digest(records: list[RequestRecord]) -> str:
+    """sha256 over (index, token ids) of the given requests, in index order: equal digests = equal outputs."""
+    h = hashlib.sha256()
+    for r in sorted(records, key=lambda r: r.index):
+        h.update(f"{r.index}:{','.join(map(str, r.token_ids))};".encode())
+    return h.hexdigest()[:16]
+
+
+def nondet_latency_vs(run: RunResult, nondet: RunResult) -> dict:
+    """This run's non-deterministic requests against the same requests in the ``nondet`` run."""
+    base = {r.index: r for r in nondet.records if r.is_finished}
+    pairs = [(r, base[r.index]) for r in run.records if not r.is_deterministic and r.is_finished and r.index in base]
+    mine = [r.e2e_s for r, _ in pairs]
+    theirs = [b.e2e_s for _, b in pairs]
+    mine_ttft = [r.ttft_s for r, _ in pairs]
+    theirs_ttft = [b.ttft_s for _, b in pairs]
+    return {
+        "num_requests": len(pairs),
+        "e2e_p50_ratio": _ratio(percentile(mine, 50), percentile(theirs, 50)),
+        "e2e_p90_ratio": _ratio(percentile(mine, 90), percentile(theirs, 90)),
+        "e2e_mean_ratio": _ratio(sum(mine) / len(mine) if mine else None,
+                                 sum(theirs) / len(theirs) if theirs else None),
+        "ttft_p50_ratio": _ratio(percentile(mine_ttft, 50), percentile(theirs_ttft, 50)),
+    }
+
+
+def determinism_check(run: RunResult, reference: dict[int, list[int]]) -> dict:
+    """Deterministic requests of ``run`` against the reference outputs (request index -> token ids)."""
+    checked = [r for r in run.records if r.is_deterministic and r.is_finished and r.index in reference]
+    mismatched = [r.index for r in checked if r.token_ids != reference[r.index]]
+    return {"num_checked": len(checked), "num_identical": len(checked) - len(mismatched),
+            "mismatched_requests": mismatched}
+
+
+def summarize(run: RunResult, *, nondet: RunResult | None = None,
+              reference: dict[int, list[int]] | None = None, keep_latencies: bool = False) -> dict:
+    """The reported numbers of one run (JSON-ready)."""
+    records = run.records
+    det = [r for r in records if r.is_deterministic]
+    det_tokens = sum(r.num_tokens for r in det)
+    num_committed = run.num_output_tokens
+    num_recomputed = sum(r.num_recomputed for r in records)
+    stats = run.stats
+    out = {
+        "mode": run.mode,
+        "is_complete": run.is_complete,
+        "num_requests": len(records),
+        "num_finished": sum(r.is_finished for r in records),
+        "num_deterministic": len(det),
+        "deterministic_share": len(det) / len(records) if records else 0.0,
+        "output_tokens": num_committed,
+        "elapsed_s": run.elapsed_s,
+        "device_elapsed_s": run.device_elapsed_s,
+        "output_tokens_per_s": run.tokens_per_s,
+        "ratio_to_nondet": _ratio(run.tokens_per_s, nondet.tokens_per_s) if nondet is not None else None,
+        "rollbacks_per_request": sum(r.num_rollbacks for r in records) / len(records) if records else 0.0,
+        "rollbacks_per_deterministic_request": sum(r.num_rollbacks for r in det) / len(det) if det else None,
+        "recomputed_tokens": num_recomputed,
+        "recompute_share": num_recomputed / num_committed if num_committed else 0.0,
+        "recompute_share_deterministic": (sum(r.num_recomputed for r in det) / det_tokens) if det_tokens else None,
+        "engine": {
+            "fast_steps": stats.get("fast_steps", 0),
+            "canonical_passes": stats.get("canonical_passes", 0),
+            "canonical_row_utilization": _ratio(stats.get("canonical_rows_used", 0), stats.get("canonical_rows", 0)),
+        },
+        "latency": _latencies(records),
+        "latency_deterministic": _latencies(det),
+        "latency_nondeterministic": _latencies([r for r in records if not r.is_deterministic]),
+        "output_digest": output_digest(records),
+    }
+    if nondet is not None and run is not nondet and any(not r.is_deterministic for r in records):
+        out["nondet_requests_vs_nondet_run"] = nondet_latency_vs(run, nondet)
+    if reference is not None and det:
+        out["determinism"] = determinism_check(run, reference)
+    if run.notes:
+        out["notes"] = list(run.notes)
+    if keep_latencies:
+        out["e2e_s_values"] = [round(r.e2e_s, 6) for r in records if r.e2e_s is not None]
+        out["ttft_s_values"] = [round(r.ttft_s, 6) for r in records if r.ttft_s is not None]
+    return out

@@ -1,0 +1,179 @@
+"""Benchmark workloads: request sets with seeded prompts, lengths and sampling settings.
+
+Two families, as in the LLM-42 paper's evaluation:
+
+- ``sharegpt_like``: ShareGPT-shaped lengths. The dataset itself cannot be
+  downloaded here, so input and output lengths are drawn from log-normal
+  distributions (``SHAREGPT_INPUT``, ``SHAREGPT_OUTPUT``) chosen to resemble
+  its long-tailed shape — median prompt about 150 tokens, median reply about
+  200, long tails clipped — not fitted to the data; prompt token ids are random.
+- ``fixed_shape``: every request has the same (input, output) length; the
+  paper's shapes are ``PAPER_FIXED_SHAPES``.
+
+Every length is multiplied by a ``length_scale`` (and rounded, at least 1) so
+a whole comparison fits a time budget. Half the requests (``sampled_share``)
+sample with a seed; the rest are greedy. Everything is a pure function of the
+arguments, so every mode of a run sees the same request set.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from dataclasses import dataclass
+
+SAMPLED_TEMPERATURE = 0.8
+FIRST_TOKEN_ID = 3  # prompts avoid ids 0-2 (pad/bos/eos in Llama-style vocabularies)
+
+
+@dataclass(frozen=True)
+class LogNormal:
+    """A log-normal length distribution, clipped to [low, high] before scaling."""
+
+    mu: float
+    sigma: float
+    low: int
+    high: int
+
+    def sample(self, rng: random.Random) -> int:
+        return int(min(self.high, max(self.low, round(rng.lognormvariate(self.mu, self.sigma)))))
+
+    @property
+    def median(self) -> float:
+        return math.exp(self.mu)
+
+    def as_dict(self) -> dict:
+        return {"mu": self.mu, "sigma": self.sigma, "low": self.low, "high": self.high,
+                "median": round(self.median, 1)}
+
+
+# ln-space parameters: median e^5.0 ~ 148 prompt tokens, e^5.3 ~ 200 output tokens
+SHAREGPT_INPUT = LogNormal(mu=5.0, sigma=1.1, low=4, high=2048)
+SHAREGPT_OUTPUT = LogNormal(mu=5.3, sigma=0.9, low=4, high=1024)
+PAPER_FIXED_SHAPES: tuple[tuple[int, int], ...] = ((1024, 256), (1024, 1024), (4096, 1024))
+
+
+@dataclass(frozen=True)
+class BenchRequest:
+    index: int
+    prompt: tuple[int, ...]
+    max_new_tokens: int
+    temperature: float  # 0 = greedy
+    seed: int
+
+    @property
+    def is_greedy(self) -> bool:
+        return self.temperature == 0.0
+
+
+@dataclass(frozen=True)
+class Workload:
+    name: str
+    requests: tuple[BenchRequest, ...]
+    description: str
+    parameters: dict
+
+    @property
+    def num_requests(self) -> int:
+        return len(self.requests)
+
+    @property
+    def max_total_tokens(self) -> int:
+        """The longest request's prompt plus output."""
+        return max(len(r.prompt) + r.max_new_tokens for r in self.requests)
+
+    @property
+    def num_kv_tokens(self) -> int:
+        """K/V positions needed to hold every request at once."""
+        return sum(len(r.prompt) + r.max_new_tokens for r in self.requests)
+
+    def head(self, num_requests: int) -> "Workload":
+        """The first ``num_requests`` requests (all of them if there are fewer)."""
+        if num_requests >= self.num_requests:
+            return self
+        return Workload(f"{self.name}[:{num_requests}]", self.requests[:num_requests], self.description,
+                        self.parameters)
+
+    def summary(self) -> dict:
+        inputs = [len(r.prompt) for r in self.requests]
+        outputs = [r.max_new_tokens for r in self.requests]
+        return {
+            "name": self.name,
+            "description": self.description,
+            "parameters": self.parameters,
+            "num_requests": self.num_requests,
+            "num_greedy": sum(r.is_greedy for r in self.requests),
+            "input_tokens": {"total": sum(inputs), "mean": sum(inputs) / len(inputs), "max": max(inputs)},
+            "output_tokens": {"total": sum(outputs), "mean": sum(outputs) / len(outputs), "max": max(outputs)},
+        }
+
+
+def _scaled(length: int, length_scale: float) -> int:
+    return max(1, round(length * length_scale))
+
+
+def _requests(lengths: list[tuple[int, int]], *, vocab_size: int, seed: int,
+              sampled_share: float) -> tuple[BenchRequest, ...]:
+    if vocab_size <= FIRST_TOKEN_ID:
+        raise ValueError(f"vocab_size must exceed {FIRST_TOKEN_ID}, got {vocab_size}")
+    if not 0.0 <= sampled_share <= 1.0:
+        raise ValueError(f"sampled_share must be in [0, 1], got {sampled_share}")
+    rng = random.Random(seed)
+    requests = []
+    for index, (num_input, num_output) in enumerate(lengths):
+        prompt = tuple(rng.randrange(FIRST_TOKEN_ID, vocab_size) for _ in range(num_input))
+        temperature = SAMPLED_TEMPERATURE if rng.random() < sampled_share else 0.0
+        requests.append(BenchRequest(index, prompt, num_output, temperature, seed=1000 + index))
+    return tuple(requests)
+
+
+def _check_common(num_requests: int, length_scale: float) -> None:
+    if not isinstance(num_requests, int) or num_requests < 1:
+        raise ValueError(f"num_requests must be a positive integer, got {num_requests!r}")
+    if not length_scale > 0:
+        raise ValueError(f"length_scale must be > 0, got {length_scale!r}")
+
+
+def sharegpt_like(num_requests: int, *, length_scale: float, vocab_size: int, seed: int = 0,
+                  sampled_share: float = 0.5) -> Workload:
+    """ShareGPT-shaped request lengths (log-normal, see ``SHAREGPT_INPUT`` / ``SHAREGPT_OUTPUT``)."""
+    _check_common(num_requests, length_scale)
+    rng = random.Random(f"sharegpt-lengths-{seed}")
+    lengths = [(_scaled(SHAREGPT_INPUT.sample(rng), length_scale), _scaled(SHAREGPT_OUTPUT.sample(rng), length_scale))
+               for _ in range(num_requests)]
+    return Workload(
+        name="sharegpt",
+        requests=_requests(lengths, vocab_size=vocab_size, seed=seed, sampled_share=sampled_share),
+        description="ShareGPT-like log-normal input/output lengths, random prompt ids",
+        parameters={"input": SHAREGPT_INPUT.as_dict(), "output": SHAREGPT_OUTPUT.as_dict(),
+                    "length_scale": length_scale, "sampled_share": sampled_share,
+                    "sampled_temperature": SAMPLED_TEMPERATURE, "seed": seed},
+    )
+
+
+def fixed_shape(num_input: int, num_output: int, num_requests: int, *, length_scale: float, vocab_size: int,
+                seed: int = 0, sampled_share: float = 0.5) -> Workload:
+    """Every request has ``num_input`` prompt and ``num_output`` output tokens (before scaling)."""
+    _check_common(num_requests, length_scale)
+    scaled = (_scaled(num_input, length_scale), _scaled(num_output, length_scale))
+    return Workload(
+        name=f"fixed_{num_input}x{num_output}",
+        requests=_requests([scaled] * num_requests, vocab_size=vocab_size, seed=seed + num_input + num_output,
+                           sampled_share=sampled_share),
+        description=f"paper shape (input, output) = ({num_input}, {num_output}), scaled to {scaled}",
+        parameters={"input": num_input, "output": num_output, "length_scale": length_scale,
+                    "scaled": list(scaled), "sampled_share": sampled_share,
+                    "sampled_temperature": SAMPLED_TEMPERATURE, "seed": seed},
+    )
+
+
+def poisson_arrivals(num_requests: int, rate_rps: float, *, seed: int) -> list[float]:
+    """Arrival times (seconds from the start) of a Poisson process with ``rate_rps`` requests per second."""
+    if not rate_rps > 0:
+        raise ValueError(f"rate_rps must be > 0, got {rate_rps!r}")
+    rng = random.Random(f"arrivals-{seed}-{rate_rps!r}")
+    t, times = 0.0, []
+    for _ in range(num_requests):
+        t += rng.expovariate(rate_rps)
+        times.append(t)
+    return times

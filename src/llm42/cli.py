@@ -1,0 +1,542 @@
+"""The ``llm42`` command line (also ``python -m llm42``).
+
+Subcommands:
+
+- ``generate``: run prompts through a checkpoint, one JSON line per prompt;
+- ``demo``: show on the embedded model that deterministic requests give the
+  same tokens alone, inside random batches, and under a noisy fast path;
+- ``check``: the same determinism check for any checkpoint and settings;
+  exit status 1 when a deterministic request diverges;
+- ``bench``: the benchmark harness (``llm42.bench``), on the GPU where there is one.
+
+Bad input (a missing checkpoint, an out-of-range flag) prints one error line
+and exits with status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import random
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from tqdm import tqdm
+
+from llm42.generator import DVRGenerator
+from llm42.model.loader import embedded_model_path, load_tokenizer
+from llm42.params import Completion, SamplingParams
+from llm42.policies import NoisyFastPolicy
+from llm42.testing.assertions import Divergence, first_divergence, run_schedule
+
+EXIT_OK, EXIT_DIVERGED, EXIT_USAGE = 0, 1, 2
+
+_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+_CHECK_PROMPTS = ("Once upon a time", "The weather today is", "She opened the box and found")
+_FILLER_TEXTS = ("Tom had a red ball", "One day, a cat", "The sun was hot", "Mom said", "A big bird")
+
+
+class CLIError(Exception):
+    """A user error: printed as one line, exit status 2."""
+
+
+# -- argument parsing -------------------------------------------------------------------------------
+def _device(value: str) -> str:
+    try:
+        torch.device(value)
+    except (RuntimeError, ValueError) as exc:
+        raise argparse.ArgumentTypeError(f"invalid device {value!r} ({exc})") from None
+    return value
+
+
+def _add_model_args(p: argparse.ArgumentParser, *, window: int = 32, group: int = 8, threads: int | None = None,
+                    with_model: bool = True) -> None:
+    if with_model:
+        p.add_argument("--model", "-m", metavar="PATH", default=None,
+                       help="Hugging Face checkpoint directory (default: the embedded stories260K model)")
+    p.add_argument("--device", type=_device, default="cpu", help="torch device (default: cpu)")
+    p.add_argument("--dtype", choices=sorted(_DTYPES), default=None,
+                   help="weight dtype (default: float32 on the CPU, bfloat16 on CUDA)")
+    p.add_argument("--window", type=int, default=window,
+                   help=f"T, tokens per request per canonical pass (default: {window})")
+    p.add_argument("--group", type=int, default=group,
+                   help=f"G, requests per canonical pass; R = T * G rows (default: {group})")
+    p.add_argument("--threads", type=int, default=threads,
+                   help="CPU intra-op threads (default: " + ("torch's" if threads is None else str(threads))
+                        + "; small models run fastest on 1)")
+
+
+def _add_prompt_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("prompts", nargs="*", metavar="PROMPT", help="prompt texts")
+    p.add_argument("--file", "-f", metavar="FILE",
+                   help="read prompts from FILE, one per line ('-' = stdin; blank lines are skipped)")
+    p.add_argument("--token-ids", action="store_true",
+                   help="prompts are token ids separated by spaces or commas (for checkpoints without a tokenizer)")
+
+
+def _add_sampling_args(p: argparse.ArgumentParser, *, max_new_tokens: int) -> None:
+    p.add_argument("--max-new-tokens", type=int, default=max_new_tokens,
+                   help=f"tokens to generate per prompt (default: {max_new_tokens})")
+    p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default: 0)")
+    p.add_argument("--top-k", type=int, default=0, help="0 = off (default: 0)")
+    p.add_argument("--top-p", type=float, default=1.0, help="in (0, 1]; 1 = off (default: 1)")
+    p.add_argument("--seed", type=int, default=None, help="sampling seed (used when temperature > 0)")
+    p.add_argument("--ignore-eos", action="store_true", help="do not stop at the model's end-of-sequence token")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="llm42",
+        description="Bit-reproducible LLM generation under dynamic batching (decode-verify-rollback).",
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--no-progress", action="store_true",
+                        help="never show progress bars (they are shown only when stderr is a terminal)")
+
+    gen = sub.add_parser("generate", parents=[common], help="generate text; one JSON line per prompt on stdout",
+                         description="Generate from prompts; prints one JSON object per prompt, in order.")
+    _add_prompt_args(gen)
+    _add_model_args(gen)
+    _add_sampling_args(gen, max_new_tokens=64)
+    gen.add_argument("--deterministic", action="store_true",
+                     help="bit-reproducible output (verified by the canonical pass)")
+    gen.add_argument("--logprobs", action="store_true", help="include each generated token's log-prob")
+    gen.set_defaults(handler=_cmd_generate)
+
+    demo = sub.add_parser("demo", parents=[common], help="show determinism under batching on the embedded model",
+                          description="Runs deterministic prompts alone, inside random batches with "
+                                      "non-deterministic filler traffic and staggered arrivals, and under a "
+                                      "noisy fast path; all runs must give identical tokens and log-probs.")
+    _add_model_args(demo, window=8, group=4, threads=1, with_model=False)
+    demo.add_argument("--num-batches", type=int, default=3, help="random batches per phase (default: 3)")
+    demo.add_argument("--max-new-tokens", type=int, default=40, help="tokens per request (default: 40)")
+    demo.add_argument("--noise-scale", type=float, default=0.3, metavar="SCALE",
+                      help="NoisyFastPolicy scale for the forced-divergence phase (default: 0.3)")
+    demo.add_argument("--seed", type=int, default=0, help="seed for the random batches (default: 0)")
+    demo.set_defaults(handler=_cmd_demo)
+
+    check = sub.add_parser("check", parents=[common], help="check that a checkpoint's deterministic output survives batching",
+                           description="Runs the prompts alone (the reference) and inside N random batches "
+                                       "with filler traffic; reports every divergence. Exit status 1 if any.")
+    _add_prompt_args(check)
+    _add_model_args(check)
+    _add_sampling_args(check, max_new_tokens=32)
+    check.add_argument("--num-batches", type=int, default=4, help="random batches (default: 4)")
+    check.add_argument("--noisy", action="store_true",
+                       help="batched runs use NoisyFastPolicy, a fast path that is wrong on purpose, to force rollbacks")
+    check.add_argument("--noise-scale", type=float, default=1.0, metavar="SCALE",
+                       help="NoisyFastPolicy scale for --noisy: noise in units of each row's logit std (default: 1.0)")
+    check.add_argument("--batch-seed", type=int, default=0, help="seed for the random batches (default: 0)")
+    check.set_defaults(handler=_cmd_check)
+
+    # every argument after "bench" (--help included) belongs to the harness; see main()
+    bench = sub.add_parser("bench", add_help=False, help="run the benchmark harness (figures need a GPU); "
+                           "its arguments follow, 'llm42 bench --help' lists them")
+    bench.set_defaults(handler=_cmd_bench)
+    return parser
+
+
+# -- shared helpers ---------------------------------------------------------------------------------
+def _read_prompts(args: argparse.Namespace) -> list:
+    prompts = list(args.prompts)
+    if args.file is not None:
+        try:
+            if args.file == "-":
+                lines = sys.stdin.read().splitlines()
+            else:
+                lines = Path(args.file).read_text(encoding="utf-8").splitlines()
+        except OSError as exc:
+            raise CLIError(f"cannot read prompt file {args.file!r}: {exc.strerror or exc}") from None
+        prompts += [line for line in lines if line.strip()]
+    if args.token_ids:
+        prompts = [_parse_token_ids(p) for p in prompts]
+    return prompts
+
+
+def _parse_token_ids(text: str) -> list[int]:
+    try:
+        return [int(part) for part in text.replace(",", " ").split()]
+    except ValueError:
+        raise CLIError(f"--token-ids: {text!r} is not a list of integers") from None
+
+
+def _params(**fields) -> SamplingParams:
+    try:
+        return SamplingParams(**fields)
+    except (ValueError, TypeError) as exc:  # the message names the field
+        raise CLIError(str(exc)) from None
+
+
+def _sampling_params(args: argparse.Namespace, **overrides) -> SamplingParams:
+    fields = {"max_new_tokens": args.max_new_tokens, "temperature": args.temperature, "top_k": args.top_k,
+              "top_p": args.top_p, "seed": args.seed, "ignore_eos": args.ignore_eos}
+    return _params(**fields, **overrides)
+
+
+class _Loader:
+    """Builds generators over one checkpoint; the tokenizer is loaded once."""
+
+    def __init__(self, args: argparse.Namespace, path: str | None):
+        self.path = embedded_model_path() if path is None else Path(path)
+        self.device = args.device
+        self.dtype = None if args.dtype is None else _DTYPES[args.dtype]
+        self.window = args.window
+        self.group = args.group
+        if torch.device(self.device).type == "cuda" and not torch.cuda.is_available():
+            raise CLIError(f"--device {self.device}: CUDA is not available on this machine")
+        self._tokenizer = None
+        self._has_tokenizer = False
+
+    def __call__(self, **kwargs) -> DVRGenerator:
+        try:
+            if not self._has_tokenizer:
+                self._tokenizer = load_tokenizer(self.path) if self.path.is_dir() else None
+                self._has_tokenizer = True
+            return DVRGenerator.from_pretrained(
+                self.path, device=self.device, dtype=self.dtype, window=self.window, group=self.group,
+                tokenizer=self._tokenizer, **kwargs,
+            )
+        except (ValueError, TypeError, OSError) as exc:
+            # CheckpointError and UnsupportedModelError are ValueErrors naming what is wrong
+            raise CLIError(str(exc)) from None
+
+
+def _submit(gen: DVRGenerator, prompt, params: SamplingParams) -> int:
+    if isinstance(prompt, str) and gen.tokenizer is None:
+        raise CLIError("this checkpoint has no tokenizer: pass prompts as token ids with --token-ids")
+    try:
+        return gen.submit(prompt, params)
+    except (ValueError, TypeError) as exc:
+        raise CLIError(f"prompt {_short(prompt)}: {exc}") from None
+
+
+def _short(prompt, limit: int = 40) -> str:
+    text = prompt if isinstance(prompt, str) else " ".join(map(str, prompt))
+    return repr(text if len(text) <= limit else text[: limit - 3] + "...")
+
+
+def _progress(args: argparse.Namespace, desc: str, total: int) -> tqdm:
+    # disable=None: only on a terminal, so pipes and captured output stay clean
+    return tqdm(total=total, desc=desc, unit="tok", file=sys.stderr, leave=False,
+                disable=True if args.no_progress else None, dynamic_ncols=True)
+
+
+def _run(gen: DVRGenerator, prompts: Sequence, params: Sequence[SamplingParams], bar: tqdm) -> list[Completion]:
+    """Submit every prompt (bad input is a CLIError), step until all finish; completions in prompt order."""
+    rids = [_submit(gen, prompt, p) for prompt, p in zip(prompts, params)]
+    pending = set(rids)
+    while pending:
+        for rid, tokens in gen.step().items():
+            bar.update(len(tokens))
+            if rid in pending and _is_finished(gen, rid):
+                pending.discard(rid)
+    outs = [gen.result(rid) for rid in rids]
+    _settle(bar, params, outs)
+    return outs
+
+
+def _is_finished(gen: DVRGenerator, rid: int) -> bool:
+    try:
+        gen.result(rid)
+    except ValueError:  # still running
+        return False
+    return True
+
+
+def _settle(bar: tqdm, params: Sequence[SamplingParams], outs: Sequence[Completion]) -> None:
+    """Take the tokens that requests which stopped early will never produce off the bar's total."""
+    unused = sum(p.max_new_tokens - len(c.token_ids) for p, c in zip(params, outs))
+    if unused and bar.total is not None:
+        bar.total -= unused
+        bar.refresh()
+
+
+def _describe(d: Divergence) -> str:
+    if d.kind == "logprob":
+        return (f"same token at output position {d.position}, but its log-prob differs: "
+                f"reference {d.reference_logprob!r}, got {d.actual_logprob!r}")
+    if d.kind == "token":
+        return (f"diverges at output position {d.position}: reference token {d.reference_token}, "
+                f"got {d.actual_token}")
+    return (f"{d.kind} differs at output position {d.position}: reference has {len(d.reference.token_ids)} "
+            f"tokens ({d.reference.finish_reason}), got {len(d.actual.token_ids)} ({d.actual.finish_reason})")
+
+
+@dataclass(frozen=True)
+class _Batch:
+    """One random batch: requests, the step before which each arrives, and which are checked."""
+
+    prompts: list
+    params: list[SamplingParams]
+    schedule: list[int]
+    targets: list[int | None]  # index into the checked requests, None for filler traffic
+
+    @property
+    def num_free(self) -> int:
+        return sum(t is None for t in self.targets)
+
+
+def _random_batch(rng: random.Random, targets: Sequence[tuple[object, SamplingParams]],
+                  filler_prompts: Sequence[list[int]], *, max_context: int, max_arrival: int = 12) -> _Batch:
+    """The checked requests plus 2-8 non-deterministic fillers, shuffled, with random arrival steps.
+
+    Filler prompts are token ids shorter than ``max_context``.
+    """
+    rows = [(prompt, params, i) for i, (prompt, params) in enumerate(targets)]
+    for _ in range(rng.randint(2, 8)):
+        prompt = rng.choice(filler_prompts)
+        params = SamplingParams(
+            max_new_tokens=rng.randint(1, min(48, max_context - len(prompt))),
+            temperature=rng.choice((0.0, 0.7, 1.0)),
+            top_k=rng.choice((0, 20)),
+            seed=rng.getrandbits(32),
+            deterministic=False,
+            ignore_eos=rng.random() < 0.5,
+        )
+        rows.append((prompt, params, None))
+    rng.shuffle(rows)
+    schedule = [rng.randint(0, max_arrival) for _ in rows]
+    return _Batch([r[0] for r in rows], [r[1] for r in rows], schedule, [r[2] for r in rows])
+
+
+def _filler_prompts(rng: random.Random, gen: DVRGenerator) -> list[list[int]]:
+    """Random token-id prompts, plus a few short stories when the model has a tokenizer."""
+    fillers = _random_token_prompts(rng, gen, 6)
+    if gen.tokenizer is not None:
+        fillers += [gen.tokenizer(text)["input_ids"] for text in _FILLER_TEXTS]
+    return fillers
+
+
+def _random_token_prompts(rng: random.Random, gen: DVRGenerator, count: int) -> list[list[int]]:
+    longest = max(1, min(16, gen.cfg.max_position_embeddings // 8))
+    return [[rng.randrange(gen.vocab_size) for _ in range(rng.randint(1, longest))] for _ in range(count)]
+
+
+def _stat_line(stats: dict[str, int]) -> str:
+    keys = ("steps", "fast_steps", "canonical_passes", "committed_tokens", "accepted_tokens",
+            "rollbacks", "recomputed_tokens")
+    return ", ".join(f"{k}={stats[k]}" for k in keys)
+
+
+def _batch_runs(args, gen: DVRGenerator, targets, filler_prompts, references: list[Completion], *,
+                seed: int, desc: str, on_batch) -> list[str]:
+    """Run ``args.num_batches`` random batches on ``gen``; returns divergence descriptions.
+
+    ``on_batch(index, batch, stats_delta, problems)`` reports each batch as it finishes.
+    """
+    rng = random.Random(seed)
+    max_context = gen.cfg.max_position_embeddings
+    batches = [_random_batch(rng, targets, filler_prompts, max_context=max_context)
+               for _ in range(args.num_batches)]
+    problems = []
+    with _progress(args, desc, sum(sum(p.max_new_tokens for p in b.params) for b in batches)) as bar:
+        for b, batch in enumerate(batches):
+            before = dict(gen.stats)
+            outs = run_schedule(gen, batch.prompts, batch.params, batch.schedule,
+                                on_step=lambda _, events: bar.update(sum(map(len, events.values()))))
+            _settle(bar, batch.params, outs)
+            batch_problems = []
+            for target, out in zip(batch.targets, outs):
+                divergence = None if target is None else first_divergence(references[target], out)
+                if divergence is not None:
+                    batch_problems.append(f"batch {b + 1}, request {target}: {_describe(divergence)}")
+            delta = {k: gen.stats[k] - before.get(k, 0) for k in gen.stats}
+            on_batch(b, batch, delta, batch_problems)
+            problems += batch_problems
+    return problems
+
+
+def _check_sizes(args: argparse.Namespace) -> None:
+    if args.num_batches < 1:
+        raise CLIError(f"--num-batches must be >= 1, got {args.num_batches}")
+
+
+# -- generate ---------------------------------------------------------------------------------------
+def _cmd_generate(args: argparse.Namespace) -> int:
+    prompts = _read_prompts(args)
+    if not prompts:
+        raise CLIError("no prompts: give them as arguments or with --file")
+    params = _sampling_params(args, deterministic=args.deterministic, logprobs=args.logprobs)
+    gen = _Loader(args, args.model)()
+    with _progress(args, "generate", params.max_new_tokens * len(prompts)) as bar:
+        outs = _run(gen, prompts, [params] * len(prompts), bar)
+    for prompt, out in zip(prompts, outs):
+        record = {
+            "prompt": prompt,
+            "text": out.text,
+            "token_ids": out.token_ids,
+            "finish_reason": out.finish_reason,
+            "logprobs": out.logprobs,
+            "num_rollbacks": out.num_rollbacks,
+            "num_recomputed": out.num_recomputed,
+        }
+        print(json.dumps(record, ensure_ascii=False))
+    return EXIT_OK
+
+
+# -- demo -------------------------------------------------------------------------------------------
+_DEMO_REQUESTS = (
+    ("Once upon a time", "greedy", {}),
+    ("The little dog was sad because", "temperature 0.8, top-p 0.95, seed 7",
+     {"temperature": 0.8, "top_p": 0.95, "seed": 7}),
+    ("Lily and Ben went to the park", "temperature 1.0, top-k 40, seed 123",
+     {"temperature": 1.0, "top_k": 40, "seed": 123}),
+)
+
+
+def _cmd_demo(args: argparse.Namespace) -> int:
+    _check_sizes(args)
+    if not args.noise_scale > 0:
+        raise CLIError(f"--noise-scale must be > 0, got {args.noise_scale}")
+    loader = _Loader(args, None)
+    targets = [(prompt, _params(max_new_tokens=args.max_new_tokens, deterministic=True, logprobs=True, **extra))
+               for prompt, _, extra in _DEMO_REQUESTS]
+    reference_gen = loader()
+    print(f"llm42 demo: embedded stories260K on {args.device}; canonical pass R = {args.window} x {args.group} "
+          f"= {args.window * args.group} rows")
+
+    print("\n[1/3] each deterministic request alone (the batch-size-1 reference)")
+    references = []
+    with _progress(args, "alone", args.max_new_tokens * len(targets)) as bar:
+        for prompt, params in targets:
+            references += _run(reference_gen, [prompt], [params], bar)
+    for i, ((prompt, _, _), ref) in enumerate(zip(_DEMO_REQUESTS, references)):
+        print(f"  #{i} [{_DEMO_REQUESTS[i][1]}] {prompt!r} -> {ref.text!r}")
+
+    def report(b: int, batch: _Batch, delta: dict[str, int], problems: list[str]) -> None:
+        verdict = "identical" if not problems else f"{len(problems)} MISMATCH(ES)"
+        print(f"  batch {b + 1}: {len(targets)} deterministic + {batch.num_free} free requests arriving over "
+              f"steps 0-{max(batch.schedule)}: {verdict}; rollbacks={delta['rollbacks']}, "
+              f"recomputed={delta['recomputed_tokens']}")
+        for problem in problems:
+            print(f"    {problem}")
+
+    print(f"\n[2/3] the same requests inside {args.num_batches} random batches (FastPolicy)")
+    batched_gen = loader()
+    fillers = _filler_prompts(random.Random(args.seed), batched_gen)
+    problems = _batch_runs(args, batched_gen, targets, fillers, references, seed=args.seed,
+                           desc="batches", on_batch=report)
+
+    print(f"\n[3/3] forced divergence: NoisyFastPolicy(scale={args.noise_scale}) perturbs every fast-path logit")
+    noisy_gen = loader(fast_policy=NoisyFastPolicy(scale=args.noise_scale, seed=args.seed))
+    problems += _batch_runs(args, noisy_gen, targets, fillers, references, seed=args.seed + 1,
+                            desc="noisy", on_batch=report)
+
+    print("\nstats")
+    for name, gen in (("alone", reference_gen), ("batched", batched_gen), ("noisy", noisy_gen)):
+        print(f"  {name:8s} {_stat_line(gen.stats)}")
+    if problems:
+        print(f"\nFAIL: {len(problems)} deterministic run(s) differ from the batch-size-1 reference")
+        return EXIT_DIVERGED
+    print(f"\nPASS: {len(targets)} deterministic requests gave bit-identical tokens and log-probs alone and in "
+          f"{2 * args.num_batches} random batches; the noisy fast path's {noisy_gen.stats['rollbacks']} "
+          "rollbacks were all repaired")
+    return EXIT_OK
+
+
+# -- check ------------------------------------------------------------------------------------------
+def _cmd_check(args: argparse.Namespace) -> int:
+    _check_sizes(args)
+    if not args.noise_scale > 0:
+        raise CLIError(f"--noise-scale must be > 0, got {args.noise_scale}")
+    params = _sampling_params(args, deterministic=True, logprobs=True)
+    prompts = _read_prompts(args)
+    loader = _Loader(args, args.model)
+    reference_gen = loader()
+    rng = random.Random(args.batch_seed)
+    if not prompts:
+        has_tokenizer = reference_gen.tokenizer is not None
+        prompts = list(_CHECK_PROMPTS) if has_tokenizer else _random_token_prompts(rng, reference_gen, 3)
+    targets = [(prompt, params) for prompt in prompts]
+    noise = f", NoisyFastPolicy(scale={args.noise_scale})" if args.noisy else ""
+    print(f"llm42 check: {loader.path} on {args.device}; {len(prompts)} prompt(s), {args.num_batches} random "
+          f"batch(es), R = {args.window} x {args.group} rows{noise}")
+    with _progress(args, "reference", params.max_new_tokens * len(prompts)) as bar:
+        references = [_run(reference_gen, [prompt], [params], bar)[0] for prompt in prompts]
+
+    def report(b: int, batch: _Batch, delta: dict[str, int], problems: list[str]) -> None:
+        verdict = "ok" if not problems else f"{len(problems)} divergence(s)"
+        print(f"  batch {b + 1}: {len(batch.prompts)} requests ({batch.num_free} free), {verdict}; "
+              f"rollbacks={delta['rollbacks']}, recomputed={delta['recomputed_tokens']}")
+        for problem in problems:
+            print(f"    {problem}")
+
+    policy = {"fast_policy": NoisyFastPolicy(scale=args.noise_scale, seed=args.batch_seed)} if args.noisy else {}
+    gen = loader(**policy)
+    problems = _batch_runs(args, gen, targets, _filler_prompts(rng, gen), references, seed=args.batch_seed + 1,
+                           desc="batches", on_batch=report)
+    print(f"stats: {_stat_line(gen.stats)}")
+    if problems:
+        print(f"FAIL: {len(problems)} divergence(s) from the batch-size-1 reference")
+        return EXIT_DIVERGED
+    print(f"PASS: {len(prompts)} prompt(s) x {args.num_batches} batch(es) matched the reference bit for bit")
+    return EXIT_OK
+
+
+# -- bench ------------------------------------------------------------------------------------------
+def _find_bench():
+    """The benchmark harness's ``main(argv) -> int`` (``llm42.bench.main``), or None where it is not installed."""
+    try:
+        bench = importlib.import_module("llm42.bench")
+    except ModuleNotFoundError as exc:
+        if exc.name in ("llm42.bench", "llm42"):
+            return None
+        raise CLIError(f"the benchmark harness needs {exc.name!r}, which is not installed "
+                       "(pip install 'llm42[bench]')") from None
+    main = getattr(bench, "main", None)
+    return main if callable(main) else None
+
+
+def _cmd_bench(args: argparse.Namespace) -> int:
+    bench_main = _find_bench()
+    if bench_main is None:
+        raise CLIError("the benchmark harness (llm42.bench) is not part of this installation; benchmarks "
+                       "need it and a CUDA GPU (see docs/benchmarks.md)")
+    argv = list(args.bench_args)
+    is_run = not {"-h", "--help", "--replot"} & {a.split("=")[0] for a in argv}
+    if is_run and not any(a == "--device" or a.startswith("--device=") for a in argv):
+        # benchmark where the GPU is; without one the harness runs its CPU smoke scale
+        if torch.cuda.is_available():
+            argv = ["--device", "cuda", *argv]
+        else:
+            print("llm42 bench: no CUDA device, running the harness on the CPU (a smoke run; the "
+                  "benchmark figures need a GPU)", file=sys.stderr)
+            argv = ["--device", "cpu", *argv]
+    try:
+        return int(bench_main(argv) or 0)
+    except SystemExit as exc:  # the harness's own argument errors and --help
+        if isinstance(exc.code, str):
+            print(exc.code, file=sys.stderr)
+            return EXIT_USAGE
+        return int(exc.code or 0)
+
+
+# -- entry point ------------------------------------------------------------------------------------
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command line; returns the exit status (0 ok, 1 divergence found, 2 usage error)."""
+    parser = build_parser()
+    try:
+        args, extra = parser.parse_known_args(argv)
+        if args.command == "bench":
+            args.bench_args = extra
+        elif extra:
+            parser.error(f"unrecognized arguments: {' '.join(extra)}")
+    except SystemExit as exc:  # argparse exits 2 on bad flags, 0 on --help
+        return int(exc.code or 0)
+    try:
+        if getattr(args, "threads", None) is not None:
+            if args.threads < 1:
+                raise CLIError(f"--threads must be >= 1, got {args.threads}")
+            torch.set_num_threads(args.threads)
+        return args.handler(args)
+    except CLIError as exc:
+        print(f"llm42 {args.command}: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130

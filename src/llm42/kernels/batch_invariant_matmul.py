@@ -1,0 +1,121 @@
+"""A batch-invariant GEMM for the GPU: a persistent Triton matmul with fixed tiles and no split-K.
+
+This is the GEMM of the peers' approach (Thinking Machines' batch-invariant
+ops, SGLang's deterministic mode, vLLM's batch invariance). ``y = x @ w.T (+ b)``
+is cut into output tiles ``[BLOCK_M, BLOCK_N]``; each tile is computed by one
+program that walks K in ``BLOCK_K`` steps, in order, into one fp32
+accumulator. The tile sizes depend on the dtype only — never on M — and K is
+never split across programs, so an output element is accumulated in the same
+order whatever the batch: a row's result does not depend on how many rows
+there are, where the row sits, or what the other rows hold. cuBLAS, by
+contrast, picks tiles and split-K from M, which is why its rows drift with the
+batch size. The price is speed: no split-K and no M-specific tuning.
+
+``M`` is excluded from Triton's integer specialisation (``do_not_specialize``)
+so one compiled kernel serves every batch size: a batch of one row does not
+get a differently specialised (and differently scheduled) binary.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import torch
+import triton
+import triton.language as tl
+
+# Tile sizes per dtype. They are part of the numerics: changing them changes the bits.
+_CONFIGS = {
+    torch.bfloat16: dict(BLOCK_M=128, BLOCK_N=128, BLOCK_K=64, GROUP_M=8, num_stages=3, num_warps=8),
+    torch.float16: dict(BLOCK_M=128, BLOCK_N=128, BLOCK_K=64, GROUP_M=8, num_stages=3, num_warps=8),
+    torch.float32: dict(BLOCK_M=64, BLOCK_N=64, BLOCK_K=32, GROUP_M=8, num_stages=2, num_warps=4),
+}
+_INTERPRETER_PROGRAMS = 4  # programs in the persistent grid when there is no GPU (Triton's interpreter)
+
+
+@triton.jit(do_not_specialize=["M", "num_programs"])
+def _persistent_matmul_kernel(
+    x_ptr, w_ptr, bias_ptr, out_ptr,
+    M, N, K, num_programs,
+    stride_xm, stride_xk, stride_wn, stride_wk, stride_om, stride_on,
+    HAS_BIAS: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
+    DOT_PRECISION: tl.constexpr,
+):
+    num_pid_m = tl.cdiv(M, BLOCK_M)
+    num_pid_n = tl.cdiv(N, BLOCK_N)
+    num_tiles = num_pid_m * num_pid_n
+    num_k_steps = tl.cdiv(K, BLOCK_K)
+    tiles_per_group = GROUP_M * num_pid_n
+    offs_k0 = tl.arange(0, BLOCK_K)
+    # Persistent loop: program p computes tiles p, p + num_programs, ... The visiting order
+    # (grouped along M for L2 reuse) decides only who computes a tile, never how.
+    for tile in range(tl.program_id(0), num_tiles, num_programs):
+        group = tile // tiles_per_group
+        first_m = group * GROUP_M
+        group_rows = tl.minimum(num_pid_m - first_m, GROUP_M)
+        pid_m = first_m + (tile % tiles_per_group) % group_rows
+        pid_n = (tile % tiles_per_group) // group_rows
+        offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+        offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+        m_mask = offs_m < M
+        n_mask = offs_n < N
+        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+        for step in range(0, num_k_steps):
+            offs_k = step * BLOCK_K + offs_k0
+            k_mask = offs_k < K
+            x = tl.load(x_ptr + offs_m[:, None] * stride_xm + offs_k[None, :] * stride_xk,
+                        mask=m_mask[:, None] & k_mask[None, :], other=0.0)  # [BLOCK_M, BLOCK_K]
+            w = tl.load(w_ptr + offs_n[None, :] * stride_wn + offs_k[:, None] * stride_wk,
+                        mask=n_mask[None, :] & k_mask[:, None], other=0.0)  # [BLOCK_K, BLOCK_N]
+            acc = tl.dot(x, w, acc, input_precision=DOT_PRECISION)
+        if HAS_BIAS:
+            acc += tl.load(bias_ptr + offs_n, mask=n_mask, other=0.0).to(tl.float32)[None, :]
+        tl.store(out_ptr + offs_m[:, None] * stride_om + offs_n[None, :] * stride_on,
+                 acc.to(out_ptr.dtype.element_ty), mask=m_mask[:, None] & n_mask[None, :])
+
+
+@functools.lru_cache(maxsize=None)
+def _num_sms(device_index: int) -> int:
+    return torch.cuda.get_device_properties(device_index).multi_processor_count
+
+
+def _num_programs(device: torch.device) -> int:
+    # one program per SM whatever the shape: a single compiled kernel, and idle programs exit at once
+    if device.type == "cuda":
+        return _num_sms(device.index if device.index is not None else torch.cuda.current_device())
+    return _INTERPRETER_PROGRAMS
+
+
+def matmul(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+    """``F.linear(x, weight, bias)`` whose rows are bit-identical at every batch size.
+
+    x: [..., K]; weight: [N, K]; bias: [N] or None -> [..., N] in x's dtype.
+    Accumulates in fp32; fp32 inputs use exact fp32 products (no TF32).
+    """
+    if x.dtype not in _CONFIGS:
+        raise TypeError(f"batch-invariant matmul supports {sorted(str(d) for d in _CONFIGS)}, got {x.dtype}")
+    if weight.dtype != x.dtype or (bias is not None and bias.dtype != x.dtype):
+        raise TypeError(f"x, weight and bias must share one dtype, got {x.dtype}, {weight.dtype}, "
+                        f"{None if bias is None else bias.dtype}")
+    if weight.dim() != 2 or weight.shape[1] != x.shape[-1]:
+        raise ValueError(f"weight must be [N, {x.shape[-1]}], got {tuple(weight.shape)}")
+    if bias is not None and bias.shape != (weight.shape[0],):
+        raise ValueError(f"bias must be [{weight.shape[0]}], got {tuple(bias.shape)}")
+    num_out, k = weight.shape
+    rows = x.reshape(-1, k)  # [M, K]
+    out = torch.empty((rows.shape[0], num_out), device=x.device, dtype=x.dtype)
+    if rows.shape[0] and num_out:
+        num_programs = _num_programs(x.device)
+        _persistent_matmul_kernel[(num_programs,)](
+            rows, weight, bias if bias is not None else weight, out,
+            rows.shape[0], num_out, k, num_programs,
+            rows.stride(0), rows.stride(1), weight.stride(0), weight.stride(1), out.stride(0), out.stride(1),
+            HAS_BIAS=bias is not None,
+            DOT_PRECISION="ieee" if x.dtype == torch.float32 else "tf32",
+            **_CONFIGS[x.dtype],
+        )
+    return out.view(*x.shape[:-1], num_out)
+
+
+__all__ = ["matmul"]

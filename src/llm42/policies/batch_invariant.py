@@ -1,0 +1,119 @@
+"""BatchInvariantPolicy: the peers' approach to determinism, kept as a baseline to measure DVR against.
+
+SGLang's deterministic mode, vLLM's batch invariance and Thinking Machines'
+batch-invariant ops make every kernel reduce in one order whatever the batch,
+so a row's result is the same bits in any batch, at any batch size: every
+request is reproducible, and every request pays for the slower kernels. LLM-42
+(and llm42) instead keeps the fast kernels and verifies only the requests that
+asked for determinism; the benchmarks (``llm42.bench``) compare the two.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+import torch.nn.functional as F
+
+from llm42.inputs import StepInputs
+from llm42.policies.base import TorchRowOps
+from llm42.policies.fixed_shape import FixedShapePolicy
+
+
+def _check_positive(name: str, value: object) -> int:
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise TypeError(f"BatchInvariantPolicy {name} must be an int, got {type(value).__name__} {value!r}")
+    if value < 1:
+        raise ValueError(f"BatchInvariantPolicy {name} must be >= 1, got {value}")
+    return value
+
+
+def _row_tiled(fn: Callable[[torch.Tensor], torch.Tensor], rows: torch.Tensor, tile: int) -> torch.Tensor:
+    """Apply ``fn`` to ``rows`` [M, K] in tiles of exactly ``tile`` rows (the last one zero-padded).
+
+    Every call sees a freshly allocated [tile, K] buffer: one shape and one
+    alignment whatever M is, so by position invariance (a kernel at a fixed
+    shape gives a row the same bits wherever it sits) each row's result is
+    independent of M and of the other rows.
+    """
+    num_rows = rows.shape[0]
+    if num_rows == 0:
+        return fn(rows)
+    outs = []
+    for start in range(0, num_rows, tile):
+        chunk = rows[start: start + tile]
+        buf = rows.new_zeros((tile, rows.shape[1]))
+        buf[: chunk.shape[0]] = chunk
+        outs.append(fn(buf)[: chunk.shape[0]])
+    return torch.cat(outs) if len(outs) > 1 else outs[0]
+
+
+class BatchInvariantPolicy(TorchRowOps):
+    """Every op batch-invariant at any batch size: a row's output never depends on the rest of the batch.
+
+    - GEMMs on CUDA: a persistent Triton matmul with fixed tiles and no
+      split-K (``llm42.kernels.batch_invariant_matmul``), the peers' kernel.
+    - GEMMs elsewhere: rows cut into tiles of ``matmul_rows`` rows, each
+      multiplied by the library GEMM at that one fixed shape.
+    - RMSNorm: rows in tiles of ``norm_rows`` rows at one fixed shape,
+      through the canonical pass's norm.
+    - Attention: the canonical pass's attention — one KV split, key blocks of
+      ``key_block`` positions aligned at position 0, each row reduced on its
+      own — which depends on nothing but the row's own query and keys.
+    - Row ops (residual add, RoPE, K/V writes, SwiGLU): the unfused torch
+      composition (``TorchRowOps``), row-wise and so batch-invariant as it is.
+
+    ``is_shape_closed`` is False: launch shapes follow the batch, so this can
+    never be a canonical policy. It is a *fast* policy whose outputs are
+    nonetheless reproducible; a generator using it needs no verification.
+    ``matmul="tiled"`` forces the tiled GEMM on CUDA too (no Triton).
+    """
+
+    name = "batch_invariant"
+    is_shape_closed = False
+    is_graph_safe = True
+
+    def __init__(self, *, matmul_rows: int = 32, norm_rows: int = 256, key_block: int = 64,
+                 matmul: str = "auto"):
+        self.matmul_rows = _check_positive("matmul_rows", matmul_rows)
+        self.norm_rows = _check_positive("norm_rows", norm_rows)
+        if matmul not in ("auto", "tiled"):
+            raise ValueError(f"BatchInvariantPolicy matmul must be 'auto' or 'tiled', got {matmul!r}")
+        self.matmul = matmul
+        self._reference = FixedShapePolicy(key_block=key_block)
+
+    @property
+    def key_block(self) -> int:
+        return self._reference.key_block
+
+    def matmul_backend(self, device: torch.device | str) -> str:
+        """Which GEMM runs for tensors on ``device``: 'triton' or 'tiled'."""
+        return "triton" if torch.device(device).type == "cuda" and self.matmul == "auto" else "tiled"
+
+    def linear(self, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+        # x: [..., K]; weight: [N, K]
+        if self.matmul_backend(x.device) == "triton":
+            from llm42.kernels.batch_invariant_matmul import matmul  # needs Triton: imported on CUDA only
+
+            return matmul(x, weight, bias)
+        rows = x.reshape(-1, x.shape[-1])
+        out = _row_tiled(lambda buf: F.linear(buf, weight, bias), rows, self.matmul_rows)
+        return out.view(*x.shape[:-1], weight.shape[0])
+
+    def rms_norm(self, x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+        # x: [..., H]
+        rows = x.reshape(-1, x.shape[-1])
+        out = _row_tiled(lambda buf: self._reference.rms_norm(buf, weight, eps), rows, self.norm_rows)
+        return out.view(*x.shape[:-1], out.shape[-1])
+
+    def attention(self, q, k_cache, v_cache, inputs: StepInputs, *, block_size, scale, sliding_window):
+        return self._reference.attention(
+            q, k_cache, v_cache, inputs, block_size=block_size, scale=scale, sliding_window=sliding_window
+        )
+
+    def process_logits(self, logits: torch.Tensor, inputs: StepInputs) -> torch.Tensor:
+        return logits
+
+    def __repr__(self) -> str:
+        return (f"BatchInvariantPolicy(matmul_rows={self.matmul_rows}, norm_rows={self.norm_rows}, "
+                f"key_block={self.key_block}, matmul={self.matmul!r})")

@@ -1,0 +1,81 @@
+"""One wide random model shared by the property suite (weights are immutable, so sharing is safe)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import pytest
+
+from llm42 import DVRGenerator, ModelConfig, Scheduler
+from llm42.model.weights import Weights, random_weights
+from llm42.policies import FixedShapePolicy, ReductionPolicy
+from llm42.testing import wide_model_config
+from llm42.verify import CanonicalConfig
+
+
+@dataclass(frozen=True)
+class WideModel:
+    """Weights + config of the suite's model, and a way to build generators over them."""
+
+    weights: Weights
+    cfg: ModelConfig
+
+    @property
+    def vocab_size(self) -> int:
+        return self.cfg.vocab_size
+
+    def factory(
+        self,
+        canonical: CanonicalConfig,
+        *,
+        fast_policy: ReductionPolicy | None = None,
+        scheduler: Callable[[], Scheduler] | None = None,
+        max_num_seqs: int = 256,
+        kv_cache_tokens: int = 1024,
+        key_block: int = 64,
+        block_size: int = 16,
+        prefix_cache: bool = True,
+    ) -> Callable[[], DVRGenerator]:
+        """Builds a fresh generator per call over the shared weights.
+
+        ``scheduler`` is a factory too, since schedulers may keep state; the
+        fast policy object is shared by the generators (its state never
+        matters to committed deterministic output). Small ``max_num_seqs`` or
+        ``kv_cache_tokens`` make requests queue for admission. ``key_block`` is
+        the canonical attention's key block: part of the canonical config, so a
+        reference must use the same one. ``block_size`` (K/V page size) is not:
+        it only moves K/V around, and small pages make prefix-cache hits common.
+        """
+
+        def build() -> DVRGenerator:
+            return DVRGenerator(
+                self.weights, self.cfg, window=canonical.window, group=canonical.group,
+                fast_policy=fast_policy, scheduler=None if scheduler is None else scheduler(),
+                canonical_policy=FixedShapePolicy(key_block=key_block),
+                max_num_seqs=max_num_seqs, kv_cache_tokens=kv_cache_tokens, block_size=block_size,
+                prefix_cache=prefix_cache,
+            )
+
+        return build
+
+
+@pytest.fixture(scope="session")
+def wide_model() -> WideModel:
+    # hidden 512 in fp32: CPU GEMMs give a row different bits for different batch sizes
+    # (test_contract checks this), so agreeing with the batch-size-1 reference is not free
+    cfg = wide_model_config(vocab_size=384, max_position_embeddings=64)
+    return WideModel(random_weights(cfg, seed=42), cfg)
+
+
+FAMILY_OPTIONS = {"llama": {}, "qwen2": {}, "qwen3": {}, "mistral": {"sliding_window": 8}}
+
+
+@pytest.fixture(scope="session")
+def family_models() -> dict[str, WideModel]:
+    """One wide model per supported family (q/k/v bias, q/k norm, a sliding window shorter than prompts)."""
+    models = {}
+    for seed, (family, options) in enumerate(FAMILY_OPTIONS.items()):
+        cfg = wide_model_config(vocab_size=256, max_position_embeddings=64, family=family, **options)
+        models[family] = WideModel(random_weights(cfg, seed=seed), cfg)
+    return models

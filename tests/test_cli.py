@@ -1,0 +1,286 @@
+"""The ``llm42`` command line: every subcommand, its output, and its error paths.
+
+Most tests call ``llm42.cli.main([...])`` in-process (importing torch and the
+tokenizer once); two run the real entry points in a subprocess.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import shutil
+import subprocess
+import sys
+import types
+from itertools import count
+from pathlib import Path
+
+import pytest
+import torch
+
+from llm42 import DVRGenerator, SamplingParams, cli
+from llm42.model import embedded_model_path
+from llm42.policies import FixedShapePolicy
+
+SMALL = ["--window", "4", "--group", "2"]
+ENV = {**os.environ, "OMP_NUM_THREADS": "1"}
+
+
+@pytest.fixture(autouse=True)
+def one_cpu_thread():
+    # the tiny models here run ops of microseconds; on a small shared CPU, intra-op threads mostly spin
+    num_threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(num_threads)
+
+
+def run_cli(capsys, *argv: str) -> tuple[int, str, str]:
+    code = cli.main(list(argv))
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+@pytest.fixture(scope="module")
+def no_tokenizer_checkpoint(tmp_path_factory) -> Path:
+    """The embedded model without its tokenizer files: prompts must be token ids."""
+    path = tmp_path_factory.mktemp("no_tokenizer")
+    for name in ("config.json", "model.safetensors"):
+        shutil.copy(embedded_model_path() / name, path / name)
+    return path
+
+
+class DriftingCanonicalPolicy(FixedShapePolicy):
+    """A canonical policy that lies: shape-closed in name, but each instance adds its own noise.
+
+    Two generators built with different seeds disagree, as a canonical pass
+    with a batch-dependent reduction would; the CLI must report it.
+    """
+
+    def __init__(self, seed: int):
+        super().__init__()
+        self._generator = torch.Generator().manual_seed(seed)
+
+    def process_logits(self, logits, inputs):
+        noise = torch.randn(logits.shape, generator=self._generator)
+        return logits + 3.0 * logits.std(dim=-1, keepdim=True) * noise
+
+
+@pytest.fixture
+def drifting_canonical_pass(monkeypatch):
+    seeds = count()
+
+    def from_pretrained(*args, **kwargs):
+        return DVRGenerator.from_pretrained(*args, canonical_policy=DriftingCanonicalPolicy(next(seeds)), **kwargs)
+
+    monkeypatch.setattr(cli, "DVRGenerator", types.SimpleNamespace(from_pretrained=from_pretrained))
+
+
+# -- generate -----------------------------------------------------------------------------------------
+def test_generate_prints_one_json_line_per_prompt_matching_the_library(capsys):
+    prompts = ["Once upon a time", "The little dog"]
+    code, out, _ = run_cli(capsys, "generate", *prompts, "--deterministic", "--logprobs", "--max-new-tokens", "6",
+                           "--temperature", "0.8", "--top-p", "0.9", "--seed", "5", *SMALL)
+    assert code == 0
+    records = [json.loads(line) for line in out.splitlines()]
+    assert [r["prompt"] for r in records] == prompts
+    params = SamplingParams(max_new_tokens=6, temperature=0.8, top_p=0.9, seed=5, deterministic=True, logprobs=True)
+    expected = DVRGenerator.from_pretrained(window=4, group=2).generate(prompts, params)
+    for record, completion in zip(records, expected):
+        assert set(record) == {"prompt", "text", "token_ids", "finish_reason", "logprobs", "num_rollbacks",
+                               "num_recomputed"}
+        assert record["token_ids"] == completion.token_ids
+        assert record["logprobs"] == completion.logprobs
+        assert record["text"] == completion.text
+        assert record["finish_reason"] == completion.finish_reason
+
+
+def test_generate_reads_prompts_from_a_file_and_stdin(capsys, tmp_path, monkeypatch):
+    prompts_file = tmp_path / "prompts.txt"
+    prompts_file.write_text("Once upon a time\n\nThe cat\n")
+    code, out, _ = run_cli(capsys, "generate", "--file", str(prompts_file), "--max-new-tokens", "3", "--ignore-eos")
+    assert code == 0
+    records = [json.loads(line) for line in out.splitlines()]
+    assert [r["prompt"] for r in records] == ["Once upon a time", "The cat"]  # blank lines skipped
+    assert all(r["logprobs"] is None and len(r["token_ids"]) == 3 for r in records)
+
+    monkeypatch.setattr(sys, "stdin", io.StringIO("One day\n"))
+    code, out, _ = run_cli(capsys, "generate", "First", "--file", "-", "--max-new-tokens", "2")
+    assert code == 0
+    assert [json.loads(line)["prompt"] for line in out.splitlines()] == ["First", "One day"]
+
+
+def test_generate_token_ids_on_a_checkpoint_without_tokenizer(capsys, no_tokenizer_checkpoint):
+    code, out, _ = run_cli(capsys, "generate", "--model", str(no_tokenizer_checkpoint), "--token-ids",
+                           "1 403 407", "1,261", "--max-new-tokens", "4", "--ignore-eos")
+    assert code == 0
+    records = [json.loads(line) for line in out.splitlines()]
+    assert [r["prompt"] for r in records] == [[1, 403, 407], [1, 261]]
+    assert all(r["text"] is None and len(r["token_ids"]) == 4 for r in records)
+
+
+# -- error paths: exit status 2, one message line, no traceback ---------------------------------------
+def _checkpoint_dir(parent: Path, name: str, config: dict | None) -> Path:
+    path = parent / name
+    path.mkdir()
+    if config is not None:
+        (path / "config.json").write_text(json.dumps(config))
+    return path
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["generate", "x", "--model", "/no/such/checkpoint"], "does not exist"),
+        (["generate", "x", "--top-p", "1.5"], "SamplingParams.top_p must be in (0, 1], got 1.5"),
+        (["generate", "x", "--top-p", "0"], "SamplingParams.top_p must be in (0, 1]"),
+        (["generate", "x", "--temperature", "-1"], "SamplingParams.temperature"),
+        (["generate", "x", "--top-k", "-2"], "SamplingParams.top_k must be >= 0"),
+        (["generate", "x", "--max-new-tokens", "0"], "SamplingParams.max_new_tokens must be >= 1"),
+        (["generate", "x", "--max-new-tokens", "600"], "exceeds the model's context of 512 tokens"),
+        (["generate", "x", "--window", "0"], "window must be >= 1"),
+        (["generate", "x", "--group", "0"], "group must be >= 1"),
+        (["generate", "x", "--device", "nonsense"], "invalid device"),
+        (["generate", "x", "--seed", "1.5"], "invalid int value"),
+        (["generate"], "no prompts"),
+        (["generate", "--file", "/no/such/prompts.txt"], "cannot read prompt file"),
+        (["generate", "--token-ids", "1 2 x"], "is not a list of integers"),
+        (["generate", "--token-ids", "1 2 9999"], "outside [0, 512)"),
+        (["check", "--num-batches", "0"], "--num-batches must be >= 1"),
+        (["check", "--noisy", "--noise-scale", "0"], "--noise-scale must be > 0"),
+        (["check", "--model", "/no/such/checkpoint"], "does not exist"),
+        (["demo", "--noise-scale", "0"], "--noise-scale must be > 0"),
+        (["generate", "x", "--threads", "0"], "--threads must be >= 1"),
+        (["demo", "--window", "-3"], "window must be >= 1"),
+        (["frobnicate"], "invalid choice"),
+        (["generate", "x", "--frobnicate"], "unrecognized arguments: --frobnicate"),
+    ],
+)
+def test_bad_input_exits_2_with_a_clear_message(capsys, argv, message):
+    code, out, err = run_cli(capsys, *argv)
+    assert code == 2
+    assert message in err
+    assert "Traceback" not in err and out == ""
+
+
+def test_bad_checkpoints_exit_2_naming_the_problem(capsys, tmp_path):
+    empty = _checkpoint_dir(tmp_path, "empty", None)
+    code, _, err = run_cli(capsys, "generate", "x", "--model", str(empty))
+    assert code == 2 and "has no config.json" in err
+
+    gpt2 = _checkpoint_dir(tmp_path, "gpt2", {"architectures": ["GPT2LMHeadModel"], "model_type": "gpt2"})
+    code, _, err = run_cli(capsys, "check", "--model", str(gpt2))
+    assert code == 2 and "unsupported architecture" in err
+
+    code, _, err = run_cli(capsys, "generate", "x", "--model", str(embedded_model_path() / "config.json"))
+    assert code == 2 and "is not a directory" in err
+
+
+def test_text_prompt_without_tokenizer_exits_2(capsys, no_tokenizer_checkpoint):
+    code, _, err = run_cli(capsys, "generate", "hello", "--model", str(no_tokenizer_checkpoint))
+    assert code == 2 and "--token-ids" in err
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the no-CUDA message")
+def test_cuda_device_without_cuda_exits_2(capsys):
+    code, _, err = run_cli(capsys, "generate", "x", "--device", "cuda")
+    assert code == 2 and "CUDA is not available" in err
+
+
+# -- demo -----------------------------------------------------------------------------------------------
+def test_demo_passes_and_shows_rollbacks_repaired(capsys):
+    code, out, _ = run_cli(capsys, "demo", "--num-batches", "1", "--max-new-tokens", "10", *SMALL)
+    assert code == 0
+    assert "'Once upon a time' -> '" in out  # the texts are printed
+    assert "FAIL" not in out
+    verdict = out.strip().splitlines()[-1]
+    assert verdict.startswith("PASS: 3 deterministic requests gave bit-identical tokens and log-probs")
+    repaired = int(verdict.split("fast path's ")[1].split()[0])
+    assert repaired > 0
+    assert "noisy    steps=" in out
+
+
+def test_demo_fails_with_exit_1_when_outputs_differ(capsys, drifting_canonical_pass):
+    code, out, _ = run_cli(capsys, "demo", "--num-batches", "1", "--max-new-tokens", "6", *SMALL)
+    assert code == 1
+    assert "MISMATCH" in out
+    assert out.strip().splitlines()[-1].startswith("FAIL:")
+
+
+# -- check ----------------------------------------------------------------------------------------------
+def test_check_passes_with_a_noisy_fast_path(capsys):
+    code, out, _ = run_cli(capsys, "check", "--num-batches", "2", "--max-new-tokens", "8", "--noisy",
+                           "--temperature", "0.7", "--seed", "3", *SMALL)
+    assert code == 0
+    assert "batch 1:" in out and "batch 2:" in out
+    assert "PASS: 3 prompt(s) x 2 batch(es)" in out
+    stats = dict(kv.split("=") for kv in out.split("stats: ")[1].splitlines()[0].split(", "))
+    assert int(stats["rollbacks"]) > 0
+
+
+def test_check_reports_divergence_and_exits_1(capsys, drifting_canonical_pass):
+    code, out, _ = run_cli(capsys, "check", "Once upon a time", "--num-batches", "1", "--max-new-tokens", "6",
+                           *SMALL)
+    assert code == 1
+    assert "batch 1, request 0:" in out and "output position" in out
+    assert out.strip().splitlines()[-1].startswith("FAIL:")
+
+
+def test_check_without_tokenizer_uses_token_id_prompts(capsys, no_tokenizer_checkpoint):
+    code, out, _ = run_cli(capsys, "check", "--model", str(no_tokenizer_checkpoint), "--num-batches", "1",
+                           "--max-new-tokens", "4", *SMALL)
+    assert code == 0 and "PASS: 3 prompt(s)" in out
+
+
+# -- bench ----------------------------------------------------------------------------------------------
+def test_bench_without_the_harness_exits_2(capsys, monkeypatch):
+    monkeypatch.setattr(cli, "_find_bench", lambda: None)
+    code, out, err = run_cli(capsys, "bench")
+    assert code == 2 and out == ""
+    assert "benchmark harness" in err and "GPU" in err
+
+
+def test_bench_forwards_its_arguments_to_the_harness(capsys, monkeypatch):
+    seen = []
+    monkeypatch.setattr(cli, "_find_bench", lambda: lambda argv: seen.append(argv) or 0)
+    code, _, _ = run_cli(capsys, "bench", "--device", "cpu", "--scale", "tiny", "--out", "x.json")
+    assert code == 0 and seen == [["--device", "cpu", "--scale", "tiny", "--out", "x.json"]]
+
+    seen.clear()
+    code, _, err = run_cli(capsys, "bench", "--scale", "tiny")
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    assert code == 0 and seen == [["--device", device, "--scale", "tiny"]]  # where the GPU is
+    assert torch.cuda.is_available() or "no CUDA device" in err
+
+
+def test_bench_help_comes_from_the_checkout_harness(capsys):
+    if cli._find_bench() is None:
+        pytest.skip("no benchmark harness in this installation")
+    code, out, _ = run_cli(capsys, "bench", "--help")
+    assert code == 0
+    assert "--scale" in out and "--device" in out
+
+
+# -- entry points ---------------------------------------------------------------------------------------
+def test_help_lists_every_subcommand(capsys):
+    code, out, _ = run_cli(capsys, "--help")
+    assert code == 0
+    for command in ("generate", "demo", "check", "bench"):
+        assert command in out
+
+
+def test_console_script_and_module_entry_points(tmp_path):
+    script = Path(sys.executable).with_name("llm42")
+    command = [str(script)] if script.exists() else [sys.executable, "-m", "llm42"]
+    ok = subprocess.run([*command, "--help"], check=False, capture_output=True, text=True, env=ENV, cwd=tmp_path,
+                        timeout=120)
+    assert ok.returncode == 0, ok.stderr
+    assert "generate" in ok.stdout
+    missing = tmp_path / "missing"
+    bad = subprocess.run([sys.executable, "-m", "llm42", "generate", "x", "--model", str(missing)],
+                         check=False, capture_output=True, text=True, env=ENV, cwd=tmp_path, timeout=120)
+    assert bad.returncode == 2
+    assert bad.stdout == ""
+    message = f"llm42 generate: error: checkpoint directory '{missing}' does not exist"
+    assert bad.stderr.strip().splitlines() == [message]
