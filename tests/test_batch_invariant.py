@@ -49,15 +49,6 @@ def generator() -> torch.Generator:
     return torch.Generator().manual_seed(1234)
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    # Hundreds of tiny launches: on a shared 2-core machine extra intra-op threads mostly spin.
-    # Invariance does not hinge on it: every launch the policy makes has one fixed shape.
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(previous)
-
 
 # -- the policy's contract -----------------------------------------------------------------------
 

@@ -48,14 +48,6 @@ TEST_SCALE = Scale(
 )
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    # many tiny launches: on a shared 2-core machine extra intra-op threads mostly spin
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(previous)
-
 
 @pytest.fixture(scope="module")
 def results() -> dict:

@@ -27,14 +27,6 @@ SMALL = ["--window", "4", "--group", "2"]
 ENV = {**os.environ, "OMP_NUM_THREADS": "1"}
 
 
-@pytest.fixture(autouse=True)
-def one_cpu_thread():
-    # the tiny models here run ops of microseconds; on a small shared CPU, intra-op threads mostly spin
-    num_threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(num_threads)
-
 
 def run_cli(capsys, *argv: str) -> tuple[int, str, str]:
     code = cli.main(list(argv))

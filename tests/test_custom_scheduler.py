@@ -13,7 +13,6 @@ import math
 from pathlib import Path
 
 import pytest
-import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -26,14 +25,6 @@ from llm42.testing import strategies as ls
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "custom_scheduler.py"
 
-
-@pytest.fixture(autouse=True)
-def one_cpu_thread():
-    # the tiny models here run ops of microseconds; on a small shared CPU, intra-op threads mostly spin
-    num_threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(num_threads)
 
 
 @pytest.fixture(scope="module")

@@ -10,18 +10,9 @@ import sys
 from pathlib import Path
 
 import pytest
-import torch
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 
-
-@pytest.fixture(autouse=True)
-def one_cpu_thread():
-    # the tiny models here run ops of microseconds; on a small shared CPU, intra-op threads mostly spin
-    num_threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(num_threads)
 
 
 def run_example(name: str, capsys) -> str:

@@ -98,14 +98,6 @@ def build_hf_model(name: str, *, seed: int = 0, **overrides) -> transformers.Pre
     return model
 
 
-@pytest.fixture(scope="module", autouse=True)
-def single_thread():
-    """These models are tiny: one intra-op thread is faster, and far faster on a shared, busy CPU."""
-    num_threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(num_threads)
-
 
 @pytest.fixture(scope="module")
 def checkpoints(tmp_path_factory):

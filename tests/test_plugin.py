@@ -17,14 +17,6 @@ from llm42.model import embedded_model_path
 pytest_plugins = ["pytester"]
 
 
-@pytest.fixture(autouse=True)
-def one_cpu_thread():
-    # the tiny models here run ops of microseconds; on a small shared CPU, intra-op threads mostly spin
-    num_threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(num_threads)
-
 
 def test_factory_builds_fresh_generators_over_the_embedded_model(pytester):
     pytester.makepyfile(

@@ -17,14 +17,6 @@ NUM_NEW = 40
 STORY_START = ", there was a little girl named Lily. She loved to play outside in the park."
 
 
-@pytest.fixture(scope="module", autouse=True)
-def single_thread():
-    """A tiny model: one intra-op thread is faster, and far faster on a shared, busy CPU."""
-    num_threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(num_threads)
-
 
 @pytest.fixture(scope="module")
 def reference():

@@ -9,7 +9,10 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import torch
 
 # architecture name -> family flags
 _ARCHITECTURES = {
@@ -196,7 +199,7 @@ def _parse_rope(raw: dict[str, Any], source: str) -> RopeConfig:
     )
 
 
-def rope_inv_freq(cfg: ModelConfig) -> "torch.Tensor":  # noqa: F821 - torch imported lazily
+def rope_inv_freq(cfg: ModelConfig) -> torch.Tensor:
     """Inverse frequencies [head_dim // 2] in float32, following transformers' rope init functions."""
     import torch
 
