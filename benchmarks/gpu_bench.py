@@ -38,7 +38,7 @@ from llm42.model.weights import random_weights
 from llm42.params import SamplingParams
 from llm42.policies import FastPolicy, FixedShapePolicy
 from llm42.runner import ModelRunner, Segment
-from llm42.verify.graph import CanonicalGraph, DecodeGraphs
+from llm42.verify.graph import CanonicalGraph, DecodeGraphs, capture_graph
 
 CONTEXT = 1024
 WINDOW = 32
@@ -66,15 +66,7 @@ def median_ms(fn, *, warmup: int = 3, reps: int = 20) -> float:
 def graph_us(fn, *, calls: int = 20, reps: int = 10) -> float:
     """Device time of one ``fn()`` in microseconds: ``calls`` launches captured in a CUDA graph, median replay."""
     fn()
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        fn()
-    torch.cuda.current_stream().wait_stream(stream)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        for _ in range(calls):
-            fn()
+    graph, _ = capture_graph(lambda: [fn() for _ in range(calls)], pool=None)
     return median_ms(graph.replay, reps=reps) * 1e3 / calls
 
 

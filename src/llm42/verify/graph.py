@@ -37,7 +37,7 @@ from llm42.verify.verifier import Verifier
 from llm42.verify.windows import CanonicalConfig
 
 
-def _capture(fn: Callable[[], object], pool) -> tuple[torch.cuda.CUDAGraph, object]:
+def capture_graph(fn: Callable[[], object], pool) -> tuple[torch.cuda.CUDAGraph, object]:
     """Warm ``fn`` up on a side stream (Triton compiles, cuBLAS initialises), then capture it."""
     stream = torch.cuda.Stream()
     stream.wait_stream(torch.cuda.current_stream())
@@ -187,7 +187,7 @@ class CanonicalGraph:
         if self.is_graphed:
             self._pool = torch.cuda.graph_pool_handle()
             layers = kv.layers()
-            self._forward_graph, self._logits = _capture(
+            self._forward_graph, self._logits = capture_graph(
                 lambda: forward(self.runner.weights, cfg, self._inputs, layers, self.policy), self._pool
             )
 
@@ -200,7 +200,7 @@ class CanonicalGraph:
     def _sampler(self, is_any_sampled: bool) -> tuple[torch.cuda.CUDAGraph, tuple[torch.Tensor, torch.Tensor]]:
         if is_any_sampled not in self._samplers:
             rows = self._static_sampling_rows(is_any_sampled)
-            self._samplers[is_any_sampled] = _capture(lambda: sample(self._logits, rows), self._pool)
+            self._samplers[is_any_sampled] = capture_graph(lambda: sample(self._logits, rows), self._pool)
         return self._samplers[is_any_sampled]
 
     # -- the runner interface Verifier uses --------------------------------------------------------
@@ -333,7 +333,7 @@ class DecodeGraphs:
         pool = torch.cuda.graph_pool_handle()
         for bucket in reversed(self.buckets):
             inputs = self.bucket_inputs(bucket)
-            self._graphs[bucket] = _capture(
+            self._graphs[bucket] = capture_graph(
                 lambda: forward(self.runner.weights, cfg, inputs, layers, self.policy), pool
             )
         torch.cuda.synchronize()
