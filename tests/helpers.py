@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import torch
+
+from llm42.inputs import StepInputs
 from llm42.model.config import ModelConfig, RopeConfig
 
 
@@ -24,3 +27,19 @@ def tiny_config(**overrides) -> ModelConfig:
     )
     fields.update(overrides)
     return ModelConfig(**fields)
+
+
+def decode_inputs(tables: torch.Tensor, context_lens: torch.Tensor) -> StepInputs:
+    """One decode row per sequence, at the last position of its context."""
+    num_seqs = tables.shape[0]
+    positions = context_lens - 1
+    return StepInputs(
+        token_ids=torch.zeros(num_seqs, dtype=torch.int64),
+        positions=positions,
+        slot_mapping=torch.zeros(num_seqs, dtype=torch.int64),
+        row_seq=torch.arange(num_seqs),
+        block_tables=tables,
+        context_lens=context_lens,
+        seq_starts=tuple(range(num_seqs + 1)),
+        max_context_len=int(context_lens.max()),
+    )

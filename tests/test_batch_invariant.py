@@ -20,6 +20,7 @@ from llm42.model import forward, random_weights
 from llm42.model.config import ModelConfig, RopeConfig
 from llm42.policies import BatchInvariantPolicy, FastPolicy, ReductionPolicy
 from llm42.verify import CanonicalConfig, Verifier
+from tests.helpers import decode_inputs
 
 MAX_BATCH = 256
 BLOCK_SIZE = 16
@@ -126,22 +127,6 @@ def test_rms_norm_over_heads_keeps_shape(generator):
     out = BatchInvariantPolicy(norm_rows=8).rms_norm(x, weight, 1e-6)
     assert out.shape == x.shape
     torch.testing.assert_close(out, FastPolicy().rms_norm(x, weight, 1e-6))
-
-
-def decode_inputs(tables: torch.Tensor, context_lens: torch.Tensor) -> StepInputs:
-    """One decode row per sequence, at the last position of its context."""
-    num_seqs = tables.shape[0]
-    positions = context_lens - 1
-    return StepInputs(
-        token_ids=torch.zeros(num_seqs, dtype=torch.int64),
-        positions=positions,
-        slot_mapping=torch.zeros(num_seqs, dtype=torch.int64),
-        row_seq=torch.arange(num_seqs),
-        block_tables=tables,
-        context_lens=context_lens,
-        seq_starts=tuple(range(num_seqs + 1)),
-        max_context_len=int(context_lens.max()),
-    )
 
 
 def test_attention_rows_are_bit_identical_at_every_batch_size(generator):

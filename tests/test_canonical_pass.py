@@ -19,7 +19,7 @@ CFG = wide_config()
 WEIGHTS = random_weights(CFG, seed=11)
 RUNNER = ModelRunner(WEIGHTS, CFG)
 PARAMS = SamplingParams()
-NUM_ROWS = 32
+NUM_ROWS = 48  # > the largest layout the property draws (12 + 3 * 6 + 2 * 6 rows)
 
 
 def canonical_logits(layout: list[list[int]], needle: int, policy=None, num_rows=NUM_ROWS):

@@ -80,7 +80,7 @@ class BatchInvariantPolicy(TorchRowOps):
         if matmul not in ("auto", "tiled"):
             raise ValueError(f"BatchInvariantPolicy matmul must be 'auto' or 'tiled', got {matmul!r}")
         self.matmul = matmul
-        self._reference = FixedShapePolicy(key_block=key_block)
+        self._reference = FixedShapePolicy(key_block=key_block, attention_backend="triton")
 
     @property
     def key_block(self) -> int:

@@ -6,6 +6,7 @@ import torch
 import torch.nn.functional as F
 
 from llm42.inputs import StepInputs
+from llm42.ops import flash
 from llm42.ops.attention import blocked_attention
 from llm42.ops.norm import rms_norm
 from llm42.policies.base import FusedRowOps
@@ -23,16 +24,28 @@ class FixedShapePolicy(FusedRowOps):
     fused row-per-program RMSNorm and the fused row ops (residual add + RMSNorm,
     RoPE + K/V write, SwiGLU: row-wise, launched over the R rows, each row's
     arithmetic fixed by the feature sizes alone); on the CPU, plain torch.
+
+    ``attention_backend``: ``"triton"`` (the default) never uses flash-attn:
+    the kernels above; ``"auto"`` runs attention through flash-attn's
+    ``flash_attn_with_kvcache`` with ``num_splits=1`` (batch = the R rows, one
+    query each; ``key_block`` then plays no part) when ``flash_attn`` imports
+    and can serve the pass (CUDA, fp16/bf16, ``block_size`` a multiple of 256),
+    else the kernels above; ``"flash"`` needs ``flash_attn`` to import
+    (ValueError here otherwise) and raises at a pass it cannot serve. The
+    backend decides the committed bits, so it is part of the canonical config:
+    the default is explicit so that installing flash-attn never changes a
+    deterministic request's output behind the user's back.
     """
 
     name = "fixed_shape"
     is_shape_closed = True
     is_graph_safe = True
 
-    def __init__(self, key_block: int = 64):
+    def __init__(self, key_block: int = 64, *, attention_backend: str = "triton"):
         if not isinstance(key_block, int) or key_block < 1:
             raise ValueError(f"key_block must be a positive integer, got {key_block!r}")
         self.key_block = key_block
+        self.attention_backend = flash.check_backend(attention_backend)
 
     def linear(self, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
         return F.linear(x, weight, bias)
@@ -45,6 +58,10 @@ class FixedShapePolicy(FusedRowOps):
         return rms_norm(x, weight, eps)
 
     def attention(self, q, k_cache, v_cache, inputs: StepInputs, *, block_size, scale, sliding_window):
+        if flash.use_flash(self.attention_backend, q, k_cache, v_cache, block_size=block_size):
+            return flash.canonical_attention(q, k_cache, v_cache, inputs.positions, inputs.row_seq,
+                                             inputs.block_tables, block_size=block_size, scale=scale,
+                                             sliding_window=sliding_window)
         if q.is_cuda:
             from llm42 import kernels
 
@@ -61,4 +78,5 @@ class FixedShapePolicy(FusedRowOps):
         return logits
 
     def __repr__(self) -> str:
-        return f"FixedShapePolicy(key_block={self.key_block})"
+        backend = "" if self.attention_backend == "triton" else f", attention_backend={self.attention_backend!r}"
+        return f"FixedShapePolicy(key_block={self.key_block}{backend})"
