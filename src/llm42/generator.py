@@ -27,7 +27,6 @@ from llm42.runner import ModelRunner, Segment
 from llm42.scheduler import (
     DefaultScheduler,
     Plan,
-    PrefillChunk,
     RequestView,
     Scheduler,
     SchedulerState,
@@ -524,4 +523,4 @@ class DVRGenerator:
         raise KeyError(f"unknown request id {rid}")
 
 
-__all__ = ["DVRGenerator", "PrefillChunk"]
+__all__ = ["DVRGenerator"]
