@@ -30,7 +30,7 @@ Run it: ``python examples/custom_scheduler.py`` (CPU, a few seconds).
 
 from __future__ import annotations
 
-from llm42 import DVRGenerator, Plan, PrefillChunk, RequestView, SamplingParams, SchedulerState
+from llm42 import DVRGenerator, Plan, PrefillChunk, RequestView, SamplingParams, SchedulerState, fast_prefill_chunks
 from llm42.policies import NoisyFastPolicy
 
 
@@ -66,15 +66,7 @@ class PriorityScheduler:
         free = [v.rid for v in decoders if not v.is_deterministic]
         drafting = [v.rid for v in decoders if v.is_deterministic and v.num_speculable > 0]
         fast_decode = (free + drafting)[: state.max_fast_tokens]
-        budget = state.max_fast_tokens - len(fast_decode)
-        fast_prefill = []
-        for v in state.requests:
-            if budget == 0:
-                break
-            if v.is_prefill and not v.is_deterministic:
-                n = min(v.num_prompt_remaining, budget)
-                fast_prefill.append(PrefillChunk(v.rid, n))
-                budget -= n
+        fast_prefill = fast_prefill_chunks(state, state.max_fast_tokens - len(fast_decode))
 
         plan = Plan(tuple(fast_decode), tuple(fast_prefill), tuple(verify), tuple(canonical_prefill))
         if plan.is_empty and waiting:

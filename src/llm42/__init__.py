@@ -9,7 +9,17 @@ from llm42.generator import DVRGenerator
 from llm42.kv_store import KVStore, KVStoreProtocol
 from llm42.model import CheckpointError, ModelConfig, UnsupportedModelError
 from llm42.params import Completion, SamplingParams
-from llm42.scheduler import DefaultScheduler, InvalidPlanError, Plan, PrefillChunk, RequestView, Scheduler, SchedulerState
+from llm42.scheduler import (
+    DefaultScheduler,
+    InvalidPlanError,
+    Plan,
+    PrefillChunk,
+    RequestView,
+    Scheduler,
+    SchedulerState,
+    fast_prefill_chunks,
+    validate_plan,
+)
 from llm42.verify import CanonicalConfig, Verifier
 
 __version__ = "0.1.0"
@@ -17,5 +27,6 @@ __version__ = "0.1.0"
 __all__ = [
     "DVRGenerator", "SamplingParams", "Completion", "KVStore", "KVStoreProtocol", "ModelConfig",
     "CheckpointError", "UnsupportedModelError", "CanonicalConfig", "Verifier", "Scheduler", "DefaultScheduler",
-    "SchedulerState", "RequestView", "Plan", "PrefillChunk", "InvalidPlanError", "__version__",
+    "SchedulerState", "RequestView", "Plan", "PrefillChunk", "InvalidPlanError", "validate_plan",
+    "fast_prefill_chunks", "__version__",
 ]

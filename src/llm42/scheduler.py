@@ -137,6 +137,23 @@ def validate_plan(plan: Plan, state: SchedulerState) -> None:
         raise InvalidPlanError(f"plan's canonical pass needs {rows} rows, over R = {state.num_canonical_rows}")
 
 
+def fast_prefill_chunks(state: SchedulerState, budget: int) -> list[PrefillChunk]:
+    """Prompt chunks of non-deterministic requests, oldest first, filling at most ``budget`` fast-step rows.
+
+    A building block for schedulers: deterministic prompts never go here (they
+    are prefilled by the canonical pass).
+    """
+    chunks = []
+    for v in state.requests:
+        if budget <= 0:
+            break
+        if v.is_prefill and not v.is_deterministic:
+            n = min(v.num_prompt_remaining, budget)
+            chunks.append(PrefillChunk(v.rid, n))
+            budget -= n
+    return chunks
+
+
 class DefaultScheduler:
     """Continuous batching that never makes a non-deterministic request wait for verification.
 
@@ -173,13 +190,5 @@ class DefaultScheduler:
         in_canonical = set(verify)
         fast_decode = [v.rid for v in reqs if not v.is_prefill and v.rid not in in_canonical
                        and (not v.is_deterministic or v.num_speculable > 0)][: state.max_fast_tokens]
-        budget = state.max_fast_tokens - len(fast_decode)
-        fast_prefill = []
-        for v in reqs:
-            if budget == 0:
-                break
-            if v.is_prefill and not v.is_deterministic:
-                n = min(v.num_prompt_remaining, budget)
-                fast_prefill.append(PrefillChunk(v.rid, n))
-                budget -= n
+        fast_prefill = fast_prefill_chunks(state, state.max_fast_tokens - len(fast_decode))
         return Plan(tuple(fast_decode), tuple(fast_prefill), tuple(verify), tuple(canonical_prefill))
