@@ -44,15 +44,15 @@ def _seed_to_int64(seed: int) -> int:
 
 
 def _default_kv_tokens(cfg: ModelConfig, dtype: torch.dtype, device: torch.device) -> int:
-    """Room for 16 full-context sequences, capped by memory: on CUDA half of what is free
-    after the weights, on the CPU 2 GiB."""
+    """Room for 16 full-context sequences, capped: on CUDA by half of the memory free after the
+    weights, on the CPU by 64K tokens and 2 GiB; never less than one full context."""
     bytes_per_token = 2 * cfg.num_layers * cfg.kv_size * torch.finfo(dtype).bits // 8
     if device.type == "cuda":
         free_bytes, _ = torch.cuda.mem_get_info(device)
-        budget = free_bytes // 2
+        cap = free_bytes // 2 // bytes_per_token
     else:
-        budget = 2 << 30
-    return max(cfg.max_position_embeddings, min(16 * cfg.max_position_embeddings, budget // bytes_per_token))
+        cap = min(1 << 16, (2 << 30) // bytes_per_token)
+    return max(cfg.max_position_embeddings, min(16 * cfg.max_position_embeddings, cap))
 
 
 @dataclass

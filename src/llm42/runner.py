@@ -85,28 +85,29 @@ class ModelRunner:
         block and write distinct scratch slots.
         """
         width = -(-self.cfg.max_position_embeddings // kv.block_size)
-        tokens, positions, slots, tables = [], [], [], []
+        num_real = sum(len(seg.tokens) for seg in segments)
+        if num_real > num_rows:
+            raise ValueError(f"canonical pass got {num_real} rows, more than R = {num_rows}")
+        # per-row block tables [R, width], filled a request at a time (a long context makes this
+        # table large; building it from Python lists would dominate a CPU pass)
+        tables = torch.full((num_rows, width), kv.scratch_block, dtype=torch.int64)
+        tokens, positions, slots = [], [], []
         for seg in segments:
-            table = self._table(kv, seg.rid, width)
+            table = torch.tensor(kv.block_table(seg.rid), dtype=torch.int64)
+            tables[len(tokens): len(tokens) + len(seg.tokens), : len(table)] = table
             tokens += seg.tokens
             positions += range(seg.start, seg.end)
             slots += kv.slots(seg.rid, seg.start, seg.end)
-            tables += [table] * len(seg.tokens)
-        num_real = len(tokens)
-        if num_real > num_rows:
-            raise ValueError(f"canonical pass got {num_real} rows, more than R = {num_rows}")
-        scratch_table = [kv.scratch_block] * width
         for i in range(num_real, num_rows):
             tokens.append(0)
             positions.append(0)
             slots.append(kv.scratch_slot(i))
-            tables.append(scratch_table)
         return StepInputs(
             token_ids=self._tensor(tokens),
             positions=self._tensor(positions),
             slot_mapping=self._tensor(slots),
             row_seq=torch.arange(num_rows, device=self.device),
-            block_tables=self._tensor(tables),
+            block_tables=tables.to(self.device),
             context_lens=self._tensor(positions) + 1,
             seq_starts=tuple(range(num_rows + 1)),
             max_context_len=max(positions) + 1,
