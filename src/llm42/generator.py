@@ -70,6 +70,7 @@ class _Request:
     num_rollbacks: int = 0
     num_recomputed: int = 0
     finish_reason: str | None = None
+    draft_limit: int | None = None  # adaptive speculation depth; None = the full window
 
     @property
     def is_deterministic(self) -> bool:
@@ -99,7 +100,20 @@ class _Request:
         if self.candidates and self.candidates[-1] in self.stop_ids:
             return 0
         remaining = self.params.max_new_tokens - len(self.token_ids)
-        return max(0, min(window - 1, remaining - 1) - len(self.candidates))
+        depth = window - 1 if self.draft_limit is None else min(window - 1, self.draft_limit)
+        return max(0, min(depth, remaining - 1) - len(self.candidates))
+
+    def adapt_draft_limit(self, commit: Commit, window: int) -> None:
+        """Halve the speculation depth after a rollback, double it after a full window is accepted.
+
+        Only when a request drafts and verifies happens changes: the committed tokens do not
+        (the contract holds for any verification schedule).
+        """
+        limit = window - 1 if self.draft_limit is None else self.draft_limit
+        if commit.num_rejected:
+            self.draft_limit = max(1, limit // 2)
+        elif commit.num_accepted >= limit:
+            self.draft_limit = min(window - 1, max(1, limit) * 2)
 
 
 class DVRGenerator:
@@ -133,6 +147,7 @@ class DVRGenerator:
         prefix_cache: bool = True,
         seed: int = 0,
         use_cuda_graphs: bool = True,
+        adaptive_draft: bool = False,
     ):
         self.canonical_config = CanonicalConfig(window=window, group=group)
         for name, value in (("max_num_seqs", max_num_seqs), ("max_fast_tokens", max_fast_tokens)):
@@ -144,6 +159,9 @@ class DVRGenerator:
         self.device = weights.device
         self.max_num_seqs = max_num_seqs
         self.max_fast_tokens = max_fast_tokens
+        # speculation depth per request: the full window (default), or halved on rollback and
+        # doubled on full acceptance, which wastes fewer candidates when the fast path drifts often
+        self.adaptive_draft = bool(adaptive_draft)
         self.runner = ModelRunner(weights, cfg)
         self.fast_policy = fast_policy if fast_policy is not None else FastPolicy()
         self.canonical_policy = canonical_policy if canonical_policy is not None else FixedShapePolicy()
@@ -466,6 +484,8 @@ class DVRGenerator:
                 self.stats["rollbacks"] += 1
                 self.stats["recomputed_tokens"] += commit.num_rejected
             req.candidates.clear()
+            if self.adaptive_draft:
+                req.adapt_draft_limit(commit, self.canonical_config.window)
         # index the now-canonical full blocks before the request may finish and release them
         self.kv.publish(req.rid, req.prompt + req.token_ids + list(commit.token_ids))
         if commit.token_ids:

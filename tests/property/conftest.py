@@ -36,6 +36,7 @@ class WideModel:
         key_block: int = 64,
         block_size: int = 16,
         prefix_cache: bool = True,
+        adaptive_draft: bool = False,
     ) -> Callable[[], DVRGenerator]:
         """Builds a fresh generator per call over the shared weights.
 
@@ -46,6 +47,7 @@ class WideModel:
         the canonical attention's key block: part of the canonical config, so a
         reference must use the same one. ``block_size`` (K/V page size) is not:
         it only moves K/V around, and small pages make prefix-cache hits common.
+        ``adaptive_draft`` changes only when requests draft and verify, never what they commit.
         """
 
         def build() -> DVRGenerator:
@@ -54,7 +56,7 @@ class WideModel:
                 fast_policy=fast_policy, scheduler=None if scheduler is None else scheduler(),
                 canonical_policy=FixedShapePolicy(key_block=key_block),
                 max_num_seqs=max_num_seqs, kv_cache_tokens=kv_cache_tokens, block_size=block_size,
-                prefix_cache=prefix_cache,
+                prefix_cache=prefix_cache, adaptive_draft=adaptive_draft,
             )
 
         return build

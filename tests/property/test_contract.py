@@ -64,6 +64,8 @@ def test_deterministic_requests_match_batch_size_1_reference(wide_model, data):
     key_block = data.draw(st.sampled_from([64, 4, 16]), label="key_block")
     # small K/V pages: shared prompt prefixes hit the prefix cache (the reference never does)
     block_size = data.draw(st.sampled_from([16, 4]), label="block_size")
+    # adaptive speculation depth: drafts and verifies at other times, commits the same tokens
+    adaptive_draft = data.draw(st.booleans(), label="adaptive_draft")
     schedules = data.draw(st.lists(ls.arrival_schedules(num_requests=len(mix), max_gap=4), min_size=1,
                                    max_size=3), label="schedules")
     prompts = [p for p, _ in mix]
@@ -71,6 +73,7 @@ def test_deterministic_requests_match_batch_size_1_reference(wide_model, data):
     factory = wide_model.factory(
         canonical, fast_policy=policy, scheduler=lambda: make_scheduler(scheduler_kind, scheduler_seed),
         max_num_seqs=max_num_seqs, kv_cache_tokens=kv_cache_tokens, key_block=key_block, block_size=block_size,
+        adaptive_draft=adaptive_draft,
     )
     check = assert_matches_reference(factory, prompts, params, schedules=schedules,
                                      reference_factory=wide_model.factory(canonical, key_block=key_block))
