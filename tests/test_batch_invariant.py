@@ -17,23 +17,18 @@ from llm42 import DVRGenerator, SamplingParams
 from llm42.inputs import StepInputs
 from llm42.kv_store import KVStore
 from llm42.model import forward, random_weights
-from llm42.model.config import ModelConfig, RopeConfig
+from llm42.model.config import ModelConfig
 from llm42.policies import BatchInvariantPolicy, FastPolicy, ReductionPolicy
 from llm42.verify import CanonicalConfig, Verifier
-from tests.helpers import decode_inputs
+from tests.helpers import decode_inputs, tiny_config
 
 MAX_BATCH = 256
 BLOCK_SIZE = 16
 
 
 def small_config(**overrides) -> ModelConfig:
-    fields = dict(
-        family="llama", vocab_size=256, hidden_size=128, intermediate_size=256, num_layers=2, num_heads=4,
-        num_kv_heads=2, head_dim=32, max_position_embeddings=128, rms_norm_eps=1e-5,
-        rope=RopeConfig(theta=10000.0), eos_token_ids=(2,), bos_token_id=1,
-    )
-    fields.update(overrides)
-    return ModelConfig(**fields)
+    fields = dict(vocab_size=256, hidden_size=128, intermediate_size=256, head_dim=32)
+    return tiny_config(**{**fields, **overrides})
 
 
 def assert_rows_match_alone(batched, alone_rows: torch.Tensor) -> None:

@@ -42,6 +42,13 @@ def _nominal_share(mode: str) -> float | None:
     return None
 
 
+def _save(plt, fig, path: Path) -> Path:
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
 def plot_throughput(results: dict, path: Path) -> Path | None:
     offline = results.get("offline") or {}
     if not offline:
@@ -65,10 +72,7 @@ def plot_throughput(results: dict, path: Path) -> Path | None:
         ax.set_ylim(bottom=0)
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return _save(plt, fig, path)
 
 
 def plot_sweep(results: dict, path: Path) -> Path | None:
@@ -91,10 +95,7 @@ def plot_sweep(results: dict, path: Path) -> Path | None:
         ax.set_ylim(bottom=0)
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return _save(plt, fig, path)
 
 
 def plot_latency_cdf(results: dict, path: Path) -> Path | None:
@@ -114,10 +115,7 @@ def plot_latency_cdf(results: dict, path: Path) -> Path | None:
         ax.set_ylabel("fraction of requests")
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return _save(plt, fig, path)
 
 
 def plot_all(results: dict, out_dir: Path, name: str) -> list[Path]:
