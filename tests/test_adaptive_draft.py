@@ -4,7 +4,7 @@ It changes when requests draft and verify, never what they commit."""
 import pytest
 
 from llm42 import DVRGenerator, SamplingParams
-from llm42.generator import _Request
+from llm42.engine.requests import Request as _Request
 from llm42.model.weights import random_weights
 from llm42.policies import NoisyFastPolicy
 from llm42.verify import Commit

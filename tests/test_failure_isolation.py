@@ -49,10 +49,11 @@ def test_failed_canonical_pass_loses_nothing_and_resumes_bit_exact(fail_at):
         except RuntimeError as exc:
             assert "injected device fault" in str(exc)
             failures += 1
-            for rid in rids:  # committed tokens survive (a fast-path commit may even have landed)
+            # committed tokens survive; a commit may even have landed before the failure (a fast-path
+            # token read back, or the previous canonical pass applied at the start of this step)
+            for rid in rids:
                 after = gen.committed_tokens(rid)
                 assert after[: len(before[rid])] == before[rid]
-            assert all(gen.committed_tokens(r) == before[r] for r in (rids[0], rids[2]))
     assert failures == 1
     for rid in rids:  # no committed token went missing from the step() events
         assert streamed[rid] == gen.result(rid).token_ids

@@ -1,14 +1,19 @@
-"""DVRGenerator: the decode–verify–rollback loop that wires model, K/V store, scheduler and verifier.
+"""DVRGenerator: the public facade of the decode–verify–rollback engine.
 
-One ``step()`` reads like the design: schedule -> fast step -> canonical pass
--> commit. Non-deterministic requests commit fast-path tokens directly; a
-deterministic request's fast-path tokens are candidates until a canonical
-pass commits (or replaces) them.
+One ``step()`` reads like the design: schedule -> fast step -> canonical pass -> commit.
+Non-deterministic requests commit fast-path tokens directly; a deterministic request's
+fast-path tokens are candidates until a canonical pass commits (or replaces) them.
+
+The loop overlaps host and device (``overlap=True``, the default). A fast step's
+tokens stay on the device, where the next step reads them (``DecodeState``); the host
+reads them back one step later, while the device already runs the next step. A
+canonical pass runs on its own CUDA stream and is applied when it has finished, so
+free requests' decode steps never wait for it. Commits and stops are decided on
+committed tokens only, so the lag changes when tokens are reported, never which.
 """
 
 from __future__ import annotations
 
-import itertools
 import random
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
@@ -16,115 +21,90 @@ from pathlib import Path
 
 import torch
 
+from llm42.cuda_graphs import DecodeGraphs
+from llm42.engine.config import EngineConfig
+from llm42.engine.decode_state import DecodeState
+from llm42.engine.requests import Request, RequestPool, seed_to_int64
+from llm42.defaults import default_canonical_size
 from llm42.kv_store import KVStore, KVStoreProtocol
 from llm42.model.config import ModelConfig
-from llm42.model.loader import embedded_model_path, load_config, load_tokenizer, load_weights
+from llm42.model.loader import embedded_model_path, load_checkpoint
 from llm42.model.weights import Weights, random_weights
 from llm42.params import Completion, SamplingParams
 from llm42.policies import FastPolicy, FixedShapePolicy
 from llm42.policies.base import ReductionPolicy
+from llm42.prompts import encode_prompt
 from llm42.runner import ModelRunner, Segment
-from llm42.scheduler import (
-    DefaultScheduler,
-    Plan,
-    RequestView,
-    Scheduler,
-    SchedulerState,
-    validate_plan,
-)
-from llm42.verify import CanonicalConfig, CanonicalWork, Commit, Verifier
-from llm42.verify.graph import DecodeGraphs, GraphVerifier
-
-_INT64_SPAN = 1 << 64
-
-
-def _seed_to_int64(seed: int) -> int:
-    value = seed % _INT64_SPAN
-    return value - _INT64_SPAN if value >= 1 << 63 else value
+from llm42.scheduler import DefaultScheduler, Plan, Scheduler, SchedulerState, validate_plan
+from llm42.verify import CanonicalConfig, CanonicalWork, Commit, LaunchedPass, Verifier
 
 
 def _default_kv_tokens(cfg: ModelConfig, dtype: torch.dtype, device: torch.device) -> int:
     """Room for 16 full-context sequences, capped: on CUDA by half of the memory free after the
-    weights, on the CPU by 64K tokens and 2 GiB; never less than one full context."""
+    weights, never less than one full context; on the CPU by 64K tokens and 256 MiB (allocating,
+    zeroing, is part of start-up), never less than 2048 tokens or the context if shorter.
+    A request that does not fit is refused; pass ``kv_cache_tokens`` for more."""
     bytes_per_token = 2 * cfg.num_layers * cfg.kv_size * torch.finfo(dtype).bits // 8
+    room = 16 * cfg.max_position_embeddings
     if device.type == "cuda":
         free_bytes, _ = torch.cuda.mem_get_info(device)
-        cap = free_bytes // 2 // bytes_per_token
-    else:
-        cap = min(1 << 16, (2 << 30) // bytes_per_token)
-    return max(cfg.max_position_embeddings, min(16 * cfg.max_position_embeddings, cap))
+        return max(cfg.max_position_embeddings, min(room, free_bytes // 2 // bytes_per_token))
+    cap = min(1 << 16, (256 << 20) // bytes_per_token)
+    return max(min(cfg.max_position_embeddings, 2048), min(room, cap))
 
 
 @dataclass
-class _Request:
-    rid: int
-    prompt: list[int]
-    params: SamplingParams
-    seed: int
-    stop_ids: frozenset[int]
-    arrival: int
-    token_ids: list[int] = field(default_factory=list)
-    logprobs: list[float] = field(default_factory=list)
-    candidates: list[int] = field(default_factory=list)
-    num_prefilled: int = 0
-    num_rollbacks: int = 0
-    num_recomputed: int = 0
-    finish_reason: str | None = None
-    draft_limit: int | None = None  # adaptive speculation depth; None = the full window
+class _FastRecord:
+    """A launched fast step: which request each sampled row belongs to, and where its results land."""
 
-    @property
-    def is_deterministic(self) -> bool:
-        return self.params.deterministic
+    requests: list[Request] = field(default_factory=list)
+    device_tokens: list[torch.Tensor] = field(default_factory=list)
+    device_logprobs: list[torch.Tensor] = field(default_factory=list)
+    host_tokens: torch.Tensor | None = None
+    host_logprobs: torch.Tensor | None = None
+    event: torch.cuda.Event | None = None
 
-    @property
-    def is_prefill(self) -> bool:
-        return self.num_prefilled < len(self.prompt)
+    def add(self, requests: list[Request], tokens: torch.Tensor, logprobs: torch.Tensor) -> None:
+        for req in requests:
+            req.num_pending += 1
+        self.requests += requests
+        self.device_tokens.append(tokens)
+        self.device_logprobs.append(logprobs)
 
-    @property
-    def num_committed(self) -> int:
-        """Prompt plus committed output tokens."""
-        return len(self.prompt) + len(self.token_ids)
+    def copy_out(self, host_tokens: torch.Tensor, host_logprobs: torch.Tensor) -> None:
+        """Start the device -> host copy of every sampled row (asynchronous on CUDA)."""
+        n = len(self.requests)
+        tokens = torch.cat(self.device_tokens) if len(self.device_tokens) > 1 else self.device_tokens[0]
+        logprobs = torch.cat(self.device_logprobs) if len(self.device_logprobs) > 1 else self.device_logprobs[0]
+        self.host_tokens, self.host_logprobs = host_tokens[:n], host_logprobs[:n]
+        self.host_tokens.copy_(tokens, non_blocking=True)
+        self.host_logprobs.copy_(logprobs, non_blocking=True)
+        if tokens.is_cuda:
+            self.event = torch.cuda.Event()
+            self.event.record()
+        self.device_tokens, self.device_logprobs = [], []
 
-    @property
-    def max_tokens(self) -> int:
-        return len(self.prompt) + self.params.max_new_tokens
+    def wait(self) -> tuple[list[int], list[float]]:
+        if self.event is not None:
+            self.event.synchronize()
+        return self.host_tokens.tolist(), self.host_logprobs.tolist()
 
-    def last_token(self) -> int:
-        if self.candidates:
-            return self.candidates[-1]
-        return self.token_ids[-1] if self.token_ids else self.prompt[-1]
 
-    def num_speculable(self, window: int) -> int:
-        if not self.is_deterministic:
-            return 0
-        if self.candidates and self.candidates[-1] in self.stop_ids:
-            return 0
-        remaining = self.params.max_new_tokens - len(self.token_ids)
-        depth = window - 1 if self.draft_limit is None else min(window - 1, self.draft_limit)
-        return max(0, min(depth, remaining - 1) - len(self.candidates))
-
-    def adapt_draft_limit(self, commit: Commit, window: int) -> None:
-        """Halve the speculation depth after a rollback, double it after a full window is accepted.
-
-        Only when a request drafts and verifies happens changes: the committed tokens do not
-        (the contract holds for any verification schedule).
-        """
-        limit = window - 1 if self.draft_limit is None else self.draft_limit
-        if commit.num_rejected:
-            self.draft_limit = max(1, limit // 2)
-        elif commit.num_accepted >= limit:
-            self.draft_limit = min(window - 1, max(1, limit) * 2)
+def _check_injected(name: str, value, protocol, what: str) -> None:
+    if value is not None and not isinstance(value, protocol):
+        raise TypeError(f"{name} must be {what}, got {type(value).__name__}")
 
 
 class DVRGenerator:
     """Generation whose ``deterministic=True`` requests are bit-reproducible under dynamic batching.
 
-    Build one with :meth:`from_pretrained` (a Hugging Face checkpoint directory)
-    or :meth:`from_config` (seeded random weights). ``window`` (T) and ``group``
-    (G) fix the canonical pass at R = T * G rows; committed deterministic output
-    is a function of the weights, the prompt, the sampling params and this
-    canonical config only. On CUDA (``use_cuda_graphs=True``) the canonical pass
-    is replayed from one captured graph and fast decode steps from per-bucket graphs.
+    Build one with :meth:`from_pretrained` (a Hugging Face checkpoint directory or GGUF file)
+    or :meth:`from_config` (seeded random weights). ``window`` (T) and ``group`` (G) fix the
+    canonical pass at R = T * G rows; committed deterministic output is a function of the
+    weights, the prompt, the sampling params and this canonical config only. The engine's
+    other knobs are ``EngineConfig``'s fields, passed as keywords. On CUDA
+    (``use_cuda_graphs=True``) the canonical pass is replayed from one captured graph and
+    fast decode steps (forward and sampler) from per-bucket graphs.
     """
 
     def __init__(
@@ -148,36 +128,41 @@ class DVRGenerator:
         seed: int = 0,
         use_cuda_graphs: bool = True,
         adaptive_draft: bool = False,
+        overlap: bool = True,
     ):
         self.canonical_config = CanonicalConfig(window=window, group=group)
-        for name, value in (("max_num_seqs", max_num_seqs), ("max_fast_tokens", max_fast_tokens)):
-            if not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name} must be a positive integer, got {value!r}")
+        self.config = EngineConfig(
+            max_num_seqs=max_num_seqs, max_fast_tokens=max_fast_tokens, kv_cache_tokens=kv_cache_tokens,
+            block_size=block_size, prefix_cache=prefix_cache, seed=seed, use_cuda_graphs=use_cuda_graphs,
+            adaptive_draft=adaptive_draft, overlap=overlap,
+        )
+        _check_injected("scheduler", scheduler, Scheduler, "a Scheduler (an object with schedule(state))")
+        _check_injected("fast_policy", fast_policy, ReductionPolicy, "a ReductionPolicy")
+        _check_injected("canonical_policy", canonical_policy, ReductionPolicy, "a ReductionPolicy")
+        _check_injected("kv_store", kv_store, KVStoreProtocol, "a KVStoreProtocol")
+        if verifier is not None:
+            if not callable(getattr(verifier, "verify", None)):
+                raise TypeError(f"verifier must have verify(work, kv), got {type(verifier).__name__}")
+            if canonical_policy is not None:
+                raise ValueError("pass canonical_policy or verifier, not both: a verifier brings its own policy")
         self.cfg = cfg
         self.weights = weights
         self.tokenizer = tokenizer
         self.device = weights.device
-        self.max_num_seqs = max_num_seqs
-        self.max_fast_tokens = max_fast_tokens
-        # speculation depth per request: the full window (default), or halved on rollback and
-        # doubled on full acceptance, which wastes fewer candidates when the fast path drifts often
-        self.adaptive_draft = bool(adaptive_draft)
         self.runner = ModelRunner(weights, cfg)
         self.fast_policy = fast_policy if fast_policy is not None else FastPolicy()
         self.canonical_policy = canonical_policy if canonical_policy is not None else FixedShapePolicy()
-        # on CUDA the canonical pass is one captured graph (the default canonical policy is graph-safe)
         is_graphed = use_cuda_graphs and self.device.type == "cuda"
-        is_graph_safe = getattr(self.canonical_policy, "is_graph_safe", False)
-        verifier_type = GraphVerifier if is_graphed and is_graph_safe else Verifier
-        self.verifier = verifier if verifier is not None else verifier_type(
-            self.runner, self.canonical_policy, self.canonical_config
-        )
+        if verifier is None:
+            verifier = Verifier(self.runner, self.canonical_policy, self.canonical_config,
+                                use_graph=None if is_graphed else False)
+        else:
+            self.canonical_policy = getattr(verifier, "policy", self.canonical_policy)
+        self.verifier = verifier
         self.scheduler = scheduler if scheduler is not None else DefaultScheduler()
         if kv_store is None:
             if kv_cache_tokens is None:
                 kv_cache_tokens = _default_kv_tokens(cfg, weights.dtype, self.device)
-            elif not isinstance(kv_cache_tokens, int) or kv_cache_tokens < 1:
-                raise ValueError(f"kv_cache_tokens must be a positive integer, got {kv_cache_tokens!r}")
             kv_store = KVStore(
                 cfg,
                 num_blocks=-(-kv_cache_tokens // block_size),
@@ -188,31 +173,24 @@ class DVRGenerator:
                 enable_prefix_cache=prefix_cache,
             )
         self.kv = kv_store
+        self.decode_state = DecodeState(weights, cfg, self.kv, self.fast_policy, max_num_seqs=max_num_seqs)
+        self.decode_graphs = None
         if is_graphed and getattr(self.fast_policy, "is_graph_safe", False):
-            self.runner.decode_graphs = DecodeGraphs(
-                self.runner, self.fast_policy, self.kv, max_batch_size=min(max_num_seqs, max_fast_tokens)
-            )
+            self.decode_graphs = DecodeGraphs(self.decode_state, max_batch_size=min(max_num_seqs, max_fast_tokens))
         self._rng = random.Random(seed)  # seeds for non-deterministic requests that give none
-        self._ids = itertools.count()
-        self._arrivals = itertools.count()
-        self._waiting: list[_Request] = []
-        self._running: dict[int, _Request] = {}
-        self._finished: dict[int, Completion] = {}
+        self._num_ids = 0
+        self._pool = RequestPool(max_num_seqs=max_num_seqs, window=window, adaptive_draft=adaptive_draft)
+        self.stats = self._pool.stats
         self._num_steps = 0
         self._events: dict[int, list[int]] = {}
-        self.stats: dict[str, int] = {
-            "steps": 0,
-            "fast_steps": 0,
-            "fast_tokens": 0,
-            "canonical_passes": 0,
-            "canonical_rows": 0,
-            "canonical_rows_used": 0,
-            "committed_tokens": 0,
-            "accepted_tokens": 0,
-            "rollbacks": 0,
-            "recomputed_tokens": 0,
-            "prefix_cached_tokens": 0,
-        }
+        self._fast_in_flight: _FastRecord | None = None
+        self._canonical_in_flight: LaunchedPass | None = None
+        pin = self.device.type == "cuda"
+        # two pinned read-back buffers: one being filled by the step in flight, one being read
+        rows = max_fast_tokens + max_num_seqs
+        self._readback = [(torch.zeros(rows, dtype=torch.int64, pin_memory=pin),
+                           torch.zeros(rows, dtype=torch.float32, pin_memory=pin)) for _ in range(2)]
+        self._readback_turn = 0
 
     # -- construction ---------------------------------------------------------------------------
     @classmethod
@@ -222,20 +200,29 @@ class DVRGenerator:
         *,
         device: str | torch.device = "cpu",
         dtype: torch.dtype | None = None,
-        window: int = 32,
-        group: int = 8,
+        window: int | None = None,
+        group: int | None = None,
         **kwargs,
     ) -> "DVRGenerator":
-        """Load a HF checkpoint directory (``None``: the embedded stories260K model)."""
+        """Load a HF checkpoint directory, a ``.gguf`` file or a directory holding one (dequantized to
+        ``dtype``); ``None``: the embedded stories260K model.
+
+        ``window``/``group`` left out: the device's defaults, 32 x 8 on CUDA and 8 x 4 on the
+        CPU (``llm42.defaults``); they are part of the canonical config, so pass them explicitly
+        where runs on different devices or versions must agree.
+        """
+        device = torch.device(device)
+        default_window, default_group = default_canonical_size(device)
+        window = default_window if window is None else window
+        group = default_group if group is None else group
         CanonicalConfig(window=window, group=group)  # reject bad sizes before loading anything
         path = embedded_model_path() if path is None else Path(path)
-        device = torch.device(device)
         if dtype is None:
             dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
-        cfg = load_config(path)
-        weights = load_weights(path, cfg, dtype=dtype, device=device)
-        tokenizer = kwargs.pop("tokenizer", None) or load_tokenizer(path)
-        return cls(weights, cfg, tokenizer=tokenizer, window=window, group=group, **kwargs)
+        tokenizer = kwargs.pop("tokenizer", None)
+        checkpoint = load_checkpoint(path, dtype=dtype, device=device, with_tokenizer=tokenizer is None)
+        return cls(checkpoint.weights, checkpoint.cfg, tokenizer=tokenizer or checkpoint.tokenizer,
+                   window=window, group=group, **kwargs)
 
     @classmethod
     def from_config(
@@ -254,22 +241,7 @@ class DVRGenerator:
 
     # -- validation -----------------------------------------------------------------------------
     def _encode(self, prompt) -> list[int]:
-        if isinstance(prompt, str):
-            if self.tokenizer is None:
-                raise ValueError("prompt is a string but this model has no tokenizer; pass token ids")
-            prompt = self.tokenizer(prompt)["input_ids"]
-        if isinstance(prompt, torch.Tensor):
-            prompt = prompt.tolist()
-        if not isinstance(prompt, (list, tuple)):
-            raise TypeError(f"prompt must be a list of token ids or a string, got {type(prompt).__name__}")
-        if len(prompt) == 0:
-            raise ValueError("prompt is empty")
-        for token in prompt:
-            if not isinstance(token, int) or isinstance(token, bool):
-                raise TypeError(f"prompt token ids must be ints, got {type(token).__name__} {token!r}")
-            if not 0 <= token < self.cfg.vocab_size:
-                raise ValueError(f"prompt token id {token} is outside [0, {self.cfg.vocab_size})")
-        return list(prompt)
+        return encode_prompt(self.tokenizer, prompt, self.cfg.vocab_size)
 
     def _check(self, prompt: list[int], params: SamplingParams) -> None:
         if not isinstance(params, SamplingParams):
@@ -304,40 +276,58 @@ class DVRGenerator:
         stop_ids = set(params.stop_token_ids)
         if not params.ignore_eos:
             stop_ids |= set(self.cfg.eos_token_ids)
-        rid = next(self._ids)
-        self._waiting.append(_Request(rid, ids, params, _seed_to_int64(seed), frozenset(stop_ids), -1))
+        rid = self._num_ids
+        self._num_ids += 1
+        self._pool.enqueue(Request(rid, ids, params, seed_to_int64(seed), frozenset(stop_ids)))
         return rid
 
     def has_unfinished(self) -> bool:
-        return bool(self._waiting or self._running)
+        return self._pool.has_unfinished()
 
     def result(self, rid: int) -> Completion:
         """The Completion of a finished request."""
-        if rid in self._finished:
-            return self._finished[rid]
-        if rid in self._running or any(r.rid == rid for r in self._waiting):
-            raise ValueError(f"request {rid} has not finished")
-        raise KeyError(f"unknown request id {rid}")
+        state = self._pool.state_of(rid)
+        if state == "finished":
+            return self._pool.finished[rid]
+        if state == "unknown":
+            raise KeyError(f"unknown request id {rid}")
+        raise ValueError(f"request {rid} has not finished")
 
     def step(self) -> dict[int, list[int]]:
         """One engine iteration: schedule -> fast step -> canonical pass -> commit.
 
         Returns the tokens newly committed in this step, per request id.
         """
+        # events live on the generator until returned: if a later phase of this step raises,
+        # tokens an earlier phase already committed are reported by the next successful step
+        events = self._events
         self._admit()
-        state = self._scheduler_state()
+        if self._canonical_in_flight is not None and self._canonical_in_flight.is_ready():
+            self._finish_canonical(events)
+        state = SchedulerState(self._pool.views(), self.canonical_config.window, self.canonical_config.group,
+                               self.config.max_fast_tokens, self._num_steps)
         plan = self.scheduler.schedule(state)
         validate_plan(plan, state)
-        if plan.is_empty and self._running:
+        is_idle = self._fast_in_flight is None and self._canonical_in_flight is None
+        if plan.is_empty and is_idle and self._pool.running:
             raise RuntimeError(
                 f"scheduler {type(self.scheduler).__name__} returned an empty plan with "
-                f"{len(self._running)} requests running; no progress is possible"
+                f"{len(self._pool.running)} requests running; no progress is possible"
             )
-        # events live on the generator until returned: if a later phase of this step raises,
-        # tokens the fast phase already committed are reported by the next successful step
-        events = self._events
-        self._fast_step(plan, events)
-        self._canonical_pass(plan, events)
+        launched = self._launch_fast(plan)
+        previous, self._fast_in_flight = self._fast_in_flight, launched
+        self._read_fast(previous, events)
+        if not self.config.overlap:
+            self._fast_in_flight = None
+            self._read_fast(launched, events)
+        if plan.has_canonical_pass:
+            if self._canonical_in_flight is not None:  # one pass at a time: its static buffers are shared
+                self._finish_canonical(events)
+            self._launch_canonical(plan)
+            # applied now when it has already finished (always on the CPU), else by a later step
+            launched = self._canonical_in_flight
+            if launched is not None and (not self.config.overlap or launched.is_ready()):
+                self._finish_canonical(events)
         self._num_steps += 1
         self.stats["steps"] += 1
         self._events = {}
@@ -353,15 +343,16 @@ class DVRGenerator:
             for rid, tokens in self.step().items():
                 if rid in index:
                     yield index[rid], tokens
-            pending = {rid for rid in pending if rid not in self._finished}
+            pending = {rid for rid in pending if rid not in self._pool.finished}
 
     def generate(self, prompts: Sequence, params: SamplingParams | Sequence[SamplingParams] | None = None,
                  ) -> list[Completion]:
         """Run ``prompts`` to completion; results come back in the order of ``prompts``."""
         rids = self._submit_all(prompts, params)
-        while any(rid not in self._finished for rid in rids):
+        finished = self._pool.finished
+        while any(rid not in finished for rid in rids):
             self.step()
-        return [self._finished.pop(rid) for rid in rids]
+        return [finished.pop(rid) for rid in rids]
 
     def _submit_all(self, prompts: Sequence, params) -> list[int]:
         if isinstance(prompts, (str, bytes)) or not isinstance(prompts, Sequence):
@@ -382,150 +373,132 @@ class DVRGenerator:
 
     # -- engine internals -----------------------------------------------------------------------
     def _admit(self) -> None:
-        while self._waiting and len(self._running) < self.max_num_seqs:
-            req = self._waiting[0]
-            # reuse canonical K/V of a cached prefix; the last prompt token is always computed,
-            # since its row yields the first output token
-            prefix = self.kv.match_prefix(req.prompt[:-1])
-            if not self.kv.can_allocate(req.max_tokens, prefix):
-                break
-            self._waiting.pop(0)
-            self.kv.allocate(req.rid, req.max_tokens, prefix)
-            req.num_prefilled = len(prefix) * self.kv.block_size
-            self.stats["prefix_cached_tokens"] += req.num_prefilled
-            req.arrival = next(self._arrivals)
-            self._running[req.rid] = req
+        for req in self._pool.admit(self.kv):
+            self.decode_state.admit(req.slot, req.rid, req.params, req.seed)
 
-    def _scheduler_state(self) -> SchedulerState:
-        window = self.canonical_config.window
-        views = tuple(
-            RequestView(
-                rid=r.rid,
-                is_deterministic=r.is_deterministic,
-                num_prompt_tokens=len(r.prompt),
-                num_prefilled=r.num_prefilled,
-                num_generated=len(r.token_ids),
-                num_candidates=len(r.candidates),
-                num_speculable=r.num_speculable(window),
-                arrival=r.arrival,
-            )
-            for r in sorted(self._running.values(), key=lambda r: r.arrival)
-        )
-        return SchedulerState(views, window, self.canonical_config.group, self.max_fast_tokens, self._num_steps)
-
-    def _segment(self, req: _Request, tokens: list[int], start: int) -> Segment:
-        return Segment(req.rid, tuple(tokens), start, req.params, req.seed)
-
-    def _fast_step(self, plan: Plan, events: dict[int, list[int]]) -> None:
-        segments: list[Segment] = []
-        for chunk in plan.fast_prefill:
-            req = self._running[chunk.rid]
-            start = req.num_prefilled
-            segments.append(self._segment(req, req.prompt[start: start + chunk.num_tokens], start))
-        for rid in plan.fast_decode:
-            req = self._running[rid]
-            position = req.num_committed + len(req.candidates) - 1
-            segments.append(self._segment(req, [req.last_token()], position))
-        if not segments:
-            return
-        for seg in segments:
-            self.kv.append(seg.rid, seg.end)
-        rows = self.runner.sampling_rows([(s.params, s.seed, s.end) for s in segments], len(segments))
-        out = self.runner.run_fast(segments, self.kv, self.fast_policy, rows)
-        self.stats["fast_steps"] += 1
-        # state changes only after the whole step computed: a failure above leaves requests untouched
-        num_prefill = len(plan.fast_prefill)
-        for i, seg in enumerate(segments):
-            req = self._running[seg.rid]
-            if i < num_prefill:
-                req.num_prefilled = seg.end
-                if req.is_prefill:
-                    continue
-            self.stats["fast_tokens"] += 1
-            token, logprob = out.tokens[i], out.logprobs[i]
-            if req.is_deterministic:
-                req.candidates.append(token)
+    def _launch_fast(self, plan: Plan) -> _FastRecord | None:
+        """Queue the plan's fast step on the device; nothing is read back here."""
+        if not plan.fast_decode and not plan.fast_prefill:
+            return None
+        running, state = self._pool.running, self.decode_state
+        record = _FastRecord()
+        decode = [running[rid] for rid in plan.fast_decode]
+        if decode:
+            max_position = 0
+            for req in decode:
+                position = req.next_position
+                state.ensure_blocks(req.slot, req.rid, position)
+                max_position = max(max_position, position)
+            state.flush()
+            num = len(decode)
+            graphs = self.decode_graphs
+            use_graph = graphs is not None and num <= graphs.max_batch_size
+            is_sampled = state.stage_batch([r.slot for r in decode], graphs.bucket_for(num) if use_graph else num)
+            if use_graph:
+                tokens, logprobs = graphs.run(num, is_sampled)
             else:
-                self._commit_tokens(req, [token], [logprob], events)
+                tokens, logprobs = state.decode(num, is_any_sampled=is_sampled, max_context_len=max_position + 1)
+            record.add(decode, tokens, logprobs)
+        try:
+            if plan.fast_prefill:
+                self._launch_prefill(plan, record)
+        finally:
+            if record.requests:  # decode rows ran: their tokens must be read back even if prefill failed
+                self.stats["fast_steps"] += 1
+                buffers = self._readback[self._readback_turn]
+                self._readback_turn ^= 1
+                record.copy_out(*buffers)
+        return record if record.requests else None
 
-    def _canonical_pass(self, plan: Plan, events: dict[int, list[int]]) -> None:
-        if not plan.has_canonical_pass:
+    def _launch_prefill(self, plan: Plan, record: _FastRecord) -> None:
+        running, state = self._pool.running, self.decode_state
+        segments, finals = [], []
+        for chunk in plan.fast_prefill:
+            req = running[chunk.rid]
+            start = req.num_prefilled
+            seg = Segment(req.rid, tuple(req.prompt[start: start + chunk.num_tokens]), start, req.params, req.seed)
+            self.kv.append(req.rid, seg.end)
+            state.sync_table(req.slot, req.rid)
+            segments.append(seg)
+        rows = self.runner.sampling_rows([(s.params, s.seed, s.end) for s in segments], len(segments))
+        tokens, logprobs = self.runner.forward_sample(self.runner.fast_inputs(segments, self.kv), self.kv,
+                                                      self.fast_policy, rows)
+        if not record.requests:
+            self.stats["fast_steps"] += 1
+        for i, seg in enumerate(segments):
+            req = running[seg.rid]
+            req.num_prefilled = seg.end
+            if not req.is_prefill:
+                finals.append(i)
+        if finals:
+            reqs = [running[segments[i].rid] for i in finals]
+            index = torch.tensor(finals, device=self.device)
+            state.set_first_tokens(torch.tensor([r.slot for r in reqs], device=self.device), tokens[index])
+            for req in reqs:
+                state.set_next(req.slot, None, len(req.prompt))
+            record.add(reqs, tokens[index], logprobs[index])
+
+    def _read_fast(self, record: _FastRecord | None, events: dict[int, list[int]]) -> None:
+        """Read a fast step's tokens back: candidates of deterministic requests, commits of the others."""
+        if record is None:
             return
+        tokens, logprobs = record.wait()
+        running = self._pool.running
+        for req, token, logprob in zip(record.requests, tokens, logprobs):
+            req.num_pending -= 1
+            if running.get(req.rid) is not req:
+                continue  # finished while this token was in flight: it is past the request's end
+            if self._pool.apply_fast(req, token, logprob, events):
+                self._finish(req)
+
+    def _launch_canonical(self, plan: Plan) -> None:
+        running = self._pool.running
         work: list[CanonicalWork] = []
         for chunk in plan.canonical_prefill:
-            req = self._running[chunk.rid]
+            req = running[chunk.rid]
             start = req.num_prefilled
-            seg = self._segment(req, req.prompt[start: start + chunk.num_tokens], start)
+            seg = Segment(req.rid, tuple(req.prompt[start: start + chunk.num_tokens]), start, req.params, req.seed)
             work.append(CanonicalWork(seg, is_prefill=True, is_last_chunk=seg.end == len(req.prompt)))
         for rid in plan.verify:
-            req = self._running[rid]
-            window = [self._committed_token(req, req.num_committed - 1)] + req.candidates
-            work.append(CanonicalWork(self._segment(req, window, req.num_committed - 1), is_prefill=False))
-        commits = self.verifier.verify(work, self.kv)
+            req = running[rid]
+            start = req.num_committed - 1
+            window = (req.committed_token(start), *req.candidates)
+            work.append(CanonicalWork(Segment(req.rid, window, start, req.params, req.seed), is_prefill=False))
+        launch = getattr(self.verifier, "launch", None)
+        if launch is None:  # a user's verifier with verify() only: synchronous
+            self._apply_commits(work, self.verifier.verify(work, self.kv), self._events)
+        else:
+            self._canonical_in_flight = launch(work, self.kv)
+            for w in work:
+                running[w.segment.rid].is_verifying = True
         self.stats["canonical_passes"] += 1
         self.stats["canonical_rows"] += self.canonical_config.num_rows
         self.stats["canonical_rows_used"] += sum(len(w.segment.tokens) for w in work)
+
+    def _finish_canonical(self, events: dict[int, list[int]]) -> None:
+        launched, self._canonical_in_flight = self._canonical_in_flight, None
+        running = self._pool.running
+        try:
+            commits = self.verifier.finish(launched, self.kv)
+        finally:
+            for w in launched.work:
+                running[w.segment.rid].is_verifying = False
+        self._apply_commits(launched.work, commits, events)
+
+    def _apply_commits(self, work: list[CanonicalWork], commits: list[Commit], events: dict[int, list[int]]) -> None:
+        state = self.decode_state
         for commit in commits:
-            self._apply_commit(commit, events)
+            req = self._pool.running[commit.rid]
+            is_finished = self._pool.apply_commit(req, commit, self.kv, events)
+            state.sync_table(req.slot, req.rid)  # the pass appended blocks, the rollback may have dropped some
+            if is_finished:
+                self._finish(req)
+            elif commit.token_ids:
+                state.set_next(req.slot, req.token_ids[-1], req.num_committed - 1)
 
-    @staticmethod
-    def _committed_token(req: _Request, position: int) -> int:
-        return req.prompt[position] if position < len(req.prompt) else req.token_ids[position - len(req.prompt)]
-
-    def _apply_commit(self, commit: Commit, events: dict[int, list[int]]) -> None:
-        req = self._running[commit.rid]
-        if commit.is_prefill:
-            req.num_prefilled = commit.num_kv_valid
-        else:
-            self.stats["accepted_tokens"] += commit.num_accepted
-            if commit.num_rejected:
-                req.num_rollbacks += 1
-                req.num_recomputed += commit.num_rejected
-                self.stats["rollbacks"] += 1
-                self.stats["recomputed_tokens"] += commit.num_rejected
-            req.candidates.clear()
-            if self.adaptive_draft:
-                req.adapt_draft_limit(commit, self.canonical_config.window)
-        # index the now-canonical full blocks before the request may finish and release them
-        self.kv.publish(req.rid, req.prompt + req.token_ids + list(commit.token_ids))
-        if commit.token_ids:
-            self._commit_tokens(req, list(commit.token_ids), list(commit.logprobs), events)
-
-    def _commit_tokens(self, req: _Request, tokens: list[int], logprobs: list[float],
-                       events: dict[int, list[int]]) -> None:
-        """Append committed tokens, deciding stops on committed tokens only."""
-        accepted: list[int] = []
-        for token, logprob in zip(tokens, logprobs):
-            req.token_ids.append(token)
-            req.logprobs.append(logprob)
-            accepted.append(token)
-            if token in req.stop_ids:
-                req.finish_reason = "stop"
-                break
-            if len(req.token_ids) >= req.params.max_new_tokens:
-                req.finish_reason = "length"
-                break
-        self.stats["committed_tokens"] += len(accepted)
-        events.setdefault(req.rid, []).extend(accepted)
-        if req.finish_reason is not None:
-            self._finish(req)
-
-    def _finish(self, req: _Request) -> None:
-        del self._running[req.rid]
-        self.kv.free(req.rid)
-        text = None
-        if self.tokenizer is not None:
-            text = self.tokenizer.decode(req.token_ids, skip_special_tokens=True)
-        self._finished[req.rid] = Completion(
-            request_id=req.rid,
-            prompt_token_ids=list(req.prompt),
-            token_ids=list(req.token_ids),
-            text=text,
-            finish_reason=req.finish_reason,
-            logprobs=list(req.logprobs) if req.params.logprobs else None,
-            num_rollbacks=req.num_rollbacks,
-            num_recomputed=req.num_recomputed,
-        )
+    def _finish(self, req: Request) -> None:
+        self._pool.finish(req, self.kv, self.tokenizer)
+        self.decode_state.release(req.slot)
 
     # -- helpers for tests and tools -------------------------------------------------------------
     @property
@@ -534,11 +507,13 @@ class DVRGenerator:
 
     def committed_tokens(self, rid: int) -> list[int]:
         """Tokens committed so far for a running or finished request."""
-        if rid in self._finished:
-            return list(self._finished[rid].token_ids)
-        if rid in self._running:
-            return list(self._running[rid].token_ids)
-        if any(r.rid == rid for r in self._waiting):
+        pool = self._pool
+        state = pool.state_of(rid)
+        if state == "finished":
+            return list(pool.finished[rid].token_ids)
+        if state == "running":
+            return list(pool.running[rid].token_ids)
+        if state == "waiting":
             return []
         raise KeyError(f"unknown request id {rid}")
 

@@ -1,4 +1,4 @@
-"""Turns row segments into StepInputs and runs the model + sampler on them."""
+"""Turns row segments into StepInputs and runs the model + sampler on them (the fast path's prefill rows)."""
 
 from __future__ import annotations
 
@@ -44,8 +44,6 @@ class ModelRunner:
         self.weights = weights
         self.cfg = cfg
         self.device = weights.device
-        # CUDA graphs of fast decode steps (llm42.verify.graph.DecodeGraphs); None = always eager
-        self.decode_graphs = None
 
     def _tensor(self, values, dtype=torch.int64) -> torch.Tensor:
         return torch.tensor(values, dtype=dtype, device=self.device)
@@ -78,41 +76,13 @@ class ModelRunner:
         )
 
     def canonical_inputs(self, segments: list[Segment], kv: KVStoreProtocol, num_rows: int) -> StepInputs:
-        """Exactly ``num_rows`` rows, each its own sequence; unused rows are dummy rows.
+        """The inputs a canonical pass of ``num_rows`` rows stages for ``segments`` (for tests and tools).
 
-        Every tensor's shape depends on ``num_rows`` and the model's context
-        length only. Dummy rows hold token 0 at position 0, read the scratch
-        block and write distinct scratch slots.
+        Built by the one canonical-pass implementation (``llm42.verify.CanonicalPass``), eagerly.
         """
-        width = -(-self.cfg.max_position_embeddings // kv.block_size)
-        num_real = sum(len(seg.tokens) for seg in segments)
-        if num_real > num_rows:
-            raise ValueError(f"canonical pass got {num_real} rows, more than R = {num_rows}")
-        # per-row block tables [R, width], filled a request at a time (a long context makes this
-        # table large; building it from Python lists would dominate a CPU pass)
-        tables = torch.full((num_rows, width), kv.scratch_block, dtype=torch.int64)
-        tokens, positions, slots = [], [], []
-        for seg in segments:
-            table = torch.tensor(kv.block_table(seg.rid), dtype=torch.int64)
-            tables[len(tokens): len(tokens) + len(seg.tokens), : len(table)] = table
-            tokens += seg.tokens
-            positions += range(seg.start, seg.end)
-            slots += kv.slots(seg.rid, seg.start, seg.end)
-        for i in range(num_real, num_rows):
-            tokens.append(0)
-            positions.append(0)
-            slots.append(kv.scratch_slot(i))
-        return StepInputs(
-            token_ids=self._tensor(tokens),
-            positions=self._tensor(positions),
-            slot_mapping=self._tensor(slots),
-            row_seq=torch.arange(num_rows, device=self.device),
-            block_tables=tables.to(self.device),
-            context_lens=self._tensor(positions) + 1,
-            seq_starts=tuple(range(num_rows + 1)),
-            max_context_len=max(positions) + 1,
-            logits_rows=None,
-        )
+        from llm42.verify.canonical_pass import CanonicalPass  # verify/ sits above the runner
+
+        return CanonicalPass(self.weights, self.cfg, None, num_rows, use_graph=False).stage(segments, kv)
 
     def sampling_rows(self, per_row: list[tuple[SamplingParams, int, int]], num_rows: int) -> SamplingRows:
         """``per_row``: (params, seed, position of the sampled token); rows past it are greedy dummies."""
@@ -128,17 +98,10 @@ class ModelRunner:
 
     def run(self, inputs: StepInputs, kv: KVStoreProtocol, policy: ReductionPolicy,
             rows: SamplingRows) -> StepOutput:
-        logits = forward(self.weights, self.cfg, inputs, kv.layers(), policy)
-        tokens, logprobs = sample(logits, rows)
+        tokens, logprobs = self.forward_sample(inputs, kv, policy, rows)
         return StepOutput(tokens.tolist(), logprobs.tolist())
 
-    def run_fast(self, segments: list[Segment], kv: KVStoreProtocol, policy: ReductionPolicy,
-                 rows: SamplingRows) -> StepOutput:
-        """A fast step over ``segments``: a captured decode graph when one fits (one token row per
-        sequence, the graphs' policy and K/V store), otherwise eagerly through ``fast_inputs``."""
-        graphs = self.decode_graphs
-        if graphs is not None and policy is graphs.policy and graphs.can_run(segments, kv):
-            logits = graphs.forward(segments, kv)
-            tokens, logprobs = sample(logits, rows)
-            return StepOutput(tokens.tolist(), logprobs.tolist())
-        return self.run(self.fast_inputs(segments, kv), kv, policy, rows)
+    def forward_sample(self, inputs: StepInputs, kv: KVStoreProtocol, policy: ReductionPolicy,
+                       rows: SamplingRows) -> tuple[torch.Tensor, torch.Tensor]:
+        """Forward + sampler, results left on the device: (tokens [L], log-probs [L])."""
+        return sample(forward(self.weights, self.cfg, inputs, kv.layers(), policy), rows)

@@ -13,12 +13,15 @@ verified.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Protocol, runtime_checkable
+from typing import NamedTuple, Protocol, runtime_checkable
 
 
-@dataclass(frozen=True)
-class RequestView:
-    """What a scheduler may know about one admitted, unfinished request."""
+class RequestView(NamedTuple):
+    """What a scheduler may know about one admitted, unfinished request (immutable).
+
+    A named tuple rather than a frozen dataclass: the engine builds one per running
+    request per step, and a tuple is built in a quarter of the time.
+    """
 
     rid: int
     is_deterministic: bool

@@ -10,7 +10,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import random
 
 import pytest
@@ -24,8 +23,10 @@ from llm42.model.forward import forward  # noqa: E402
 from llm42.policies import FastPolicy, FixedShapePolicy  # noqa: E402
 from llm42.runner import ModelRunner, Segment  # noqa: E402
 from llm42.sampler import SamplingRows, sample  # noqa: E402
-from llm42.verify import CanonicalConfig, Verifier  # noqa: E402
-from llm42.verify.graph import CanonicalGraph, DecodeGraphs, GraphVerifier  # noqa: E402
+from llm42.verify import CanonicalConfig  # noqa: E402
+from llm42.cuda_graphs import DecodeGraphs  # noqa: E402
+from llm42.engine.decode_state import DecodeState  # noqa: E402
+from llm42.verify.canonical_pass import CanonicalPass  # noqa: E402
 
 pytestmark = pytest.mark.gpu
 
@@ -78,7 +79,7 @@ def test_needle_is_bit_identical_alone_and_in_random_batches(llama8b, report):
     rng = random.Random(42)
     needle_prompt = random_prompt(rng, cfg.vocab_size, 300)  # > R rows: canonical prefill spans two passes
     gen = make_generator(llama8b)
-    assert isinstance(gen.verifier, GraphVerifier) and gen.runner.decode_graphs is not None
+    assert gen.verifier.is_graphed and gen.decode_graphs is not None
     alone = {name: gen.generate([needle_prompt], [p])[0] for name, p in NEEDLES.items()}
     alone = {name: (tuple(c.token_ids), tuple(c.logprobs)) for name, c in alone.items()}
     assert all(len(tokens) == 64 for tokens, _ in alone.values())
@@ -102,7 +103,7 @@ def test_needle_is_bit_identical_alone_and_in_random_batches(llama8b, report):
 
     # eager (no CUDA graphs anywhere) commits the same bits as graph replay
     eager = make_generator(llama8b, use_cuda_graphs=False)
-    assert type(eager.verifier) is Verifier and eager.runner.decode_graphs is None
+    assert not eager.verifier.is_graphed and eager.decode_graphs is None
     for name in ("greedy", "sampled"):
         c = eager.generate([needle_prompt], [NEEDLES[name]])[0]
         assert (tuple(c.token_ids), tuple(c.logprobs)) == alone[name]
@@ -151,12 +152,12 @@ def test_canonical_row_logits_do_not_depend_on_the_pass(llama8b, report):
 def test_canonical_graph_replay_equals_eager(llama8b):
     """The captured canonical pass (forward + sampler) gives the eager pass's tokens and log-probs bit for bit."""
     cfg, weights = llama8b
-    runner = ModelRunner(weights, cfg)
     policy = FixedShapePolicy()
     config = CanonicalConfig(window=WINDOW, group=GROUP)
     kv = KVStore(cfg, num_blocks=1024, block_size=16, num_scratch_slots=256, dtype=weights.dtype, device="cuda")
-    graph = CanonicalGraph(runner, policy, config.num_rows)
-    assert graph.is_graphed
+    graphed = CanonicalPass(weights, cfg, policy, config.num_rows)
+    eager = CanonicalPass(weights, cfg, policy, config.num_rows, use_graph=False)
+    assert graphed.is_graphed and not eager.is_graphed
     rng = random.Random(5)
     for trial in range(3):
         prompts = [random_prompt(rng, cfg.vocab_size, rng.randint(1, 80)) for _ in range(rng.randint(1, 3))]
@@ -168,41 +169,47 @@ def test_canonical_graph_replay_equals_eager(llama8b):
             kv.append(rid, len(prompt))
         segments = [Segment(rid, tuple(p), 0, sp, sp.seed) for rid, p, sp in zip(rids, prompts, all_params)]
         per_row = [(s.params, s.seed, pos + 1) for s in segments for pos in range(s.start, s.end)]
-        eager = runner.run(runner.canonical_inputs(segments, kv, config.num_rows), kv, policy,
-                           runner.sampling_rows(per_row, config.num_rows))
-        inputs = graph.canonical_inputs(segments, kv, config.num_rows)
-        replayed = graph.run(inputs, kv, policy, graph.sampling_rows(per_row, config.num_rows))
+        want = eager.launch(segments, kv, per_row).wait()
+        got = graphed.launch(segments, kv, per_row).wait()  # on its own stream, read back through pinned memory
         # padding rows read a scratch slot no row of this pass wrote: only real rows are comparable
         num_real = len(per_row)
-        assert replayed.tokens[:num_real] == eager.tokens[:num_real]
-        assert replayed.logprobs[:num_real] == eager.logprobs[:num_real]
+        assert got[0][:num_real] == want[0][:num_real]
+        assert got[1][:num_real] == want[1][:num_real]
         for rid in rids:
             kv.free(rid)
 
 
 def test_decode_graph_replay_equals_eager_at_the_bucket_shape(llama8b):
+    """The captured decode step (gather from the device state, forward, sampler, scatter) == the eager step."""
     cfg, weights = llama8b
-    runner = ModelRunner(weights, cfg)
     policy = FastPolicy()
     kv = KVStore(cfg, num_blocks=1024, block_size=16, num_scratch_slots=256, dtype=weights.dtype, device="cuda")
-    graphs = DecodeGraphs(runner, policy, kv, max_batch_size=32)
+    state = DecodeState(weights, cfg, kv, policy, max_num_seqs=32)
+    graphs = DecodeGraphs(state, max_batch_size=32)
     rng = random.Random(9)
     num_seqs = 16  # a bucket: the eager GEMMs see the same M as the replay
-    segments = []
+    slots = []
     for rid in range(num_seqs):
         length = rng.randint(1, 300)
         kv.allocate(rid, length)
         kv.append(rid, length)
-        segments.append(Segment(rid, (rng.randrange(cfg.vocab_size),), length - 1, SamplingParams(), 0))
+        state.admit(rid, rid, SamplingParams(), 0)
+        state.set_next(rid, rng.randrange(cfg.vocab_size), length - 1)
+        slots.append(rid)
+    state.flush()
     for layer in range(cfg.num_layers):  # random K/V, never zeros
         kv.layers().k[layer].normal_()
         kv.layers().v[layer].normal_()
-    replayed = graphs.forward(segments, kv).clone()
-    inputs = runner.fast_inputs(segments, kv)
+    saved = state.snapshot()
+    state.stage_batch(slots, num_seqs)
+    replayed = [t.clone() for t in graphs.run(num_seqs, False)]
+    after_replay = state.snapshot()
+    state.restore(saved)
+    state.stage_batch(slots, num_seqs)
     # the graph fixed attention's split count from the model's context length: give eager the same bound
-    inputs = dataclasses.replace(inputs, max_context_len=cfg.max_position_embeddings, logits_rows=None)
-    eager = forward(weights, cfg, inputs, kv.layers(), policy)
-    assert torch.equal(replayed, eager)
+    eager = state.decode(num_seqs, is_any_sampled=False, max_context_len=cfg.max_position_embeddings)
+    assert torch.equal(replayed[0], eager[0]) and torch.equal(replayed[1], eager[1])
+    assert all(torch.equal(a, b) for a, b in zip(after_replay, state.snapshot()))  # the same scatter
 
 
 def test_sync_free_sampler_matches_the_synchronising_one():

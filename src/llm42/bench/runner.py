@@ -102,13 +102,13 @@ def _graph_batch_invariant_decode(gen: DVRGenerator) -> list[str]:
     Capturing here, before timing, keeps a capture failure from ending the run:
     it then goes on eagerly and says so.
     """
-    graphs = gen.runner.decode_graphs
+    graphs = gen.decode_graphs
     if graphs is None:
         return ["BatchInvariantPolicy ran without decode CUDA graphs"]
     try:
-        graphs.capture()
+        gen.generate([[1] * 4] * graphs.max_batch_size, SamplingParams(max_new_tokens=2, ignore_eos=True))
     except Exception as exc:  # noqa: BLE001 - reported in the run's notes, the run continues eagerly
-        gen.runner.decode_graphs = None
+        gen.decode_graphs = None
         return [f"decode CUDA graphs for BatchInvariantPolicy failed ({type(exc).__name__}: {exc}); ran eagerly"]
     return []
 

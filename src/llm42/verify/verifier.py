@@ -1,12 +1,12 @@
-"""The Verifier: runs the canonical pass over verify windows and prompt chunks, then commits/rolls back."""
+"""The Verifier: runs canonical passes over verify windows and prompt chunks, then commits/rolls back."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from llm42.kv_store import KVStoreProtocol
 from llm42.policies.base import ReductionPolicy
 from llm42.runner import ModelRunner, Segment
+from llm42.verify.canonical_pass import CanonicalPass, PassResult
 from llm42.verify.windows import CanonicalConfig, Commit, commit_window
 
 
@@ -24,39 +24,69 @@ class CanonicalWork:
     is_last_chunk: bool = False
 
 
-class Verifier:
-    """Runs canonical passes of exactly R rows with a shape-closed policy."""
+@dataclass
+class LaunchedPass:
+    """A canonical pass on its way: its work and the device result to read."""
 
-    def __init__(self, runner: ModelRunner, policy: ReductionPolicy, config: CanonicalConfig):
+    work: list[CanonicalWork]
+    result: PassResult
+
+    def is_ready(self) -> bool:
+        return self.result.is_ready()
+
+
+class Verifier:
+    """Runs canonical passes of exactly R rows with a shape-closed policy.
+
+    ``launch`` stages and starts a pass (on its own CUDA stream, so free requests'
+    fast steps keep running); ``finish`` waits for it and applies the commit rule,
+    rolling back each request's K/V to its committed prefix. ``verify`` is the two
+    in one. ``use_graph=None`` captures the pass as a CUDA graph on CUDA and runs the
+    same static-buffer pass eagerly elsewhere.
+    """
+
+    def __init__(self, runner: ModelRunner, policy: ReductionPolicy, config: CanonicalConfig, *,
+                 use_graph: bool | None = None):
         if not getattr(policy, "is_shape_closed", False):
             raise ValueError(f"canonical_policy {policy!r} is not shape-closed (is_shape_closed is not True)")
-        self.runner = runner
+        if use_graph and not getattr(policy, "is_graph_safe", False):
+            raise ValueError(f"canonical_policy {policy!r} cannot be captured in a CUDA graph (is_graph_safe)")
+        if use_graph is None and not getattr(policy, "is_graph_safe", False):
+            use_graph = False
         self.policy = policy
         self.config = config
+        self.canonical_pass = CanonicalPass(runner.weights, runner.cfg, policy, config.num_rows, use_graph=use_graph)
 
-    def verify(self, work: list[CanonicalWork], kv: KVStoreProtocol) -> list[Commit]:
-        """One canonical pass: compute, then commit or roll back each request's rows."""
-        num_rows = self.config.num_rows
+    @property
+    def is_graphed(self) -> bool:
+        return self.canonical_pass.is_graphed
+
+    def launch(self, work: list[CanonicalWork], kv) -> LaunchedPass:
         segments = [w.segment for w in work]
         for seg in segments:
             kv.append(seg.rid, seg.end)
-        inputs = self.runner.canonical_inputs(segments, kv, num_rows)
         per_row = [(seg.params, seg.seed, pos + 1) for seg in segments for pos in range(seg.start, seg.end)]
-        out = self.runner.run(inputs, kv, self.policy, self.runner.sampling_rows(per_row, num_rows))
+        return LaunchedPass(work, self.canonical_pass.launch(segments, kv, per_row))
 
+    def finish(self, launched: LaunchedPass, kv) -> list[Commit]:
+        tokens, logprobs = launched.result.wait()
         commits = []
         row = 0
-        for w in work:
+        for w in launched.work:
             seg = w.segment
-            sampled = out.tokens[row: row + len(seg.tokens)]
-            logprobs = out.logprobs[row: row + len(seg.tokens)]
+            sampled = tokens[row: row + len(seg.tokens)]
+            lps = logprobs[row: row + len(seg.tokens)]
             row += len(seg.tokens)
             if w.is_prefill:
                 last = (sampled[-1],) if w.is_last_chunk else ()
-                commit = Commit(seg.rid, last, tuple(logprobs[-1:]) if last else (), 0, 0, seg.end, True)
+                commit = Commit(seg.rid, last, tuple(lps[-1:]) if last else (), 0, 0, seg.end, True)
             else:
-                commit = commit_window(seg, sampled, logprobs)
+                commit = commit_window(seg, sampled, lps)
             kv.truncate(seg.rid, commit.num_kv_valid)
             kv.mark_canonical(seg.rid, commit.num_kv_valid)
             commits.append(commit)
         return commits
+
+    def verify(self, work: list[CanonicalWork], kv) -> list[Commit]:
+        """One canonical pass: compute, then commit or roll back each request's rows."""
+        return self.finish(self.launch(work, kv), kv)

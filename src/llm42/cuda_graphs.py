@@ -1,0 +1,167 @@
+"""All of llm42's CUDA-graph code: capture, pinned staging, static row buffers, fast-path decode graphs.
+
+- ``capture_graph`` warms a function up on a side stream, then captures it.
+- ``Staging`` is a pinned host buffer copied asynchronously into a device buffer.
+- ``StaticRows`` holds the static per-row inputs of a captured pass (the canonical pass uses it).
+- ``DecodeGraphs`` captures the fast path's whole decode step — gather from the device-resident
+  decode state, forward, sample, scatter back — once per batch bucket, largest first into one
+  shared pool; a step of n sequences replays the smallest bucket >= n with padding rows.
+
+Replaying a graph runs exactly the kernels, with exactly the shapes, of the eager pass it
+recorded, so a replay gives the same bits as the eager call (tests check replay == eager).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+import torch
+
+
+def capture_graph(fn: Callable[[], object], pool) -> tuple[torch.cuda.CUDAGraph, object]:
+    """Warm ``fn`` up on a side stream (Triton compiles, cuBLAS initialises), then capture it."""
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        fn()
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph, pool=pool):
+        out = fn()
+    return graph, out
+
+
+def resolve_use_graph(use_graph: bool | None, device: torch.device) -> bool:
+    if use_graph is None:
+        return device.type == "cuda"
+    if use_graph and device.type != "cuda":
+        raise ValueError(f"CUDA graphs need a CUDA device, the model is on {device}")
+    return use_graph
+
+
+class Staging:
+    """A pinned host buffer, copied asynchronously into (part of) a device buffer.
+
+    ``host()`` waits until the previous copy has left the buffer, so a caller
+    that never synchronises cannot overwrite data still in flight.
+    """
+
+    def __init__(self, device_buffer: torch.Tensor):
+        self.device_buffer = device_buffer
+        is_cuda = device_buffer.is_cuda
+        self._host = torch.zeros(device_buffer.shape, dtype=device_buffer.dtype, pin_memory=is_cuda)
+        self._copied = torch.cuda.Event() if is_cuda else None
+        self._is_pending = False
+
+    def host(self) -> torch.Tensor:
+        if self._is_pending:
+            self._copied.synchronize()
+            self._is_pending = False
+        return self._host
+
+    def copy(self, dst: torch.Tensor | None = None, src: torch.Tensor | None = None) -> None:
+        """Copy ``src`` (a view of the host buffer; default all of it) into ``dst`` (default the device buffer)."""
+        dst = self.device_buffer if dst is None else dst
+        dst.copy_(self._host if src is None else src, non_blocking=True)
+        if self._copied is not None:
+            self._copied.record()
+            self._is_pending = True
+
+
+class StaticRows:
+    """Static per-row inputs of a captured pass: one int64 block and one block-table buffer."""
+
+    FIELDS = ("token_ids", "positions", "slot_mapping", "context_lens")
+
+    def __init__(self, num_rows: int, max_blocks: int, kv, device: torch.device):
+        self.num_rows = num_rows
+        self.ints = torch.zeros((len(self.FIELDS), num_rows), dtype=torch.int64, device=device)
+        self.block_tables = torch.full((num_rows, max_blocks), kv.scratch_block, dtype=torch.int64, device=device)
+        self.row_seq = torch.arange(num_rows, device=device)
+        self._staging = Staging(self.ints)
+        self._table_staging = Staging(self.block_tables)
+        self.stage(kv, [], [], [], [], [])  # dummy rows only: safe to run before any real pass
+
+    def view(self, name: str, num_rows: int) -> torch.Tensor:
+        return self.ints[self.FIELDS.index(name), :num_rows]
+
+    def stage(self, kv, tokens: list[int], positions: list[int], slots: list[int],
+              row_tables: list[list[int]], table_of_row: list[int]) -> int:
+        """Write real rows then padding rows; returns the largest position + 1.
+
+        ``row_tables[table_of_row[i]]`` is row i's block table. Padding rows hold
+        token 0 at position 0, read the scratch block and write distinct scratch slots.
+        """
+        num_rows = self.num_rows
+        pad = range(len(tokens), num_rows)
+        positions = positions + [0] * len(pad)
+        host = self._staging.host()
+        host[0] = torch.tensor(tokens + [0] * len(pad), dtype=torch.int64)
+        host[1] = torch.tensor(positions, dtype=torch.int64)
+        host[2] = torch.tensor(slots + [kv.scratch_slot(i) for i in pad], dtype=torch.int64)
+        host[3] = host[1] + 1
+        self._staging.copy()
+
+        scratch = kv.scratch_block
+        width = max([len(t) for t in row_tables] + [1])
+        padded = [table + [scratch] * (width - len(table)) for table in row_tables] + [[scratch] * width]
+        tables = np.array(padded, dtype=np.int64)  # [tables + 1, width], the last one the scratch table
+        rows = np.array(table_of_row + [len(row_tables)] * len(pad), dtype=np.int64)
+        host_tables = self._table_staging.host().view(-1)[: num_rows * width].view(num_rows, width)
+        np.take(tables, rows, axis=0, out=host_tables.numpy())
+        # columns past `width` keep stale (valid) block ids: no row attends to a position past its own
+        self._table_staging.copy(self.block_tables[:, :width], host_tables)
+        return max(positions, default=0) + 1
+
+
+def decode_buckets(max_batch_size: int) -> tuple[int, ...]:
+    """Batch sizes with a captured decode graph: 1, 2, 4, 8, then every multiple of 16 up to the maximum."""
+    sizes = [b for b in (1, 2, 4, 8) if b < max_batch_size]
+    sizes += list(range(16, max_batch_size, 16))
+    return tuple(sizes) + (max_batch_size,)
+
+
+class DecodeGraphs:
+    """Whole fast decode steps (``DecodeState.decode``) captured per batch bucket and sampling variant.
+
+    Captured lazily: a bucket's greedy graph the first time a greedy step of that size runs, its
+    sampling graph the first time a step with a sampled row does. All share one memory pool
+    (buckets never run concurrently). The captured graphs read the decode state's persistent
+    buffers, so they stay valid as requests come and go.
+    """
+
+    def __init__(self, state, *, max_batch_size: int):
+        if state.device.type != "cuda":
+            raise ValueError(f"decode CUDA graphs need a CUDA device, the model is on {state.device}")
+        self.state = state
+        self.buckets = decode_buckets(max_batch_size)
+        self._graphs: dict[tuple[int, bool], tuple[torch.cuda.CUDAGraph, tuple[torch.Tensor, torch.Tensor]]] = {}
+        self._pool = torch.cuda.graph_pool_handle()
+
+    @property
+    def max_batch_size(self) -> int:
+        return self.buckets[-1]
+
+    @property
+    def is_captured(self) -> bool:
+        return bool(self._graphs)
+
+    def bucket_for(self, num_seqs: int) -> int:
+        return next(b for b in self.buckets if b >= num_seqs)
+
+    def run(self, num_seqs: int, is_any_sampled: bool) -> tuple[torch.Tensor, torch.Tensor]:
+        """Replay the step for the ``num_seqs`` slots staged in ``state.batch``; returns static (tokens, log-probs)."""
+        bucket = self.bucket_for(num_seqs)
+        key = (bucket, is_any_sampled)
+        if key not in self._graphs:
+            state = self.state
+            # the warm-up run executes the step: put the device state back so the replay below runs it once
+            saved = state.snapshot()
+            self._graphs[key] = capture_graph(
+                lambda: state.decode(bucket, is_any_sampled=is_any_sampled, max_context_len=None), self._pool
+            )
+            state.restore(saved)
+        graph, (tokens, logprobs) = self._graphs[key]
+        graph.replay()
+        return tokens[:num_seqs], logprobs[:num_seqs]

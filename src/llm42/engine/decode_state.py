@@ -1,0 +1,181 @@
+"""Device-resident state of the fast path's decode batch, and the decode step over it.
+
+Every running request owns a *slot*: a row of persistent device tensors holding the
+token it feeds into its next decode step, that token's position, its block table and its
+sampling parameters. A decode step gathers its rows from these tensors on the device,
+runs forward + sampler, and scatters the sampled tokens back, so the next step's input
+never travels through the host. The host only sends what changed (a request admitted,
+a block appended, a canonical commit), batched into a few small copies per step
+(``flush``), and reads tokens back asynchronously for bookkeeping.
+
+The same code runs eagerly on the CPU and inside CUDA graphs (``llm42.cuda_graphs``),
+so the CPU suite tests the staging the GPU replays.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from llm42.inputs import StepInputs
+from llm42.model.config import ModelConfig
+from llm42.model.forward import forward
+from llm42.model.weights import Weights
+from llm42.policies.base import ReductionPolicy
+from llm42.sampler import SamplingRows, sample
+
+
+class DecodeState:
+    """Slots ``0 .. max_num_seqs - 1`` for requests, slot ``max_num_seqs`` for padding rows."""
+
+    def __init__(self, weights: Weights, cfg: ModelConfig, kv, policy: ReductionPolicy, *, max_num_seqs: int):
+        self.weights = weights
+        self.cfg = cfg
+        self.kv = kv
+        self.policy = policy
+        self.device = weights.device
+        self.max_num_seqs = max_num_seqs
+        self.pad_slot = max_num_seqs
+        num_slots = max_num_seqs + 1
+        self.max_blocks = -(-cfg.max_position_embeddings // kv.block_size)
+        dev = self.device
+        self.tokens = torch.zeros(num_slots, dtype=torch.int64, device=dev)  # [S+1] next input token
+        self.positions = torch.zeros(num_slots, dtype=torch.int64, device=dev)  # [S+1] its position
+        self.tables = torch.full((num_slots, self.max_blocks), kv.scratch_block, dtype=torch.int64, device=dev)
+        self.temperature = torch.zeros(num_slots, dtype=torch.float32, device=dev)
+        self.top_p = torch.ones(num_slots, dtype=torch.float32, device=dev)
+        self.top_k = torch.zeros(num_slots, dtype=torch.int64, device=dev)
+        self.seeds = torch.zeros(num_slots, dtype=torch.int64, device=dev)
+        self.batch = torch.full((max_num_seqs,), self.pad_slot, dtype=torch.int64, device=dev)  # [B] slots
+        self._row_ids = torch.arange(max_num_seqs, device=dev)
+        self._is_cuda = dev.type == "cuda"
+        # host-side mirrors and queued updates
+        self._table_len = [0] * num_slots
+        self._next: dict[int, tuple[int | None, int]] = {}
+        self._params: dict[int, tuple[float, int, float, int]] = {}
+        self._table_writes: list[tuple[int, int, int]] = []
+        self._is_sampled = [False] * num_slots
+        self._pinned_batch = torch.zeros(max_num_seqs, dtype=torch.int64, pin_memory=self._is_cuda)
+        self._batch_copied = torch.cuda.Event() if self._is_cuda else None
+
+    # -- host -> device updates -------------------------------------------------------------------
+    def admit(self, slot: int, rid: int, params, seed: int) -> None:
+        """A request takes ``slot``: its sampling params and (prefix-shared) block table."""
+        self._params[slot] = (params.temperature, params.top_k, params.top_p, seed)
+        self._is_sampled[slot] = params.temperature > 0
+        self._table_len[slot] = 0
+        self.sync_table(slot, rid)
+
+    def release(self, slot: int) -> None:
+        self._next.pop(slot, None)
+        self._params.pop(slot, None)
+        self._table_writes = [w for w in self._table_writes if w[0] != slot]
+        self._table_len[slot] = 0
+        self._is_sampled[slot] = False
+
+    def set_next(self, slot: int, token: int | None, position: int) -> None:
+        """The next decode step of ``slot`` feeds ``token`` (None: the one already on the device) at ``position``."""
+        self._next[slot] = (token, position)
+
+    def sync_table(self, slot: int, rid: int) -> None:
+        """Queue the block-table entries of ``rid`` the device does not have yet (after appends or a rollback)."""
+        table = self.kv.block_table(rid)
+        known = min(self._table_len[slot], len(table))
+        self._table_writes.extend((slot, col, table[col]) for col in range(known, len(table)))
+        self._table_len[slot] = len(table)
+
+    def ensure_blocks(self, slot: int, rid: int, position: int) -> None:
+        """Make the block holding ``position`` addressable in the K/V store and on the device.
+
+        The store is told only when a new block is needed: inside a block, a decode step's
+        write needs no accounting (the store's length of a free request may lag by < 1 block).
+        """
+        if position // self.kv.block_size >= self._table_len[slot]:
+            self.kv.append(rid, position + 1)
+            self.sync_table(slot, rid)
+
+    def flush(self) -> None:
+        """Send every queued update in a few small copies (stream-ordered before the next step)."""
+        dev = self.device
+        if self._next:
+            slots = list(self._next)
+            with_token = [s for s in slots if self._next[s][0] is not None]
+            self.positions.index_copy_(0, _ints(slots, dev), _ints([self._next[s][1] for s in slots], dev))
+            if with_token:
+                self.tokens.index_copy_(0, _ints(with_token, dev), _ints([self._next[s][0] for s in with_token], dev))
+            self._next.clear()
+        if self._params:
+            slots = _ints(list(self._params), dev)
+            values = list(self._params.values())
+            self.temperature.index_copy_(0, slots, _floats([v[0] for v in values], dev))
+            self.top_k.index_copy_(0, slots, _ints([v[1] for v in values], dev))
+            self.top_p.index_copy_(0, slots, _floats([v[2] for v in values], dev))
+            self.seeds.index_copy_(0, slots, _ints([v[3] for v in values], dev))
+            self._params.clear()
+        if self._table_writes:
+            rows, cols, blocks = zip(*self._table_writes)
+            self.tables.index_put_((_ints(rows, dev), _ints(cols, dev)), _ints(blocks, dev))
+            self._table_writes.clear()
+
+    def stage_batch(self, slots: list[int], num_rows: int) -> bool:
+        """Put ``slots`` (padded with the padding slot to ``num_rows``) into the batch buffer; True if any samples."""
+        if self._batch_copied is not None:
+            self._batch_copied.synchronize()  # the previous step's copy has left the pinned buffer
+        host = self._pinned_batch
+        n = len(slots)
+        host[:n] = torch.tensor(slots, dtype=torch.int64)
+        host[n:num_rows] = self.pad_slot
+        self.batch[:num_rows].copy_(host[:num_rows], non_blocking=True)
+        if self._batch_copied is not None:
+            self._batch_copied.record()
+        return any(self._is_sampled[s] for s in slots)
+
+    # -- the decode step (graph-capturable: no host syncs) -----------------------------------------
+    def decode(self, num_rows: int, *, is_any_sampled: bool, max_context_len: int | None
+               ) -> tuple[torch.Tensor, torch.Tensor]:
+        """One decode row per staged slot; returns (tokens [num_rows], log-probs [num_rows])."""
+        idx = self.batch[:num_rows]
+        tokens = self.tokens[idx]
+        positions = self.positions[idx]
+        tables = self.tables[idx]  # [B, max_blocks]
+        bs = self.kv.block_size
+        blocks = tables.gather(1, (positions // bs).unsqueeze(1)).squeeze(1)
+        inputs = StepInputs(
+            token_ids=tokens,
+            positions=positions,
+            slot_mapping=blocks * bs + positions % bs,
+            row_seq=self._row_ids[:num_rows],
+            block_tables=tables,
+            context_lens=positions + 1,
+            seq_starts=tuple(range(num_rows + 1)),
+            # a bound inside graphs (the CUDA kernels size their splits from it at capture)
+            max_context_len=self.cfg.max_position_embeddings if max_context_len is None else max_context_len,
+            logits_rows=None,
+        )
+        logits = forward(self.weights, self.cfg, inputs, self.kv.layers(), self.policy)
+        rows = SamplingRows(temperature=self.temperature[idx], top_k=self.top_k[idx], top_p=self.top_p[idx],
+                            seeds=self.seeds[idx], positions=positions + 1, is_any_sampled=is_any_sampled)
+        new_tokens, logprobs = sample(logits, rows)
+        self.tokens.index_copy_(0, idx, new_tokens)
+        self.positions.index_copy_(0, idx, positions + 1)
+        self.tokens[self.pad_slot:].zero_()  # padding rows always read token 0 at position 0
+        self.positions[self.pad_slot:].zero_()
+        return new_tokens, logprobs
+
+    def set_first_tokens(self, slots: torch.Tensor, tokens: torch.Tensor) -> None:
+        """Feed tokens sampled on the device (a finished prompt's first output) into the next decode step."""
+        self.tokens.index_copy_(0, slots, tokens)
+
+    def snapshot(self) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.tokens.clone(), self.positions.clone()
+
+    def restore(self, saved: tuple[torch.Tensor, torch.Tensor]) -> None:
+        self.tokens.copy_(saved[0])
+        self.positions.copy_(saved[1])
+
+
+def _ints(values, device) -> torch.Tensor:
+    return torch.tensor(values, dtype=torch.int64).to(device, non_blocking=True)
+
+
+def _floats(values, device) -> torch.Tensor:
+    return torch.tensor(values, dtype=torch.float32).to(device, non_blocking=True)

@@ -1,0 +1,265 @@
+"""Request bookkeeping: one ``Request`` per submitted prompt, and the pool that admits, commits and finishes them.
+
+Stops are decided on committed tokens only. A request's fast-path tokens may be
+*in flight* (launched on the device, not yet read back: ``num_pending``); the
+pool counts them as generated or as candidates when it tells the scheduler what
+a request may do next, so the one-step lag of the overlapped loop never lets a
+request run past its reservation.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+
+from llm42.params import Completion, SamplingParams
+from llm42.scheduler import RequestView
+from llm42.verify.windows import Commit
+
+_INT64_SPAN = 1 << 64
+
+STAT_NAMES = (
+    "steps", "fast_steps", "fast_tokens", "canonical_passes", "canonical_rows", "canonical_rows_used",
+    "committed_tokens", "accepted_tokens", "rollbacks", "recomputed_tokens", "prefix_cached_tokens",
+)
+
+
+def seed_to_int64(seed: int) -> int:
+    """Any Python int as the int64 the sampler hashes (two's complement wrap)."""
+    value = seed % _INT64_SPAN
+    return value - _INT64_SPAN if value >= 1 << 63 else value
+
+
+@dataclass
+class Request:
+    rid: int
+    prompt: list[int]
+    params: SamplingParams
+    seed: int
+    stop_ids: frozenset[int]
+    arrival: int | None = None  # admission order; None while waiting
+    slot: int | None = None  # row of the device-resident decode state; None while waiting
+    token_ids: list[int] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)
+    candidates: list[int] = field(default_factory=list)
+    num_pending: int = 0  # fast-path tokens launched but not yet read back
+    is_verifying: bool = False  # in a canonical pass that has not been applied yet
+    num_prefilled: int = 0
+    num_rollbacks: int = 0
+    num_recomputed: int = 0
+    finish_reason: str | None = None
+    draft_limit: int | None = None  # adaptive speculation depth; None = the full window
+    # copies of fixed facts, read on the hot path (set from prompt and params)
+    is_deterministic: bool = field(init=False)
+    num_prompt_tokens: int = field(init=False)
+    max_new_tokens: int = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.is_deterministic = self.params.deterministic
+        self.num_prompt_tokens = len(self.prompt)
+        self.max_new_tokens = self.params.max_new_tokens
+
+    @property
+    def is_prefill(self) -> bool:
+        return self.num_prefilled < self.num_prompt_tokens
+
+    @property
+    def num_committed(self) -> int:
+        """Prompt plus committed output tokens."""
+        return self.num_prompt_tokens + len(self.token_ids)
+
+    @property
+    def max_tokens(self) -> int:
+        return self.num_prompt_tokens + self.max_new_tokens
+
+    @property
+    def num_candidates(self) -> int:
+        """Candidates read back plus those in flight (deterministic requests only)."""
+        return len(self.candidates) + (self.num_pending if self.is_deterministic else 0)
+
+    @property
+    def num_generated(self) -> int:
+        """Committed output tokens plus, for a free request, those in flight."""
+        return len(self.token_ids) + (0 if self.is_deterministic else self.num_pending)
+
+    @property
+    def next_position(self) -> int:
+        """Position of the token the next fast decode step feeds in (every in-flight token counts)."""
+        return self.num_prompt_tokens + len(self.token_ids) + len(self.candidates) + self.num_pending - 1
+
+    @property
+    def is_schedulable(self) -> bool:
+        """Not waiting on the device: no canonical pass in flight, not about to hit its length limit."""
+        return not self.is_verifying and self.num_generated < self.max_new_tokens
+
+    def committed_token(self, position: int) -> int:
+        return self.prompt[position] if position < len(self.prompt) else self.token_ids[position - len(self.prompt)]
+
+    def num_speculable(self, window: int) -> int:
+        if not self.is_deterministic:
+            return 0
+        if self.candidates and self.num_pending == 0 and self.candidates[-1] in self.stop_ids:
+            return 0
+        remaining = self.max_new_tokens - len(self.token_ids)
+        depth = window - 1 if self.draft_limit is None else min(window - 1, self.draft_limit)
+        return max(0, min(depth, remaining - 1) - self.num_candidates)
+
+    def view(self, window: int) -> RequestView:
+        if self.is_deterministic:
+            return RequestView(self.rid, True, self.num_prompt_tokens, self.num_prefilled, len(self.token_ids),
+                               len(self.candidates) + self.num_pending, self.num_speculable(window), self.arrival)
+        return RequestView(self.rid, False, self.num_prompt_tokens, self.num_prefilled,
+                           len(self.token_ids) + self.num_pending, 0, 0, self.arrival)
+
+    def adapt_draft_limit(self, commit: Commit, window: int) -> None:
+        """Halve the speculation depth after a rollback, double it after a full window is accepted.
+
+        Only when a request drafts and verifies happens changes: the committed tokens do not
+        (the contract holds for any verification schedule).
+        """
+        limit = window - 1 if self.draft_limit is None else self.draft_limit
+        if commit.num_rejected:
+            self.draft_limit = max(1, limit // 2)
+        elif commit.num_accepted >= limit:
+            self.draft_limit = min(window - 1, max(1, limit) * 2)
+
+    def completion(self, text: str | None) -> Completion:
+        return Completion(
+            request_id=self.rid, prompt_token_ids=list(self.prompt), token_ids=list(self.token_ids), text=text,
+            finish_reason=self.finish_reason, logprobs=list(self.logprobs) if self.params.logprobs else None,
+            num_rollbacks=self.num_rollbacks, num_recomputed=self.num_recomputed,
+        )
+
+
+class RequestPool:
+    """Waiting and running requests, finished Completions, and the engine's counters.
+
+    Paired verbs for the request life cycle: ``enqueue`` -> ``admit`` -> (``append_fast`` /
+    ``apply_commit``) -> ``finish``. The pool owns no tensors: K/V accounting goes through the
+    store passed in, device state through the caller.
+    """
+
+    def __init__(self, *, max_num_seqs: int, window: int, adaptive_draft: bool):
+        self.max_num_seqs = max_num_seqs
+        self.window = window
+        self.adaptive_draft = adaptive_draft
+        self.waiting: deque[Request] = deque()
+        self.running: dict[int, Request] = {}
+        self.finished: dict[int, Completion] = {}
+        self.stats: dict[str, int] = dict.fromkeys(STAT_NAMES, 0)
+        self._num_arrivals = 0
+        self._free_slots = list(range(max_num_seqs - 1, -1, -1))
+
+    def enqueue(self, req: Request) -> None:
+        self.waiting.append(req)
+
+    def has_unfinished(self) -> bool:
+        return bool(self.waiting or self.running)
+
+    def state_of(self, rid: int) -> str:
+        """'finished', 'running', 'waiting' or 'unknown'."""
+        if rid in self.finished:
+            return "finished"
+        if rid in self.running:
+            return "running"
+        if any(r.rid == rid for r in self.waiting):
+            return "waiting"
+        return "unknown"
+
+    def admit(self, kv) -> list[Request]:
+        """Admit waiting requests, oldest first, while seats and K/V reservations allow."""
+        admitted = []
+        while self.waiting and len(self.running) < self.max_num_seqs:
+            req = self.waiting[0]
+            # reuse canonical K/V of a cached prefix; the last prompt token is always computed,
+            # since its row yields the first output token
+            prefix = kv.match_prefix(req.prompt[:-1])
+            if not kv.can_allocate(req.max_tokens, prefix):
+                break
+            self.waiting.popleft()
+            kv.allocate(req.rid, req.max_tokens, prefix)
+            req.num_prefilled = len(prefix) * kv.block_size
+            self.stats["prefix_cached_tokens"] += req.num_prefilled
+            req.arrival = self._num_arrivals
+            self._num_arrivals += 1
+            req.slot = self._free_slots.pop()
+            self.running[req.rid] = req
+            admitted.append(req)
+        return admitted
+
+    def views(self) -> tuple[RequestView, ...]:
+        """What the scheduler may see: schedulable running requests, oldest first (dicts keep admission order)."""
+        window = self.window
+        return tuple(r.view(window) for r in self.running.values()
+                     if not r.is_verifying and r.num_generated < r.max_new_tokens)
+
+    def apply_fast(self, req: Request, token: int, logprob: float, events: dict[int, list[int]]) -> bool:
+        """One fast-path token read back: a candidate (deterministic) or committed (free). True if it finished."""
+        stats = self.stats
+        stats["fast_tokens"] += 1
+        if req.is_deterministic:
+            req.candidates.append(token)
+            return False
+        req.token_ids.append(token)
+        req.logprobs.append(logprob)
+        stats["committed_tokens"] += 1
+        if req.rid in events:
+            events[req.rid].append(token)
+        else:
+            events[req.rid] = [token]
+        if token in req.stop_ids:
+            req.finish_reason = "stop"
+        elif len(req.token_ids) >= req.max_new_tokens:
+            req.finish_reason = "length"
+        return req.finish_reason is not None
+
+    def apply_commit(self, req: Request, commit: Commit, kv, events: dict[int, list[int]]) -> bool:
+        """A canonical pass's outcome for ``req``. True if it finished."""
+        if commit.is_prefill:
+            req.num_prefilled = commit.num_kv_valid
+        else:
+            self.stats["accepted_tokens"] += commit.num_accepted
+            if commit.num_rejected:
+                req.num_rollbacks += 1
+                req.num_recomputed += commit.num_rejected
+                self.stats["rollbacks"] += 1
+                self.stats["recomputed_tokens"] += commit.num_rejected
+            req.candidates.clear()
+            if self.adaptive_draft:
+                req.adapt_draft_limit(commit, self.window)
+        # index the now-canonical full blocks before the request may finish and release them
+        kv.publish(req.rid, req.prompt + req.token_ids + list(commit.token_ids))
+        if commit.token_ids:
+            return self.commit_tokens(req, list(commit.token_ids), list(commit.logprobs), events)
+        return False
+
+    def commit_tokens(self, req: Request, tokens: list[int], logprobs: list[float],
+                      events: dict[int, list[int]]) -> bool:
+        """Append committed tokens, deciding stops on committed tokens only. True if the request finished."""
+        accepted: list[int] = []
+        for token, logprob in zip(tokens, logprobs):
+            req.token_ids.append(token)
+            req.logprobs.append(logprob)
+            accepted.append(token)
+            if token in req.stop_ids:
+                req.finish_reason = "stop"
+                break
+            if len(req.token_ids) >= req.max_new_tokens:
+                req.finish_reason = "length"
+                break
+        self.stats["committed_tokens"] += len(accepted)
+        events.setdefault(req.rid, []).extend(accepted)
+        return req.finish_reason is not None
+
+    def finish(self, req: Request, kv, tokenizer) -> None:
+        """Release ``req``'s K/V and seat and keep its Completion until ``take``.
+
+        The Completion is built (text decoded) before anything is released, so a failing
+        tokenizer leaves the request running and its blocks held rather than lost.
+        """
+        text = None if tokenizer is None else tokenizer.decode(req.token_ids, skip_special_tokens=True)
+        completion = req.completion(text)
+        kv.free(req.rid)
+        del self.running[req.rid]
+        self._free_slots.append(req.slot)
+        self.finished[req.rid] = completion

@@ -1,0 +1,174 @@
+"""The canonical pass: one implementation with static buffers, eager on the CPU, captured on CUDA.
+
+``CanonicalPass`` owns exactly R rows of static inputs (token ids, positions, slot
+mapping, per-row block tables) and sampling rows. ``stage`` writes a pass's real rows
+and dummy padding rows into them; ``run`` computes forward + sampler on them — by
+replaying one captured CUDA graph on CUDA (a greedy and a sampling variant of the
+sampler, chosen on the host so nothing inside synchronises), eagerly elsewhere. Every
+tensor's shape is a function of R and the model only (invariant 2).
+
+``launch`` runs a staged pass on its own CUDA stream, after the work already queued on
+the caller's stream (so it sees every K/V write before it), copies the sampled tokens
+and log-probs to pinned host memory and records an event: the fast path keeps running
+while the pass computes, and the caller applies the result when ``is_ready``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import torch
+
+from llm42.cuda_graphs import StaticRows, Staging, capture_graph, resolve_use_graph
+from llm42.inputs import StepInputs
+from llm42.model.config import ModelConfig
+from llm42.model.forward import forward
+from llm42.model.weights import Weights
+from llm42.policies.base import ReductionPolicy
+from llm42.sampler import SamplingRows, sample
+
+
+class PassResult:
+    """Tokens and log-probs of one launched pass, readable once its event has completed."""
+
+    def __init__(self, tokens: torch.Tensor, logprobs: torch.Tensor, event: torch.cuda.Event | None):
+        self._tokens = tokens
+        self._logprobs = logprobs
+        self._event = event
+
+    def is_ready(self) -> bool:
+        return self._event is None or self._event.query()
+
+    def wait(self) -> tuple[list[int], list[float]]:
+        if self._event is not None:
+            self._event.synchronize()
+        return self._tokens.tolist(), self._logprobs.tolist()
+
+
+class CanonicalPass:
+    """Exactly ``num_rows`` rows of forward + sampler through a shape-closed policy."""
+
+    def __init__(self, weights: Weights, cfg: ModelConfig, policy: ReductionPolicy, num_rows: int, *,
+                 use_graph: bool | None = None):
+        self.weights = weights
+        self.cfg = cfg
+        self.policy = policy
+        self.num_rows = num_rows
+        self.device = weights.device
+        self.is_graphed = resolve_use_graph(use_graph, self.device)
+        self._kv = None
+        self._forward_graph: torch.cuda.CUDAGraph | None = None
+        self._samplers: dict[bool, tuple[torch.cuda.CUDAGraph, tuple[torch.Tensor, torch.Tensor]]] = {}
+        self._pool = None
+        self._is_any_sampled = False
+        is_cuda = self.device.type == "cuda"
+        self._stream = torch.cuda.Stream(self.device) if is_cuda else None
+        self._host_tokens = torch.zeros(num_rows, dtype=torch.int64, pin_memory=is_cuda)
+        self._host_logprobs = torch.zeros(num_rows, dtype=torch.float32, pin_memory=is_cuda)
+        self._pending: PassResult | None = None
+
+    # -- static buffers and capture ---------------------------------------------------------------
+    def _bind(self, kv) -> None:
+        """Allocate static buffers for ``kv`` and (on CUDA) capture the forward pass."""
+        cfg, num_rows, device = self.cfg, self.num_rows, self.device
+        max_blocks = -(-cfg.max_position_embeddings // kv.block_size)
+        self._rows = StaticRows(num_rows, max_blocks, kv, device)
+        self._sampling_ints = torch.zeros((3, num_rows), dtype=torch.int64, device=device)  # top_k, seeds, pos
+        self._sampling_floats = torch.zeros((2, num_rows), dtype=torch.float32, device=device)  # temp, top_p
+        self._sampling_floats[1] = 1.0
+        self._staging_ints = Staging(self._sampling_ints)
+        self._staging_floats = Staging(self._sampling_floats)
+        self._inputs = StepInputs(
+            token_ids=self._rows.view("token_ids", num_rows),
+            positions=self._rows.view("positions", num_rows),
+            slot_mapping=self._rows.view("slot_mapping", num_rows),
+            row_seq=self._rows.row_seq,
+            block_tables=self._rows.block_tables,
+            context_lens=self._rows.view("context_lens", num_rows),
+            seq_starts=tuple(range(num_rows + 1)),
+            max_context_len=cfg.max_position_embeddings,  # a bound; CUDA kernels never read it
+            logits_rows=None,
+        )
+        self._kv = kv
+        self._samplers.clear()
+        self._forward_graph = None
+        if self.is_graphed:
+            self._pool = torch.cuda.graph_pool_handle()
+            layers = kv.layers()
+            self._forward_graph, self._logits = capture_graph(
+                lambda: forward(self.weights, cfg, self._inputs, layers, self.policy), self._pool
+            )
+
+    def _sampling_rows(self) -> SamplingRows:
+        ints, floats = self._sampling_ints, self._sampling_floats
+        return SamplingRows(temperature=floats[0], top_k=ints[0], top_p=floats[1], seeds=ints[1],
+                            positions=ints[2], is_any_sampled=self._is_any_sampled)
+
+    def _sampler(self) -> tuple[torch.cuda.CUDAGraph, tuple[torch.Tensor, torch.Tensor]]:
+        key = self._is_any_sampled
+        if key not in self._samplers:
+            rows = self._sampling_rows()
+            self._samplers[key] = capture_graph(lambda: sample(self._logits, rows), self._pool)
+        return self._samplers[key]
+
+    # -- staging and running -----------------------------------------------------------------------
+    def stage(self, segments, kv, per_row=None) -> StepInputs:
+        """Write ``segments``' rows (then dummy rows) into the static buffers; returns the pass's inputs.
+
+        ``per_row``: (params, seed, position of the sampled token) for each real row; None stages
+        greedy rows. The segments' positions must already be appended in ``kv``.
+        """
+        if kv is not self._kv:
+            self._bind(kv)
+        tokens, positions, slots, tables, table_of_row = [], [], [], [], []
+        for i, seg in enumerate(segments):
+            tokens += seg.tokens
+            positions += range(seg.start, seg.end)
+            slots += kv.slots(seg.rid, seg.start, seg.end)
+            tables.append(kv.block_table(seg.rid))
+            table_of_row += [i] * len(seg.tokens)
+        if len(tokens) > self.num_rows:
+            raise ValueError(f"canonical pass got {len(tokens)} rows, more than R = {self.num_rows}")
+        max_context_len = self._rows.stage(kv, tokens, positions, slots, tables, table_of_row)
+        self._stage_sampling(per_row or [])
+        return dataclasses.replace(self._inputs, max_context_len=max_context_len)
+
+    def _stage_sampling(self, per_row) -> None:
+        pad = self.num_rows - len(per_row)
+        ints, floats = self._staging_ints.host(), self._staging_floats.host()
+        ints[0] = torch.tensor([p.top_k for p, _, _ in per_row] + [0] * pad)
+        ints[1] = torch.tensor([s for _, s, _ in per_row] + [0] * pad)
+        ints[2] = torch.tensor([q for _, _, q in per_row] + [0] * pad)
+        floats[0] = torch.tensor([p.temperature for p, _, _ in per_row] + [0.0] * pad)
+        floats[1] = torch.tensor([p.top_p for p, _, _ in per_row] + [1.0] * pad)
+        self._staging_ints.copy()
+        self._staging_floats.copy()
+        self._is_any_sampled = any(p.temperature > 0 for p, _, _ in per_row)
+
+    def run(self, inputs: StepInputs) -> tuple[torch.Tensor, torch.Tensor]:
+        """Forward + sampler on the staged pass; returns (tokens [R], log-probs [R])."""
+        if self.is_graphed:
+            self._forward_graph.replay()
+            graph, outputs = self._sampler()
+            graph.replay()
+            return outputs
+        logits = forward(self.weights, self.cfg, inputs, self._kv.layers(), self.policy)
+        return sample(logits, self._sampling_rows())
+
+    def launch(self, segments, kv, per_row) -> PassResult:
+        """Stage and run one pass, on its own stream on CUDA; the result is read with ``PassResult.wait``."""
+        if self._pending is not None and not self._pending.is_ready():
+            self._pending.wait()  # the static buffers are still in use by the previous pass
+        if self._stream is None:
+            tokens, logprobs = self.run(self.stage(segments, kv, per_row))
+            self._pending = PassResult(tokens, logprobs, None)
+            return self._pending
+        self._stream.wait_stream(torch.cuda.current_stream(self.device))
+        with torch.cuda.stream(self._stream):
+            tokens, logprobs = self.run(self.stage(segments, kv, per_row))
+            self._host_tokens.copy_(tokens, non_blocking=True)
+            self._host_logprobs.copy_(logprobs, non_blocking=True)
+            event = torch.cuda.Event()
+            event.record()
+        self._pending = PassResult(self._host_tokens, self._host_logprobs, event)
+        return self._pending
