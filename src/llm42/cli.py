@@ -7,7 +7,9 @@ Subcommands:
   same tokens alone, inside random batches, and under a noisy fast path;
 - ``check``: the same determinism check for any checkpoint and settings;
   exit status 1 when a deterministic request diverges;
-- ``bench``: the benchmark harness (``llm42.bench``), on the GPU where there is one.
+- ``bench``: the benchmark harness (``llm42.bench``), on the GPU where there is one;
+- ``doctor``: check on this device the premises the contract rests on (``llm42.doctor``);
+  exit status 1 naming the op and shape that breaks one.
 
 Bad input (a missing checkpoint, an out-of-range flag) prints one error line
 and exits with status 2.
@@ -133,6 +135,16 @@ def build_parser() -> argparse.ArgumentParser:
                        help="NoisyFastPolicy scale for --noisy: noise in units of each row's logit std (default: 1.0)")
     check.add_argument("--batch-seed", type=int, default=0, help="seed for the random batches (default: 0)")
     check.set_defaults(handler=_cmd_check)
+
+    doctor = sub.add_parser("doctor", help="check on this device the premises the determinism contract rests on",
+                            description="Checks that each canonical-pass op gives a row the same bits wherever it "
+                                        "sits among the R rows and whatever the other rows hold, and that a second "
+                                        "process computes the same canonical pass; reports fast-path drift for "
+                                        "information. Exit status 1 naming the op and shape that breaks a premise.")
+    _add_model_args(doctor)
+    doctor.add_argument("--json", metavar="FILE", help="also write the full report as JSON to FILE")
+    doctor.add_argument("--seed", type=int, default=0, help="seed for the probe rows and fillers (default: 0)")
+    doctor.set_defaults(handler=_cmd_doctor)
 
     # every argument after "bench" (--help included) belongs to the harness; see main()
     bench = sub.add_parser("bench", add_help=False, help="run the benchmark harness (figures need a GPU); "
@@ -476,6 +488,28 @@ def _cmd_check(args: argparse.Namespace) -> int:
         return EXIT_DIVERGED
     print(f"PASS: {len(prompts)} prompt(s) x {args.num_batches} batch(es) matched the reference bit for bit")
     return EXIT_OK
+
+
+# -- doctor -----------------------------------------------------------------------------------------
+def _cmd_doctor(args: argparse.Namespace) -> int:
+    from llm42 import CanonicalConfig, doctor
+
+    if torch.device(args.device).type == "cuda" and not torch.cuda.is_available():
+        raise CLIError(f"--device {args.device}: CUDA is not available on this machine")
+    try:
+        CanonicalConfig(window=args.window, group=args.group)
+        model = doctor.load_model(args.model, device=args.device,
+                                  dtype=None if args.dtype is None else _DTYPES[args.dtype])
+    except (ValueError, TypeError, OSError) as exc:  # bad sizes, CheckpointError, UnsupportedModelError
+        raise CLIError(str(exc)) from None
+    report = doctor.run_doctor(model, window=args.window, group=args.group, seed=args.seed)
+    print(report.format())
+    if args.json is not None:
+        try:
+            Path(args.json).write_text(json.dumps(report.to_dict(), indent=2) + "\n")
+        except OSError as exc:
+            raise CLIError(f"cannot write --json file {args.json!r}: {exc.strerror or exc}") from None
+    return EXIT_OK if report.is_ok else EXIT_DIVERGED
 
 
 # -- bench ------------------------------------------------------------------------------------------
