@@ -87,21 +87,21 @@ class StaticRows:
         return self.ints[self.FIELDS.index(name), :num_rows]
 
     def stage(self, kv, tokens: list[int], positions: list[int], slots: list[int],
-              row_tables: list[list[int]], table_of_row: list[int]) -> int:
-        """Write real rows then padding rows; returns the largest position + 1.
+              row_tables: list[list[int]], table_of_row: list[int], *, num_rows: int | None = None) -> int:
+        """Write real rows then padding rows up to ``num_rows`` (default all); returns the largest position + 1.
 
         ``row_tables[table_of_row[i]]`` is row i's block table. Padding rows hold
         token 0 at position 0, read the scratch block and write distinct scratch slots.
         """
-        num_rows = self.num_rows
+        num_rows = self.num_rows if num_rows is None else num_rows
         pad = range(len(tokens), num_rows)
         positions = positions + [0] * len(pad)
-        host = self._staging.host()
+        host = self._staging.host()[:, :num_rows]
         host[0] = torch.tensor(tokens + [0] * len(pad), dtype=torch.int64)
         host[1] = torch.tensor(positions, dtype=torch.int64)
         host[2] = torch.tensor(slots + [kv.scratch_slot(i) for i in pad], dtype=torch.int64)
         host[3] = host[1] + 1
-        self._staging.copy()
+        self._staging.copy()  # the whole (small) buffer: rows past num_rows are not read
 
         scratch = kv.scratch_block
         width = max([len(t) for t in row_tables] + [1])
@@ -111,7 +111,7 @@ class StaticRows:
         host_tables = self._table_staging.host().view(-1)[: num_rows * width].view(num_rows, width)
         np.take(tables, rows, axis=0, out=host_tables.numpy())
         # columns past `width` keep stale (valid) block ids: no row attends to a position past its own
-        self._table_staging.copy(self.block_tables[:, :width], host_tables)
+        self._table_staging.copy(self.block_tables[:num_rows, :width], host_tables)
         return max(positions, default=0) + 1
 
 
@@ -165,3 +165,40 @@ class DecodeGraphs:
         graph, (tokens, logprobs) = self._graphs[key]
         graph.replay()
         return tokens[:num_seqs], logprobs[:num_seqs]
+
+
+def prefill_buckets(max_rows: int) -> tuple[int, ...]:
+    """Row counts with a captured prefill graph: powers of two from 16, then the maximum."""
+    sizes, size = [], 16
+    while size < max_rows:
+        sizes.append(size)
+        size *= 2
+    return tuple(sizes) + (max_rows,)
+
+
+class PrefillGraphs:
+    """The fast path's prompt chunks (``FastPrefill.forward_sample``) captured per row bucket and sampling variant.
+
+    Like ``DecodeGraphs``: captured lazily into one pool, replayed on the staged static rows.
+    """
+
+    def __init__(self, prefill):
+        self.prefill = prefill
+        self.buckets = prefill_buckets(prefill.max_rows)
+        self._graphs: dict[tuple[int, bool], tuple[torch.cuda.CUDAGraph, tuple[torch.Tensor, torch.Tensor]]] = {}
+        self._pool = torch.cuda.graph_pool_handle()
+
+    def bucket_for(self, num_rows: int) -> int:
+        return next(b for b in self.buckets if b >= num_rows)
+
+    def run(self, bucket: int, is_any_sampled: bool) -> tuple[torch.Tensor, torch.Tensor]:
+        key = (bucket, is_any_sampled)
+        if key not in self._graphs:
+            prefill = self.prefill  # its warm-up run only rewrites K/V the replay writes again
+            self._graphs[key] = capture_graph(
+                lambda: prefill.forward_sample(bucket, is_any_sampled=is_any_sampled, max_context_len=None),
+                self._pool,
+            )
+        graph, outputs = self._graphs[key]
+        graph.replay()
+        return outputs

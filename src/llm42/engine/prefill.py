@@ -1,0 +1,99 @@
+"""The fast path's prompt chunks through static buffers: eager on the CPU, replayed from CUDA graphs on CUDA.
+
+A fast prefill step of n rows over s prompt chunks stages its rows into static
+buffers (each row its own "sequence" with a per-row block table, exactly like the
+canonical pass), pads them to a row bucket, and samples the last row of each chunk
+through a static list of ``max_seqs`` logits rows. On CUDA each (bucket, sampling
+variant) is one captured graph, so a prefill step costs one launch instead of ~20 per
+layer; on the CPU the same staging runs eagerly, so the CPU suite tests it.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from llm42.cuda_graphs import PrefillGraphs, Staging, StaticRows
+from llm42.inputs import StepInputs
+from llm42.model.config import ModelConfig
+from llm42.model.forward import forward
+from llm42.model.weights import Weights
+from llm42.policies.base import ReductionPolicy
+from llm42.sampler import SamplingRows, sample
+
+
+class FastPrefill:
+    def __init__(self, weights: Weights, cfg: ModelConfig, kv, policy: ReductionPolicy, *, max_rows: int,
+                 max_seqs: int = 32, use_graph: bool):
+        self.weights = weights
+        self.cfg = cfg
+        self.kv = kv
+        self.policy = policy
+        self.max_rows = max_rows
+        self.max_seqs = max_seqs
+        device = weights.device
+        self.device = device
+        self._rows = StaticRows(max_rows, -(-cfg.max_position_embeddings // kv.block_size), kv, device)
+        self._logits_rows = torch.zeros(max_seqs, dtype=torch.int64, device=device)
+        self._sampling_ints = torch.zeros((3, max_seqs), dtype=torch.int64, device=device)  # top_k, seeds, pos
+        self._sampling_floats = torch.zeros((2, max_seqs), dtype=torch.float32, device=device)  # temp, top_p
+        self._select = Staging(self._logits_rows)
+        self._staging_ints = Staging(self._sampling_ints)
+        self._staging_floats = Staging(self._sampling_floats)
+        self.graphs = PrefillGraphs(self) if use_graph else None
+
+    def can_run(self, num_rows: int, num_seqs: int) -> bool:
+        return num_rows <= self.max_rows and num_seqs <= self.max_seqs
+
+    def run(self, segments, kv) -> tuple[torch.Tensor, torch.Tensor]:
+        """Stage ``segments`` (positions appended in ``kv``) and run them; (tokens [s], log-probs [s]) on the device."""
+        tokens, positions, slots, tables, table_of_row, lasts = [], [], [], [], [], []
+        for i, seg in enumerate(segments):
+            tokens += seg.tokens
+            positions += range(seg.start, seg.end)
+            slots += kv.slots(seg.rid, seg.start, seg.end)
+            tables.append(kv.block_table(seg.rid))
+            table_of_row += [i] * len(seg.tokens)
+            lasts.append(len(tokens) - 1)
+        num_rows = len(tokens)
+        bucket = self.graphs.bucket_for(num_rows) if self.graphs is not None else num_rows
+        max_context_len = self._rows.stage(kv, tokens, positions, slots, tables, table_of_row, num_rows=bucket)
+        num_seqs = len(segments)
+        pad = self.max_seqs - num_seqs
+        self._select.host()[:] = torch.tensor(lasts + [0] * pad, dtype=torch.int64)
+        self._select.copy()
+        ints, floats = self._staging_ints.host(), self._staging_floats.host()
+        ints[0] = torch.tensor([s.params.top_k for s in segments] + [0] * pad)
+        ints[1] = torch.tensor([s.seed for s in segments] + [0] * pad)
+        ints[2] = torch.tensor([s.end for s in segments] + [0] * pad)
+        floats[0] = torch.tensor([s.params.temperature for s in segments] + [0.0] * pad)
+        floats[1] = torch.tensor([s.params.top_p for s in segments] + [1.0] * pad)
+        self._staging_ints.copy()
+        self._staging_floats.copy()
+        is_any_sampled = any(s.params.temperature > 0 for s in segments)
+        if self.graphs is not None:
+            out_tokens, out_logprobs = self.graphs.run(bucket, is_any_sampled)
+        else:
+            out_tokens, out_logprobs = self.forward_sample(bucket, is_any_sampled=is_any_sampled,
+                                                           max_context_len=max_context_len)
+        return out_tokens[:num_seqs], out_logprobs[:num_seqs]
+
+    def forward_sample(self, num_rows: int, *, is_any_sampled: bool, max_context_len: int | None
+                       ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Forward over the first ``num_rows`` staged rows and sample the staged logits rows (no host syncs)."""
+        rows = self._rows
+        inputs = StepInputs(
+            token_ids=rows.view("token_ids", num_rows),
+            positions=rows.view("positions", num_rows),
+            slot_mapping=rows.view("slot_mapping", num_rows),
+            row_seq=rows.row_seq[:num_rows],
+            block_tables=rows.block_tables[:num_rows],
+            context_lens=rows.view("context_lens", num_rows),
+            seq_starts=tuple(range(num_rows + 1)),
+            max_context_len=self.cfg.max_position_embeddings if max_context_len is None else max_context_len,
+            logits_rows=self._logits_rows,
+        )
+        logits = forward(self.weights, self.cfg, inputs, self.kv.layers(), self.policy)
+        ints, floats = self._sampling_ints, self._sampling_floats
+        sampling = SamplingRows(temperature=floats[0], top_k=ints[0], top_p=floats[1], seeds=ints[1],
+                                positions=ints[2], is_any_sampled=is_any_sampled)
+        return sample(logits, sampling)
