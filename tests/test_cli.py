@@ -63,10 +63,12 @@ class DriftingCanonicalPolicy(FixedShapePolicy):
 def drifting_canonical_pass(monkeypatch):
     seeds = count()
 
-    def from_pretrained(*args, **kwargs):
-        return DVRGenerator.from_pretrained(*args, canonical_policy=DriftingCanonicalPolicy(next(seeds)), **kwargs)
+    class DriftingGenerator(DVRGenerator):
+        # however the CLI builds its generators (from_pretrained, or over a checkpoint loaded once)
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, canonical_policy=DriftingCanonicalPolicy(next(seeds)), **kwargs)
 
-    monkeypatch.setattr(cli, "DVRGenerator", types.SimpleNamespace(from_pretrained=from_pretrained))
+    monkeypatch.setattr(cli, "DVRGenerator", DriftingGenerator)
 
 
 # -- generate -----------------------------------------------------------------------------------------

@@ -7,6 +7,7 @@ Subcommands:
   same tokens alone, inside random batches, and under a noisy fast path;
 - ``check``: the same determinism check for any checkpoint and settings;
   exit status 1 when a deterministic request diverges;
+- ``convert``: write a GGUF file as a Hugging Face safetensors directory;
 - ``bench``: the benchmark harness (``llm42.bench``), on the GPU where there is one;
 - ``doctor``: check on this device the premises the contract rests on (``llm42.doctor``);
   exit status 1 naming the op and shape that breaks one.
@@ -29,10 +30,13 @@ from pathlib import Path
 import torch
 from tqdm import tqdm
 
+from llm42.defaults import default_canonical_size
 from llm42.generator import DVRGenerator
-from llm42.model.loader import embedded_model_path, load_tokenizer
+from llm42.model.gguf import convert_gguf
+from llm42.model.loader import Checkpoint, embedded_model_path, load_checkpoint
 from llm42.params import Completion, SamplingParams
 from llm42.policies import NoisyFastPolicy
+from llm42.prompts import has_chat_template, render_chat
 from llm42.testing.assertions import Divergence, first_divergence, run_schedule
 
 EXIT_OK, EXIT_DIVERGED, EXIT_USAGE = 0, 1, 2
@@ -55,18 +59,23 @@ def _device(value: str) -> str:
     return value
 
 
-def _add_model_args(p: argparse.ArgumentParser, *, window: int = 32, group: int = 8, threads: int | None = None,
-                    with_model: bool = True) -> None:
+def _add_model_args(p: argparse.ArgumentParser, *, window: int | None = None, group: int | None = None,
+                    threads: int | None = None, with_model: bool = True) -> None:
     if with_model:
         p.add_argument("--model", "-m", metavar="PATH", default=None,
-                       help="Hugging Face checkpoint directory (default: the embedded stories260K model)")
+                       help="Hugging Face checkpoint directory, .gguf file, or directory holding one .gguf "
+                            "(default: the embedded stories260K model)")
     p.add_argument("--device", type=_device, default="cpu", help="torch device (default: cpu)")
     p.add_argument("--dtype", choices=sorted(_DTYPES), default=None,
                    help="weight dtype (default: float32 on the CPU, bfloat16 on CUDA)")
+    cpu_window, cpu_group = default_canonical_size("cpu")
+    cuda_window, cuda_group = default_canonical_size("cuda")
     p.add_argument("--window", type=int, default=window,
-                   help=f"T, tokens per request per canonical pass (default: {window})")
+                   help="T, tokens per request per canonical pass (default: " + (
+                       str(window) if window is not None else f"{cpu_window} on the CPU, {cuda_window} on CUDA") + ")")
     p.add_argument("--group", type=int, default=group,
-                   help=f"G, requests per canonical pass; R = T * G rows (default: {group})")
+                   help="G, requests per canonical pass; R = T * G rows (default: " + (
+                       str(group) if group is not None else f"{cpu_group} on the CPU, {cuda_group} on CUDA") + ")")
     p.add_argument("--threads", type=int, default=threads,
                    help="CPU intra-op threads (default: " + ("torch's" if threads is None else str(threads))
                         + "; small models run fastest on 1)")
@@ -78,6 +87,8 @@ def _add_prompt_args(p: argparse.ArgumentParser) -> None:
                    help="read prompts from FILE, one per line ('-' = stdin; blank lines are skipped)")
     p.add_argument("--token-ids", action="store_true",
                    help="prompts are token ids separated by spaces or commas (for checkpoints without a tokenizer)")
+    p.add_argument("--chat", action="store_true",
+                   help="send each prompt as a user message through the model's chat template (instruct models)")
 
 
 def _add_sampling_args(p: argparse.ArgumentParser, *, max_new_tokens: int) -> None:
@@ -114,7 +125,10 @@ def build_parser() -> argparse.ArgumentParser:
                           description="Runs deterministic prompts alone, inside random batches with "
                                       "non-deterministic filler traffic and staggered arrivals, and under a "
                                       "noisy fast path; all runs must give identical tokens and log-probs.")
-    _add_model_args(demo, window=8, group=4, threads=1, with_model=False)
+    _add_model_args(demo, window=8, group=4, with_model=False)
+    demo.add_argument("--model", "-m", metavar="PATH", default=None,
+                      help="run the demo on this checkpoint (HF directory or GGUF) with chat prompts "
+                           "(default: the embedded stories260K model, story prompts)")
     demo.add_argument("--num-batches", type=int, default=3, help="random batches per phase (default: 3)")
     demo.add_argument("--max-new-tokens", type=int, default=40, help="tokens per request (default: 40)")
     demo.add_argument("--noise-scale", type=float, default=0.3, metavar="SCALE",
@@ -146,6 +160,16 @@ def build_parser() -> argparse.ArgumentParser:
     doctor.add_argument("--seed", type=int, default=0, help="seed for the probe rows and fillers (default: 0)")
     doctor.set_defaults(handler=_cmd_doctor)
 
+    convert = sub.add_parser("convert", help="write a GGUF file as a Hugging Face safetensors directory",
+                             description="Dequantizes SRC (through transformers' GGUF support) and writes DST_DIR: "
+                                         "config.json, model.safetensors, generation_config.json and the tokenizer "
+                                         "files. Loading DST_DIR is much faster than parsing the GGUF file.")
+    convert.add_argument("src", metavar="SRC.gguf", help="the GGUF file")
+    convert.add_argument("dst", metavar="DST_DIR", help="the directory to write (must not exist or be empty)")
+    convert.add_argument("--dtype", choices=sorted(_DTYPES), default="float32",
+                         help="dtype of the written weights (default: float32)")
+    convert.set_defaults(handler=_cmd_convert)
+
     # every argument after "bench" (--help included) belongs to the harness; see main()
     bench = sub.add_parser("bench", add_help=False, help="run the benchmark harness (figures need a GPU); "
                            "its arguments follow, 'llm42 bench --help' lists them")
@@ -166,8 +190,26 @@ def _read_prompts(args: argparse.Namespace) -> list:
             raise CLIError(f"cannot read prompt file {args.file!r}: {exc.strerror or exc}") from None
         prompts += [line for line in lines if line.strip()]
     if args.token_ids:
+        if args.chat:
+            raise CLIError("--chat and --token-ids exclude each other: chat prompts are texts")
         prompts = [_parse_token_ids(p) for p in prompts]
+    elif args.chat:
+        prompts = [_user_message(p) for p in prompts]
     return prompts
+
+
+def _user_message(text: str) -> list[dict[str, str]]:
+    return [{"role": "user", "content": text}]
+
+
+def _check_chat(args: argparse.Namespace, command: str, gen: DVRGenerator, prompts: Sequence) -> None:
+    """--chat needs a chat template; an instruct model given raw text gets a one-line note."""
+    has_template = has_chat_template(gen.tokenizer)
+    if args.chat and not has_template:
+        raise CLIError("--chat: this model's tokenizer has no chat template")
+    if not args.chat and has_template and any(isinstance(p, str) for p in prompts):
+        print(f"llm42 {command}: note: this model has a chat template; raw prompts are sent as plain text "
+              "(pass --chat to send them as user messages)", file=sys.stderr)
 
 
 def _parse_token_ids(text: str) -> list[int]:
@@ -191,28 +233,26 @@ def _sampling_params(args: argparse.Namespace, **overrides) -> SamplingParams:
 
 
 class _Loader:
-    """Builds generators over one checkpoint; the tokenizer is loaded once."""
+    """Builds generators over one checkpoint, loaded once (weights are immutable, so they are shared)."""
 
     def __init__(self, args: argparse.Namespace, path: str | None):
         self.path = embedded_model_path() if path is None else Path(path)
-        self.device = args.device
+        self.device = torch.device(args.device)
         self.dtype = None if args.dtype is None else _DTYPES[args.dtype]
         self.window = args.window
         self.group = args.group
-        if torch.device(self.device).type == "cuda" and not torch.cuda.is_available():
-            raise CLIError(f"--device {self.device}: CUDA is not available on this machine")
-        self._tokenizer = None
-        self._has_tokenizer = False
+        if self.device.type == "cuda" and not torch.cuda.is_available():
+            raise CLIError(f"--device {args.device}: CUDA is not available on this machine")
+        self._checkpoint: Checkpoint | None = None
 
     def __call__(self, **kwargs) -> DVRGenerator:
         try:
-            if not self._has_tokenizer:
-                self._tokenizer = load_tokenizer(self.path) if self.path.is_dir() else None
-                self._has_tokenizer = True
-            return DVRGenerator.from_pretrained(
-                self.path, device=self.device, dtype=self.dtype, window=self.window, group=self.group,
-                tokenizer=self._tokenizer, **kwargs,
-            )
+            if self._checkpoint is None:
+                dtype = self.dtype or (torch.bfloat16 if self.device.type == "cuda" else torch.float32)
+                self._checkpoint = load_checkpoint(self.path, dtype=dtype, device=self.device)
+            ck = self._checkpoint
+            return DVRGenerator(ck.weights, ck.cfg, tokenizer=ck.tokenizer, window=self.window, group=self.group,
+                                **kwargs)
         except (ValueError, TypeError, OSError) as exc:
             # CheckpointError and UnsupportedModelError are ValueErrors naming what is wrong
             raise CLIError(str(exc)) from None
@@ -228,7 +268,12 @@ def _submit(gen: DVRGenerator, prompt, params: SamplingParams) -> int:
 
 
 def _short(prompt, limit: int = 40) -> str:
-    text = prompt if isinstance(prompt, str) else " ".join(map(str, prompt))
+    if isinstance(prompt, str):
+        text = prompt
+    elif prompt and isinstance(prompt[0], dict):  # chat messages
+        text = " / ".join(str(m.get("content", "")) for m in prompt)
+    else:
+        text = " ".join(map(str, prompt))
     return repr(text if len(text) <= limit else text[: limit - 3] + "...")
 
 
@@ -316,11 +361,14 @@ def _random_batch(rng: random.Random, targets: Sequence[tuple[object, SamplingPa
     return _Batch([r[0] for r in rows], [r[1] for r in rows], schedule, [r[2] for r in rows])
 
 
-def _filler_prompts(rng: random.Random, gen: DVRGenerator) -> list[list[int]]:
-    """Random token-id prompts, plus a few short stories when the model has a tokenizer."""
+def _filler_prompts(rng: random.Random, gen: DVRGenerator, *, is_chat: bool = False) -> list[list[int]]:
+    """Random token-id prompts, plus a few short texts when the model has a tokenizer (as chat
+    messages too when ``is_chat``)."""
     fillers = _random_token_prompts(rng, gen, 6)
     if gen.tokenizer is not None:
         fillers += [gen.tokenizer(text)["input_ids"] for text in _FILLER_TEXTS]
+    if is_chat:
+        fillers += [render_chat(gen.tokenizer, _user_message(text)) for text in _FILLER_TEXTS]
     return fillers
 
 
@@ -375,6 +423,7 @@ def _cmd_generate(args: argparse.Namespace) -> int:
         raise CLIError("no prompts: give them as arguments or with --file")
     params = _sampling_params(args, deterministic=args.deterministic, logprobs=args.logprobs)
     gen = _Loader(args, args.model)()
+    _check_chat(args, "generate", gen, prompts)
     with _progress(args, "generate", params.max_new_tokens * len(prompts)) as bar:
         outs = _run(gen, prompts, [params] * len(prompts), bar)
     for prompt, out in zip(prompts, outs):
@@ -392,24 +441,37 @@ def _cmd_generate(args: argparse.Namespace) -> int:
 
 
 # -- demo -------------------------------------------------------------------------------------------
-_DEMO_REQUESTS = (
-    ("Once upon a time", "greedy", {}),
-    ("The little dog was sad because", "temperature 0.8, top-p 0.95, seed 7",
-     {"temperature": 0.8, "top_p": 0.95, "seed": 7}),
-    ("Lily and Ben went to the park", "temperature 1.0, top-k 40, seed 123",
-     {"temperature": 1.0, "top_k": 40, "seed": 123}),
+# (label, sampling fields) of the three demo requests, and their prompts: stories for the embedded
+# model, user messages for an instruct model (--model with a chat template)
+_DEMO_SAMPLING = (
+    ("greedy", {}),
+    ("temperature 0.8, top-p 0.95, seed 7", {"temperature": 0.8, "top_p": 0.95, "seed": 7}),
+    ("temperature 1.0, top-k 40, seed 123", {"temperature": 1.0, "top_k": 40, "seed": 123}),
 )
+_DEMO_STORIES = ("Once upon a time", "The little dog was sad because", "Lily and Ben went to the park")
+_DEMO_CHATS = ("What is the capital of France?", "Write a short poem about the sea.",
+               "Give me three tips for learning to cook.")
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
     _check_sizes(args)
     if not args.noise_scale > 0:
         raise CLIError(f"--noise-scale must be > 0, got {args.noise_scale}")
-    loader = _Loader(args, None)
-    targets = [(prompt, _params(max_new_tokens=args.max_new_tokens, deterministic=True, logprobs=True, **extra))
-               for prompt, _, extra in _DEMO_REQUESTS]
+    if args.model is None and args.threads is None:
+        torch.set_num_threads(1)  # the embedded model is tiny: one thread is fastest
+    loader = _Loader(args, args.model)
     reference_gen = loader()
-    print(f"llm42 demo: embedded stories260K on {args.device}; canonical pass R = {args.window} x {args.group} "
+    is_chat = args.model is not None and has_chat_template(reference_gen.tokenizer)
+    if args.model is not None and reference_gen.tokenizer is None:
+        raise CLIError(f"--model {args.model}: the demo needs a checkpoint with a tokenizer")
+    requests = [(text, label, extra) for text, (label, extra) in zip(_DEMO_CHATS if is_chat else _DEMO_STORIES,
+                                                                     _DEMO_SAMPLING)]
+    targets = [(_user_message(text) if is_chat else text,
+                _params(max_new_tokens=args.max_new_tokens, deterministic=True, logprobs=True, **extra))
+               for text, _, extra in requests]
+    name = "embedded stories260K" if args.model is None else str(loader.path)
+    kind = "chat prompts" if is_chat else "story prompts"
+    print(f"llm42 demo: {name} on {args.device}, {kind}; canonical pass R = {args.window} x {args.group} "
           f"= {args.window * args.group} rows")
 
     print("\n[1/3] each deterministic request alone (the batch-size-1 reference)")
@@ -417,8 +479,8 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     with _progress(args, "alone", args.max_new_tokens * len(targets)) as bar:
         for prompt, params in targets:
             references += _run(reference_gen, [prompt], [params], bar)
-    for i, ((prompt, _, _), ref) in enumerate(zip(_DEMO_REQUESTS, references)):
-        print(f"  #{i} [{_DEMO_REQUESTS[i][1]}] {prompt!r} -> {ref.text!r}")
+    for i, ((text, label, _), ref) in enumerate(zip(requests, references)):
+        print(f"  #{i} [{label}] {text!r} -> {ref.text!r}")
 
     def report(b: int, batch: _Batch, delta: dict[str, int], problems: list[str]) -> None:
         verdict = "identical" if not problems else f"{len(problems)} MISMATCH(ES)"
@@ -430,7 +492,7 @@ def _cmd_demo(args: argparse.Namespace) -> int:
 
     print(f"\n[2/3] the same requests inside {args.num_batches} random batches (FastPolicy)")
     batched_gen = loader()
-    fillers = _filler_prompts(random.Random(args.seed), batched_gen)
+    fillers = _filler_prompts(random.Random(args.seed), batched_gen, is_chat=is_chat)
     problems = _batch_runs(args, batched_gen, targets, fillers, references, seed=args.seed,
                            desc="batches", on_batch=report)
 
@@ -464,6 +526,9 @@ def _cmd_check(args: argparse.Namespace) -> int:
     if not prompts:
         has_tokenizer = reference_gen.tokenizer is not None
         prompts = list(_CHECK_PROMPTS) if has_tokenizer else _random_token_prompts(rng, reference_gen, 3)
+        if args.chat:
+            prompts = [_user_message(p) for p in prompts]
+    _check_chat(args, "check", reference_gen, prompts)
     targets = [(prompt, params) for prompt in prompts]
     noise = f", NoisyFastPolicy(scale={args.noise_scale})" if args.noisy else ""
     print(f"llm42 check: {loader.path} on {args.device}; {len(prompts)} prompt(s), {args.num_batches} random "
@@ -512,6 +577,20 @@ def _cmd_doctor(args: argparse.Namespace) -> int:
     return EXIT_OK if report.is_ok else EXIT_DIVERGED
 
 
+# -- convert ----------------------------------------------------------------------------------------
+def _cmd_convert(args: argparse.Namespace) -> int:
+    src, dst = Path(args.src), Path(args.dst)
+    if not src.is_file():
+        raise CLIError(f"{args.src!r} is not a file")
+    try:
+        convert_gguf(src, dst, dtype=_DTYPES[args.dtype])
+    except (ValueError, TypeError, OSError) as exc:  # CheckpointError / UnsupportedModelError name the file
+        raise CLIError(str(exc)) from None
+    print(f"wrote {dst} ({args.dtype}) from {src}; load it with DVRGenerator.from_pretrained({str(dst)!r}) "
+          f"or --model {dst}")
+    return EXIT_OK
+
+
 # -- bench ------------------------------------------------------------------------------------------
 def _find_bench():
     """The benchmark harness's ``main(argv) -> int`` (``llm42.bench.main``), or None where it is not installed."""
@@ -551,6 +630,15 @@ def _cmd_bench(args: argparse.Namespace) -> int:
 
 
 # -- entry point ------------------------------------------------------------------------------------
+def _resolve_canonical_size(args: argparse.Namespace) -> None:
+    """--window/--group left out: the defaults for --device (smaller R on the CPU)."""
+    if not hasattr(args, "window"):
+        return
+    window, group = default_canonical_size(args.device)
+    args.window = window if args.window is None else args.window
+    args.group = group if args.group is None else args.group
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; returns the exit status (0 ok, 1 divergence found, 2 usage error)."""
     parser = build_parser()
@@ -563,6 +651,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SystemExit as exc:  # argparse exits 2 on bad flags, 0 on --help
         return int(exc.code or 0)
     try:
+        _resolve_canonical_size(args)
         if getattr(args, "threads", None) is not None:
             if args.threads < 1:
                 raise CLIError(f"--threads must be >= 1, got {args.threads}")

@@ -28,6 +28,10 @@ class UnsupportedModelError(ValueError):
     """The checkpoint names an architecture or option llm42 does not implement."""
 
 
+class CheckpointError(ValueError):
+    """A checkpoint is missing, incomplete, unreadable, or does not match its config."""
+
+
 @dataclass(frozen=True)
 class RopeConfig:
     theta: float

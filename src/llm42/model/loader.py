@@ -1,25 +1,58 @@
-"""Load a Hugging Face checkpoint directory: config.json + *.safetensors (+ tokenizer).
+"""Load a checkpoint: a Hugging Face directory (config.json + *.safetensors (+ tokenizer)) or a GGUF file.
 
 Safetensors only: no pickle, no remote code. The expected tensors are laid out
 as ``meta`` tensors from the config first; every loaded tensor is checked
-against that skeleton (name, shape) before it is cast and placed.
+against that skeleton (name, shape) before it is cast and placed. A GGUF file
+(or a directory holding exactly one) goes through ``llm42.model.gguf``, whose
+dequantized state dict meets the same checks.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 from safetensors import SafetensorError, safe_open
 
-from llm42.model.config import ModelConfig
+from llm42.model.config import CheckpointError, ModelConfig
+from llm42.model.gguf import find_gguf_file, read_gguf
 from llm42.model.weights import Weights, assemble, meta_tensors
 
 
-class CheckpointError(ValueError):
-    """A checkpoint directory is missing, incomplete, or does not match its config."""
+@dataclass(frozen=True)
+class Checkpoint:
+    """A loaded checkpoint: its config, weights (on the target device and dtype) and tokenizer."""
+
+    cfg: ModelConfig
+    weights: Weights
+    tokenizer: object | None  # a transformers tokenizer, or None when the checkpoint ships none
+    source: Path  # the HF directory or the GGUF file
+
+
+def load_checkpoint(
+    path: str | Path, *, dtype: torch.dtype, device: torch.device | str, with_tokenizer: bool = True
+) -> Checkpoint:
+    """Load a HF checkpoint directory, a ``.gguf`` file, or a directory holding exactly one ``.gguf``.
+
+    A directory with config.json is always read as a HF checkpoint. GGUF weights are
+    dequantized to ``dtype``. Raises CheckpointError / UnsupportedModelError naming the
+    file or directory and what is wrong.
+    """
+    path = Path(path)
+    gguf_file = find_gguf_file(path)
+    if gguf_file is not None:
+        model = read_gguf(gguf_file, with_tokenizer=with_tokenizer)
+        entries = ((gguf_file.name, name, tensor) for name, tensor in model.state_dict.items())
+        weights = _checked_weights(entries, model.cfg, dtype=dtype, device=device, source=gguf_file,
+                                   implied_by="the GGUF metadata")
+        return Checkpoint(model.cfg, weights, model.tokenizer, gguf_file)
+    cfg = load_config(path)
+    weights = load_weights(path, cfg, dtype=dtype, device=device)
+    return Checkpoint(cfg, weights, load_tokenizer(path) if with_tokenizer else None, path)
 
 
 def load_config(path: str | Path) -> ModelConfig:
@@ -97,33 +130,46 @@ def load_weights(
     path: str | Path, cfg: ModelConfig, *, dtype: torch.dtype, device: torch.device | str
 ) -> Weights:
     directory = Path(path)
-    skeleton = meta_tensors(cfg, dtype)
-    tensors: dict[str, torch.Tensor] = {}
+    return _checked_weights(_safetensors_entries(directory), cfg, dtype=dtype, device=device,
+                            source=directory, implied_by="config.json")
+
+
+def _safetensors_entries(directory: Path) -> Iterator[tuple[str, str, torch.Tensor]]:
     for file in _safetensors_files(directory):
         with _open_safetensors(file) as f:
             for name in f.keys():
-                if name not in skeleton:
-                    if _is_ignorable(name, cfg):
-                        continue
-                    # a tensor the config does not account for (a bias, an extra norm) would be
-                    # silently dropped and the logits silently wrong
-                    raise CheckpointError(
-                        f"{file.name}: unexpected tensor {name!r}, which the model described by "
-                        "config.json does not have"
-                    )
-                tensor = f.get_tensor(name)
-                expected = tuple(skeleton[name].shape)
-                if tuple(tensor.shape) != expected:
-                    raise CheckpointError(
-                        f"{file.name}: tensor {name!r} has shape {tuple(tensor.shape)}, "
-                        f"config.json implies {expected}"
-                    )
-                tensors[name] = tensor.to(device=device, dtype=dtype)
+                yield file.name, name, f.get_tensor(name)
+
+
+def _checked_weights(
+    entries: Iterable[tuple[str, str, torch.Tensor]], cfg: ModelConfig, *, dtype: torch.dtype,
+    device: torch.device | str, source: Path, implied_by: str,
+) -> Weights:
+    """Weights from (file name, tensor name, tensor) entries, each checked against the config's skeleton."""
+    skeleton = meta_tensors(cfg, dtype)
+    tensors: dict[str, torch.Tensor] = {}
+    for where, name, tensor in entries:
+        if name not in skeleton:
+            if _is_ignorable(name, cfg):
+                continue
+            # a tensor the config does not account for (a bias, an extra norm) would be
+            # silently dropped and the logits silently wrong
+            raise CheckpointError(
+                f"{where}: unexpected tensor {name!r}, which the model described by {implied_by} does not have"
+            )
+        expected = tuple(skeleton[name].shape)
+        if tuple(tensor.shape) != expected:
+            raise CheckpointError(
+                f"{where}: tensor {name!r} has shape {tuple(tensor.shape)}, {implied_by} implies {expected}"
+            )
+        if not tensor.is_floating_point():
+            raise CheckpointError(f"{where}: tensor {name!r} has dtype {tensor.dtype}, not a floating-point type")
+        tensors[name] = tensor.to(device=device, dtype=dtype)
     missing = [name for name in skeleton if name not in tensors]
     if missing:
         shown = ", ".join(repr(m) for m in missing[:5])
         more = f" (and {len(missing) - 5} more)" if len(missing) > 5 else ""
-        raise CheckpointError(f"checkpoint {str(directory)!r} lacks tensor(s) {shown}{more}")
+        raise CheckpointError(f"checkpoint {str(source)!r} lacks tensor(s) {shown}{more}")
     return assemble(cfg, tensors)
 
 
