@@ -4,7 +4,10 @@
     results = run_suite(SuiteConfig(device="cpu", model="tiny", dtype=torch.float32, scale=SCALES["tiny"]))
 
 ``main`` is the command line (``benchmarks/run_all.py``, ``llm42 bench``); ``docs/benchmarks.md``
-describes the method, workloads, modes and metrics.
+describes the method, workloads, modes and metrics. ``llm42.bench.serving`` (``benchmarks/serving.py``)
+measures the engine at serving scale against the device's roofline and transformers' ``generate``;
+``llm42.bench.figures`` (``benchmarks/paper_figures.py``) reproduces the paper's Fig. 6, 9 and 10 on a
+real model and on the 8B shape calibrated to its flip rate (``llm42.bench.flips``).
 """
 
 from llm42.bench.cli import main

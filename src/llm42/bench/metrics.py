@@ -1,10 +1,17 @@
 """What one benchmark run measured, and the numbers reported from it.
 
 Reported per run (``summarize``): output tokens per second, rollbacks per
-request, recomputed tokens as a share of committed ones, TTFT and end-to-end
-latency percentiles (p50/p90/p99), and — when a ``nondet`` run of the same
-request set is given — the throughput ratio to it and the latency of this
-run's non-deterministic requests relative to the same requests there.
+request, recomputed tokens as a share of committed ones, TTFT, inter-token
+(ITL), time-per-output-token (TPOT) and end-to-end latency percentiles
+(p50/p90/p99), and — when a ``nondet`` run of the same request set is given —
+the throughput ratio to it and the latency of this run's non-deterministic
+requests relative to the same requests there.
+
+Every time is the host clock when ``step()`` returned the tokens (what a
+client of the engine sees). ITL is the gap between two successive steps that
+delivered tokens to one request: a deterministic request's tokens arrive in
+bursts (a canonical pass commits several at once), so its ITL values are the
+gaps between bursts and its TPOT is the fairer per-token figure.
 """
 
 from __future__ import annotations
@@ -29,6 +36,7 @@ class RequestRecord:
     token_ids: list[int] = field(default_factory=list)
     num_rollbacks: int = 0
     num_recomputed: int = 0
+    delivery_s: list[float] = field(default_factory=list)  # when each step that delivered tokens returned
 
     @property
     def is_finished(self) -> bool:
@@ -41,6 +49,19 @@ class RequestRecord:
     @property
     def e2e_s(self) -> float | None:
         return None if self.finish_s is None else self.finish_s - self.arrival_s
+
+    @property
+    def itl_s(self) -> list[float]:
+        """Gaps between successive deliveries (one value per delivery after the first)."""
+        times = self.delivery_s
+        return [b - a for a, b in zip(times, times[1:])]
+
+    @property
+    def tpot_s(self) -> float | None:
+        """(finish - first token) / (tokens - 1): the mean time per output token after the first."""
+        if self.finish_s is None or self.first_token_s is None or self.num_tokens < 2:
+            return None
+        return (self.finish_s - self.first_token_s) / (self.num_tokens - 1)
 
 
 @dataclass
@@ -66,14 +87,13 @@ def percentile(values: list[float], q: float) -> float | None:
     """Linear-interpolation percentile (numpy's default); None for no values."""
     if not values:
         return None
-    ordered = sorted(values)
-    pos = (len(ordered) - 1) * q / 100
-    lo, hi = math.floor(pos), math.ceil(pos)
-    return ordered[lo] + (ordered[hi] - ordered[lo]) * (pos - lo)
+    return _sorted_percentile(sorted(values), q)
 
 
 def percentiles(values: list[float]) -> dict[str, float | None]:
-    out: dict[str, float | None] = {f"p{q}": percentile(values, q) for q in PERCENTILES}
+    ordered = sorted(values)
+    out: dict[str, float | None] = {f"p{q}": _sorted_percentile(ordered, q) if ordered else None
+                                    for q in PERCENTILES}
     out["mean"] = sum(values) / len(values) if values else None
     return out
 
@@ -85,8 +105,28 @@ def _ratio(a: float | None, b: float | None) -> float | None:
 def _latencies(records: list[RequestRecord]) -> dict:
     return {
         "ttft_s": percentiles([r.ttft_s for r in records if r.ttft_s is not None]),
+        "itl_s": percentiles([gap for r in records for gap in r.itl_s]),
+        "tpot_s": percentiles([r.tpot_s for r in records if r.tpot_s is not None]),
         "e2e_s": percentiles([r.e2e_s for r in records if r.e2e_s is not None]),
     }
+
+
+CDF_POINTS = tuple(i / 2 for i in range(201))  # percentiles 0, 0.5, ..., 100
+
+
+def cdf(values: list[float]) -> dict | None:
+    """A compact CDF: the value at every half percentile (201 numbers, whatever the sample size)."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    return {"num_values": len(ordered), "percentiles": list(CDF_POINTS),
+            "values": [round(_sorted_percentile(ordered, q), 7) for q in CDF_POINTS]}
+
+
+def _sorted_percentile(ordered: list[float], q: float) -> float:
+    pos = (len(ordered) - 1) * q / 100
+    lo, hi = math.floor(pos), math.ceil(pos)
+    return ordered[lo] + (ordered[hi] - ordered[lo]) * (pos - lo)
 
 
 def output_digest(records: list[RequestRecord]) -> str:

@@ -1,4 +1,5 @@
-"""The models benchmarks run: a tiny random model (CPU), the embedded stories260K, the 8B shape, or a checkpoint.
+"""The models benchmarks run: a tiny random model (CPU), the embedded stories260K, the 8B shape, or a checkpoint
+(a Hugging Face directory, a ``.gguf`` file or a directory holding one).
 
 Random weights are fine for throughput: the work per token depends on the
 shapes only. Rollback rates depend on how peaked the logits are (how often the
@@ -16,7 +17,8 @@ from pathlib import Path
 import torch
 
 from llm42.model.config import ModelConfig, RopeConfig
-from llm42.model.loader import embedded_model_path, load_config, load_weights
+from llm42.model.gguf import find_gguf_file
+from llm42.model.loader import embedded_model_path, load_checkpoint, load_config, load_tokenizer, load_weights
 from llm42.model.weights import Weights, hf_tensor_shapes, random_weights
 
 MODEL_NAMES = ("tiny", "stories260k", "8b")
@@ -32,6 +34,8 @@ class BenchModel:
     weights: Weights
     description: str
     lm_head_std: float | None = None  # random models only; None = the same std as every other weight
+    tokenizer: object | None = None  # a checkpoint's tokenizer (builds chat prompts); None for random models
+    source: str | None = None  # the checkpoint path, for tools that load it again (transformers)
 
     def summary(self) -> dict:
         cfg = self.cfg
@@ -50,6 +54,8 @@ class BenchModel:
             "head_dim": cfg.head_dim,
             "max_position_embeddings": cfg.max_position_embeddings,
             "lm_head_std": self.lm_head_std,
+            "tie_word_embeddings": cfg.tie_word_embeddings,
+            "source": self.source,
         }
 
 
@@ -80,22 +86,37 @@ def llama31_8b_shape(max_positions: int) -> ModelConfig:
 
 
 def _checkpoint(name: str, path: Path, description: str, *, device: torch.device, dtype: torch.dtype,
-                max_positions: int) -> BenchModel:
-    cfg = load_config(path)
+                max_positions: int, with_tokenizer: bool) -> BenchModel:
+    if find_gguf_file(path) is not None:
+        checkpoint = load_checkpoint(path, dtype=dtype, device=device, with_tokenizer=with_tokenizer)
+        cfg, weights, tokenizer = checkpoint.cfg, checkpoint.weights, checkpoint.tokenizer
+    else:
+        cfg, weights, tokenizer = load_config(path), None, None
     if cfg.max_position_embeddings < max_positions:
         raise ValueError(f"the workloads need {max_positions} positions but {name} has a context of "
                          f"{cfg.max_position_embeddings}; use a smaller --length-scale")
     # a shorter context leaves every position's RoPE the same and keeps canonical block tables small
     cfg = dataclasses.replace(cfg, max_position_embeddings=max_positions)
-    return BenchModel(name, cfg, load_weights(path, cfg, dtype=dtype, device=device), description)
+    if weights is None:
+        weights = load_weights(path, cfg, dtype=dtype, device=device)
+        tokenizer = _tokenizer(path) if with_tokenizer else None
+    return BenchModel(name, cfg, weights, description, tokenizer=tokenizer, source=str(path))
+
+
+def _tokenizer(path: Path):
+    try:
+        return load_tokenizer(path)
+    except Exception:  # noqa: BLE001 - a checkpoint without (readable) tokenizer files runs on token ids
+        return None
 
 
 def build_model(name: str, *, device: torch.device, dtype: torch.dtype, max_positions: int, seed: int = 0,
-                lm_head_std: float | None = None) -> BenchModel:
-    """``name``: 'tiny', 'stories260k', '8b', or a Hugging Face checkpoint directory.
+                lm_head_std: float | None = None, with_tokenizer: bool = False) -> BenchModel:
+    """``name``: 'tiny', 'stories260k', '8b', a Hugging Face checkpoint directory or a ``.gguf`` file.
 
-    ``max_positions``: the context the workloads need; random models get exactly it.
-    ``lm_head_std``: for random models; None takes ``DEFAULT_LM_HEAD_STD``.
+    ``max_positions``: the context the workloads need; random models get exactly it (a
+    checkpoint's is cut to it). ``lm_head_std``: for random models; None takes
+    ``DEFAULT_LM_HEAD_STD``. ``with_tokenizer``: also load a checkpoint's tokenizer.
     """
     if lm_head_std is None:
         lm_head_std = DEFAULT_LM_HEAD_STD.get(name)
@@ -105,14 +126,22 @@ def build_model(name: str, *, device: torch.device, dtype: torch.dtype, max_posi
         return BenchModel(name, cfg, weights, "random weights, 2 layers, hidden 128 (CPU smoke model)", lm_head_std)
     if name == "stories260k":
         return _checkpoint(name, embedded_model_path(), "embedded stories260K checkpoint (trained, 5 layers, "
-                           "hidden 64)", device=device, dtype=dtype, max_positions=max_positions)
+                           "hidden 64)", device=device, dtype=dtype, max_positions=max_positions,
+                           with_tokenizer=with_tokenizer)
     if name == "8b":
         cfg = llama31_8b_shape(max_positions)
         # random_weights draws on the device itself: well under a second for 8B parameters on a GPU
         weights = random_weights(cfg, seed=seed, dtype=dtype, device=device, lm_head_std=lm_head_std)
         return BenchModel(name, cfg, weights, "random weights with Llama-3.1-8B shapes", lm_head_std)
     path = Path(name)
-    if not path.is_dir():
-        raise ValueError(f"--model must be one of {MODEL_NAMES} or a checkpoint directory, got {name!r}")
-    return _checkpoint(path.name, path, f"checkpoint {path}", device=device, dtype=dtype,
-                       max_positions=max_positions)
+    if not (path.is_dir() or (path.is_file() and path.suffix.lower() == ".gguf")):
+        raise ValueError(f"--model must be one of {MODEL_NAMES}, a checkpoint directory or a .gguf file, "
+                         f"got {name!r}")
+    return _checkpoint(model_label(path), path, f"checkpoint {path}", device=device, dtype=dtype,
+                       max_positions=max_positions, with_tokenizer=with_tokenizer)
+
+
+def model_label(path: Path) -> str:
+    """A short name for a checkpoint path: its directory or file stem, lower case, quantization suffix dropped."""
+    stem = path.stem if path.is_file() else path.name
+    return stem.split(".")[0].lower() or "model"

@@ -11,6 +11,9 @@
 - ``no_batching``: every request ``deterministic=True``, served one at a
   time by the same generator — the batch-size-1 reference of the contract.
   Its outputs are what every deterministic request of ``dvr@p`` must equal.
+- ``nondet_sync``: ``nondet`` with the engine's host/device overlap off
+  (``DVRGenerator(overlap=False)``): each step reads its own tokens back
+  before returning. A side-by-side measure of what the overlap buys.
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ class Mode:
     deterministic_share: float  # fraction of requests submitted with deterministic=True
     is_batch_invariant: bool = False  # fast path through BatchInvariantPolicy
     is_one_at_a_time: bool = False
+    is_overlapped: bool = True  # DVRGenerator(overlap=...)
 
     @property
     def has_canonical_passes(self) -> bool:
@@ -46,6 +50,7 @@ class Mode:
 NONDET = Mode("nondet", 0.0)
 BATCH_INVARIANT = Mode("batch_invariant", 0.0, is_batch_invariant=True)
 NO_BATCHING = Mode("no_batching", 1.0, is_one_at_a_time=True)
+NONDET_SYNC = Mode("nondet_sync", 0.0, is_overlapped=False)
 
 
 def dvr_mode(percent: int) -> Mode:
@@ -60,12 +65,13 @@ def all_modes(shares: tuple[int, ...] = DVR_SHARES) -> tuple[Mode, ...]:
 
 
 def mode_by_name(name: str, shares: tuple[int, ...] = DVR_SHARES) -> Mode:
-    for mode in all_modes(shares):
+    for mode in (*all_modes(shares), NONDET_SYNC):
         if mode.name == name:
             return mode
     if name.startswith("dvr@") and name[4:].isdigit():
         return dvr_mode(int(name[4:]))
-    raise ValueError(f"unknown mode {name!r}; known: {[m.name for m in all_modes(shares)]} or dvr@<percent>")
+    known = [m.name for m in (*all_modes(shares), NONDET_SYNC)]
+    raise ValueError(f"unknown mode {name!r}; known: {known} or dvr@<percent>")
 
 
 def deterministic_order(num_requests: int, *, seed: int) -> list[int]:

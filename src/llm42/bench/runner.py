@@ -1,17 +1,23 @@
 """One benchmark run: a mode serving a workload offline (all at once) or online (Poisson arrivals).
 
 Each run gets a fresh generator (so a fresh K/V store: no prefix-cache reuse
-between modes) over the same weights. Before its clock starts, a run serves
-two short warm-up requests (one deterministic when the mode verifies) so
-the generator's one-time work — first launches, kernel compilation, any lazy
-capture — stays out of the measurement; the warm-up's engine stats are
-subtracted. Timing uses the host clock with the device synchronized at every
-reading (CUDA events around the same region are recorded too). A run past
-its deadline stops between steps and is marked incomplete.
+between modes) over the same weights. Before its clock starts, the run
+captures every decode-graph bucket (CUDA) and serves a few short warm-up
+requests (deterministic ones too when the mode verifies), so the generator's
+one-time work — first launches, kernel compilation, graph capture — stays out
+of the measurement; the warm-up's engine stats are subtracted.
+
+Timing: the device is drained once when the clock starts and once when it
+stops; in between, every reading is the bare host clock at the moment
+``step()`` returned. The engine overlaps host and device (it reads a step's
+tokens back one step later), so a synchronisation per reading would serialise
+the two and measure a different engine. CUDA events around the same region are
+recorded too. A run past its deadline stops between steps and is marked incomplete.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import gc
 import time
 from dataclasses import dataclass
@@ -32,15 +38,27 @@ WARMUP_KV_TOKENS = 64  # K/V positions the warm-up requests need on top of a wor
 
 
 class Clock:
-    """Host time with the device drained first, so a reading includes all launched work."""
+    """Host time; the device is drained only by ``start`` and ``stop``, never by ``now``."""
 
     def __init__(self, device: torch.device):
         self.device = device
         self.is_cuda = device.type == "cuda"
 
     def now(self) -> float:
+        return time.perf_counter()
+
+    def drain(self) -> None:
         if self.is_cuda:
             torch.cuda.synchronize(self.device)
+
+    def start(self) -> float:
+        """Drain the device, then read the clock: the region starts with nothing in flight."""
+        self.drain()
+        return time.perf_counter()
+
+    def stop(self) -> float:
+        """Drain the device, then read the clock: the region ends once all launched work is done."""
+        self.drain()
         return time.perf_counter()
 
     def start_event(self):
@@ -67,6 +85,7 @@ class Engine:
     captures, so it is set to the largest workload rather than left at the
     engine's default. ``fast_policy`` replaces the default fast path of the
     non-batch-invariant modes (tests inject ``NoisyFastPolicy`` to force rollbacks).
+    ``max_fast_tokens``: token rows per fast step (``DVRGenerator``'s knob).
     """
 
     model: BenchModel
@@ -76,6 +95,7 @@ class Engine:
     max_num_seqs: int = 256
     use_cuda_graphs: bool = True
     fast_policy: ReductionPolicy | None = None
+    max_fast_tokens: int = 512
 
     def generator(self, mode: Mode, *, window: int | None = None, group: int | None = None,
                   ) -> tuple[DVRGenerator, list[str]]:
@@ -85,46 +105,80 @@ class Engine:
             self.model.weights, self.model.cfg,
             window=window or self.window, group=group or self.group,
             fast_policy=fast_policy, kv_cache_tokens=self.kv_cache_tokens,
-            max_num_seqs=self.max_num_seqs, use_cuda_graphs=self.use_cuda_graphs,
+            max_num_seqs=self.max_num_seqs, max_fast_tokens=self.max_fast_tokens,
+            use_cuda_graphs=self.use_cuda_graphs, overlap=mode.is_overlapped,
         )
         notes = []
-        if mode.is_batch_invariant and self.use_cuda_graphs and gen.device.type == "cuda":
-            notes += _graph_batch_invariant_decode(gen)
+        if self.use_cuda_graphs and gen.device.type == "cuda":
+            notes += capture_prefill_graphs(gen) + capture_decode_graphs(gen)
         return gen, notes
 
 
-def _graph_batch_invariant_decode(gen: DVRGenerator) -> list[str]:
-    """Capture the batch-invariant fast path's decode CUDA graphs up front.
+def capture_decode_graphs(gen: DVRGenerator, *, buckets: tuple[int, ...] | None = None) -> list[str]:
+    """Capture decode-graph buckets (greedy and sampling variants; default every bucket) of ``gen`` before timing.
 
-    The generator graphs every fast policy that declares ``is_graph_safe`` (as
-    BatchInvariantPolicy does), so the baseline pays no eager launch overhead
-    that the peers' engines (CUDA graphs in their deterministic modes too) avoid.
-    Capturing here, before timing, keeps a capture failure from ending the run:
-    it then goes on eagerly and says so.
+    ``DecodeGraphs`` captures a bucket the first time a step of that size runs; a
+    benchmark would time those captures. Each bucket is captured here on a batch
+    of padding rows only (token 0 at position 0, K/V written to the scratch
+    block), which leaves every request slot untouched. The generator graphs every
+    fast policy that declares ``is_graph_safe`` (BatchInvariantPolicy too), so the
+    baseline pays no launch overhead the peers' engines avoid. A capture failure
+    does not end the run: it goes on eagerly and its notes say so.
     """
     graphs = gen.decode_graphs
     if graphs is None:
-        return ["BatchInvariantPolicy ran without decode CUDA graphs"]
+        return [f"{type(gen.fast_policy).__name__} ran without decode CUDA graphs"]
+    buckets = graphs.buckets if buckets is None else tuple(graphs.bucket_for(b) for b in buckets)
     try:
-        gen.generate([[1] * 4] * graphs.max_batch_size, SamplingParams(max_new_tokens=2, ignore_eos=True))
+        for bucket in buckets:
+            for is_sampled in (False, True):
+                gen.decode_state.stage_batch([], bucket)
+                graphs.run(bucket, is_sampled)
+        torch.cuda.synchronize(gen.device)
     except Exception as exc:  # noqa: BLE001 - reported in the run's notes, the run continues eagerly
         gen.decode_graphs = None
-        return [f"decode CUDA graphs for BatchInvariantPolicy failed ({type(exc).__name__}: {exc}); ran eagerly"]
+        return [f"decode CUDA graphs for {type(gen.fast_policy).__name__} failed ({type(exc).__name__}: {exc}); "
+                "ran eagerly"]
+    return []  # notes say how a run deviated from the plan; this one did not
+
+
+def capture_prefill_graphs(gen: DVRGenerator) -> list[str]:
+    """Capture every fast-prefill row bucket (both sampling variants) of a fresh ``gen`` before timing.
+
+    Must run before the generator's first prefill: the static rows then hold padding
+    rows only (token 0 at position 0, K/V written to scratch slots). A failure sends
+    prefill down the eager path, and the notes say so.
+    """
+    prefill = getattr(gen, "fast_prefill", None)
+    graphs = getattr(prefill, "graphs", None)
+    if graphs is None:
+        return []
+    try:
+        for bucket in graphs.buckets:
+            for is_sampled in (False, True):
+                graphs.run(bucket, is_sampled)
+        torch.cuda.synchronize(gen.device)
+    except Exception as exc:  # noqa: BLE001 - reported in the run's notes, the run continues eagerly
+        prefill.graphs = None
+        return [f"prefill CUDA graphs failed ({type(exc).__name__}: {exc}); prefill ran eagerly"]
     return []
 
 
 def _release(device: torch.device) -> None:
-    # generators hold reference cycles (runner <-> decode graphs): free each run's K/V store and graphs now
-    gc.collect()
+    # generators hold reference cycles (decode state <-> graphs): on CUDA free each run's K/V store and graphs
+    # now; on the CPU a collection per run costs more than the memory it frees early
     if device.type == "cuda":
+        gc.collect()
         torch.cuda.empty_cache()
 
 
 def _warm_up(gen: DVRGenerator, mode: Mode) -> dict[str, int]:
-    # three tokens each: prefill, fast decode and (deterministic) a verify window all run once
-    params = [SamplingParams(max_new_tokens=WARMUP_NEW_TOKENS, ignore_eos=True)]
+    # three tokens each, greedy and sampled: prefill, fast decode and (deterministic) a verify window with
+    # both sampler variants all run once
+    params = [SamplingParams(max_new_tokens=WARMUP_NEW_TOKENS, ignore_eos=True),
+              SamplingParams(max_new_tokens=WARMUP_NEW_TOKENS, ignore_eos=True, temperature=0.8, seed=1)]
     if mode.has_canonical_passes:
-        params.append(SamplingParams(max_new_tokens=WARMUP_NEW_TOKENS, ignore_eos=True, deterministic=True))
+        params += [dataclasses.replace(p, deterministic=True) for p in params]
     gen.generate([list(WARMUP_PROMPT)] * len(params), params)
     return dict(gen.stats)
 
@@ -159,6 +213,7 @@ class _Tracker:
                 continue
             if rec.first_token_s is None:
                 rec.first_token_s = now
+            rec.delivery_s.append(now)
             rec.num_tokens += len(tokens)
             if rec.num_tokens >= self.max_tokens[rid]:
                 rec.finish_s = now
@@ -193,8 +248,8 @@ def run_offline(engine: Engine, workload: Workload, mode: Mode, *, det_order: li
     indices = order[:max_requests] if mode.is_one_at_a_time else list(range(workload.num_requests))
     tracker = _Tracker(gen, clock)
     is_complete = True
+    t0 = clock.start()
     event = clock.start_event()
-    t0 = clock.now()
     if mode.is_one_at_a_time:
         for index in indices:
             tracker.submit(workload, index, index in deterministic, 0.0)
@@ -213,8 +268,8 @@ def run_offline(engine: Engine, workload: Workload, mode: Mode, *, det_order: li
                 is_complete = False
                 break
             tracker.step(t0)
-    elapsed = clock.now() - t0
     device_elapsed = clock.elapsed_since(event)
+    elapsed = clock.stop() - t0
     result = RunResult(mode.name, tracker.collect(), elapsed, device_elapsed, _stats_since(gen, before),
                        is_complete, notes)
     del gen, tracker
@@ -233,8 +288,8 @@ def run_online(engine: Engine, workload: Workload, mode: Mode, arrivals: list[fl
     deterministic = deterministic_indices(mode, _order_within(det_order, workload))
     tracker = _Tracker(gen, clock)
     num_submitted, is_complete = 0, True
+    t0 = clock.start()
     event = clock.start_event()
-    t0 = clock.now()
     while num_submitted < workload.num_requests or tracker.num_open:
         if time.perf_counter() > deadline:
             is_complete = False
@@ -247,8 +302,8 @@ def run_online(engine: Engine, workload: Workload, mode: Mode, arrivals: list[fl
             tracker.step(t0)
         elif num_submitted < workload.num_requests:
             time.sleep(max(0.0, min(arrivals[num_submitted] - now, deadline - time.perf_counter())))
-    elapsed = clock.now() - t0
     device_elapsed = clock.elapsed_since(event)
+    elapsed = clock.stop() - t0
     result = RunResult(mode.name, tracker.collect(), elapsed, device_elapsed, _stats_since(gen, before),
                        is_complete, notes)
     del gen, tracker

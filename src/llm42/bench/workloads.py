@@ -9,6 +9,11 @@ Two families, as in the LLM-42 paper's evaluation:
   200, long tails clipped — not fitted to the data; prompt token ids are random.
 - ``fixed_shape``: every request has the same (input, output) length; the
   paper's shapes are ``PAPER_FIXED_SHAPES``.
+- ``chat_like``: the ShareGPT-like lengths of ``sharegpt_like`` (same seed,
+  same lengths), but each prompt is English text rendered with a real
+  model's tokenizer and chat template: a task about a topic, padded with
+  context sentences to the drawn input length. A trained model's logits on
+  text are what rollback rates depend on; random ids would make them meaningless.
 
 Every length is multiplied by a ``length_scale`` (and rounded, at least 1) so
 a whole comparison fits a time budget. Half the requests (``sampled_share``)
@@ -164,6 +169,93 @@ def fixed_shape(num_input: int, num_output: int, num_requests: int, *, length_sc
         parameters={"input": num_input, "output": num_output, "length_scale": length_scale,
                     "scaled": list(scaled), "sampled_share": sampled_share,
                     "sampled_temperature": SAMPLED_TEMPERATURE, "seed": seed},
+    )
+
+
+_TASKS = (
+    "Write a short story about {topic}.",
+    "Explain {topic} to a ten-year-old.",
+    "List the main advantages and disadvantages of {topic}.",
+    "Write a formal email to a colleague about {topic}.",
+    "Summarise what you know about {topic} in a few paragraphs.",
+    "Give me a step-by-step plan to learn about {topic}.",
+    "Write a poem about {topic}.",
+    "What are common misconceptions about {topic}?",
+    "Describe the history of {topic}.",
+    "Answer as a teacher: why does {topic} matter?",
+)
+_TOPICS = (
+    "the water cycle", "black holes", "the French revolution", "machine learning", "coffee farming",
+    "the human immune system", "volcanoes", "medieval castles", "electric cars", "honey bees",
+    "the stock market", "photosynthesis", "the Roman empire", "climate change", "chess openings",
+    "the printing press", "ocean tides", "vaccines", "jazz music", "the moon landing",
+)
+_CONTEXT = (
+    "Keep the answer clear and well organised.",
+    "I am preparing notes for a study group next week.",
+    "Some of my friends think the topic is boring, but I find it fascinating.",
+    "Please avoid jargon where a simple word will do.",
+    "I read an article about this yesterday and it left me with more questions than answers.",
+    "My teacher said that the details matter more than the big picture, and I am not sure I agree.",
+    "Use examples from everyday life if you can.",
+    "The audience will be adults with no special background.",
+    "I would like to understand the causes as well as the consequences.",
+    "Last year I visited a museum that had an exhibition on a related subject.",
+    "It would help to mention a few numbers or dates.",
+    "If there is a debate among experts, describe both sides fairly.",
+    "I have about ten minutes to read your answer.",
+    "Please finish with a short summary of the key points.",
+    "My grandmother used to tell me stories about this when I was a child.",
+    "I want to write a blog post based on what you tell me.",
+    "Think about what a curious reader would ask next.",
+    "Start with the simplest idea and build up from there.",
+)
+
+
+def chat_like(num_requests: int, *, tokenizer, length_scale: float, vocab_size: int, seed: int = 0,
+              sampled_share: float = 0.5) -> Workload:
+    """Text prompts (a task about a topic plus context sentences) at ShareGPT-like lengths.
+
+    The input and output lengths are ``sharegpt_like``'s for the same seed; a prompt gets
+    context sentences until its rendered length reaches the drawn input length (so it may
+    exceed it by one sentence). Rendered with the tokenizer's chat template when it has
+    one, else tokenized as plain text.
+    """
+    from llm42.prompts import has_chat_template, render_chat
+
+    _check_common(num_requests, length_scale)
+    if tokenizer is None:
+        raise ValueError("chat_like prompts need a tokenizer (random-weight models have none: use sharegpt_like)")
+    base = sharegpt_like(num_requests, length_scale=length_scale, vocab_size=vocab_size, seed=seed,
+                         sampled_share=sampled_share)
+    rng = random.Random(f"chat-text-{seed}")
+    is_chat = has_chat_template(tokenizer)
+    sentence_len = {c: len(tokenizer(" " + c, add_special_tokens=False)["input_ids"]) for c in _CONTEXT}
+
+    def encode(text: str) -> tuple[int, ...]:
+        if is_chat:
+            return tuple(render_chat(tokenizer, [{"role": "user", "content": text}]))
+        return tuple(tokenizer(text)["input_ids"])
+
+    requests = []
+    for request in base.requests:
+        target = len(request.prompt)
+        text = rng.choice(_TASKS).format(topic=rng.choice(_TOPICS))
+        length = len(encode(text))
+        while length < target:
+            sentence = rng.choice(_CONTEXT)
+            text += " " + sentence
+            length += sentence_len[sentence]
+        prompt = encode(text)
+        if max(prompt) >= vocab_size:
+            raise ValueError(f"the tokenizer produced id {max(prompt)}, outside the model's vocabulary {vocab_size}")
+        requests.append(BenchRequest(request.index, prompt, request.max_new_tokens, request.temperature,
+                                     request.seed))
+    return Workload(
+        name="chat",
+        requests=tuple(requests),
+        description="English chat prompts (task + topic + context sentences) at ShareGPT-like lengths",
+        parameters={**base.parameters, "chat_template": is_chat},
     )
 
 

@@ -1,0 +1,265 @@
+"""The serving benchmark, the paper-figure benchmark and the kernel benchmark, end to end on the CPU.
+
+Each script runs with a tiny random model in seconds and must write well-formed
+JSON whose GPU-only figures are null; the pieces they rest on (the clock that
+never synchronises, the roofline arithmetic, the flip-rate probe and its
+negative control, the span measure, chat prompts) are checked on their own.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from llm42.bench import build_model
+from llm42.bench.figures import first_mismatch
+from llm42.bench.flips import flip_rate
+from llm42.bench.metrics import CDF_POINTS, RequestRecord, cdf
+from llm42.bench.roofline import model_sizes, roofline
+from llm42.bench.runner import Clock
+from llm42.bench.workloads import chat_like, fixed_shape, sharegpt_like
+from llm42.policies import NoisyFastPolicy
+
+REPO = Path(__file__).resolve().parent.parent
+CPU = torch.device("cpu")
+HAS_PLOTS = importlib.util.find_spec("matplotlib") is not None
+
+
+def _is_json_clean(value) -> bool:
+    return json.loads(json.dumps(value, allow_nan=False)) == value
+
+
+@pytest.fixture(scope="module")
+def serving(tmp_path_factory) -> tuple[int, dict, Path]:
+    from llm42.bench.serving import main
+
+    out = tmp_path_factory.mktemp("serving") / "serving_cpu_tiny.json"
+    rc = main(["--device", "cpu", "--model", "tiny", "--budget-s", "60", "--num-requests", "6",
+               "--max-num-seqs", "6", "--modes", "nondet,nondet_sync,dvr@50,batch_invariant",
+               "--online-modes", "nondet,dvr@50", "--online-loads", "0.8", "--online-num-requests", "4",
+               "--steady-batch", "4", "--steady-steps", "3", "--out", str(out), "--no-plots"], repo=REPO)
+    return rc, json.loads(out.read_text()), out
+
+
+@pytest.fixture(scope="module")
+def figures(tmp_path_factory) -> tuple[int, dict, Path]:
+    from llm42.bench.figures import main
+
+    out = tmp_path_factory.mktemp("figures") / "paper_figures_cpu_tiny.json"
+    rc = main(["--device", "cpu", "--model", "tiny", "--random-model", "tiny", "--budget-s", "90",
+               "--fig9-windows", "4,8", "--fig9-groups", "1,2", "--fig9-requests", "3", "--fig10-requests", "4",
+               "--random-figures", "10",
+               "--fig6-batch", "4", "--fig6-measured", "2", "--fig6-new-tokens", "8", "--out", str(out),
+               "--no-plots"], repo=REPO)
+    return rc, json.loads(out.read_text()), out
+
+
+# -- benchmarks/serving.py ----------------------------------------------------------------------------
+
+def test_serving_runs_every_phase_and_writes_clean_json(serving):
+    rc, results, _ = serving
+    assert rc == 0 and results["errors"] == {} and results["meta"]["is_complete"]
+    assert _is_json_clean(results)
+    assert "NOT representative" in results["label"]
+    assert results["ceilings"]["copy_GBps"] > 0 and results["ceilings"]["matmul_TFLOPs"] > 0
+    offline = results["offline"]
+    assert list(offline["modes"]) == ["nondet", "nondet_sync", "dvr@50", "batch_invariant"]
+    for name, summary in offline["modes"].items():
+        assert summary["is_complete"] and summary["num_finished"] == offline["workload"]["num_requests"], name
+        assert summary["engine"]["steps"] > 0 and summary["engine"]["ms_per_step"] > 0
+        assert 0 < summary["fraction_of_roofline"] < 1, name  # nothing beats the roofline bound
+        lat = summary["latency_nondeterministic"]
+        assert 0 <= lat["itl_s"]["p50"] <= lat["itl_s"]["p99"]
+    det = offline["modes"]["dvr@50"]
+    assert det["num_deterministic"] == 3 and det["latency_deterministic"]["tpot_s"]["p50"] > 0
+    assert det["itl_cdf_deterministic"]["percentiles"] == list(CDF_POINTS)
+    assert "free_itl_vs_nondet" in det and "itl_cdf_free" in det
+    assert offline["checks"]["deterministic_outputs_agree_across_dvr_modes"]["is_ok"]
+    assert results["transformers"] == {"skipped": "needs a checkpoint (--model PATH)"}
+    (load,) = results["online"]["loads"].values()
+    assert list(load["modes"]) == ["nondet", "dvr@50"]
+    assert load["rate_rps"] == pytest.approx(0.8 * results["online"]["capacity_rps"])
+
+
+def test_serving_steady_decode_reports_gpu_figures_as_null_on_the_cpu(serving):
+    _, results, _ = serving
+    steady = results["steady_decode"]
+    assert set(steady) == {"overlap", "no_overlap"}
+    for label, s in steady.items():
+        assert s["is_complete"] and s["is_overlapped"] == (label == "overlap")
+        assert s["decode_rows_per_step"] == s["batch"] == 4  # every timed step was pure decode
+        assert s["wall_ms_per_step"] > 0
+        assert s["graph_replay_ms"] is None and s["wall_over_kernel"] is None and s["gpu_busy_fraction"] is None
+
+
+@pytest.mark.skipif(not HAS_PLOTS, reason="matplotlib is not installed")
+def test_serving_replot_redraws_from_the_json(serving, tmp_path):
+    from llm42.bench.serving import main
+
+    _, results, _ = serving
+    saved = tmp_path / "saved.json"
+    saved.write_text(json.dumps(results))
+    assert main(["--replot", str(saved)]) == 0
+    assert sorted(p.name for p in tmp_path.glob("*.png")) == ["saved_itl_cdf.png", "saved_throughput.png"]
+
+
+def test_serving_cuda_without_cuda_fails_clearly(capsys, tmp_path):
+    from llm42.bench.serving import main
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has CUDA")
+    assert main(["--device", "cuda", "--out", str(tmp_path / "x.json"), "--budget-s", "5"]) == 2
+    assert "no CUDA device" in capsys.readouterr().err
+
+
+# -- benchmarks/paper_figures.py ----------------------------------------------------------------------
+
+def test_paper_figures_writes_every_section(figures):
+    rc, results, _ = figures
+    assert rc == 0 and results["errors"] == {} and results["meta"]["is_complete"]
+    assert _is_json_clean(results)
+    real = results["real"]
+    flips = real["flip_rate"]
+    assert flips["num_compared"] == flips["greedy"]["num_compared"] + flips["sampled"]["num_compared"] > 0
+    assert real["fig6"]["first_span"]["num_measured"] == 2
+    points = real["fig9"]["points"]
+    assert [(p["window"], p["group"]) for p in points] == [(4, 1), (4, 2), (8, 1), (8, 2)]
+    for p in points:
+        assert p["pass_ms"] > 0 and p["verify_ms_per_committed_token"] > 0 and p["recompute_share"] >= 0
+    modes = real["fig10"]["modes"]
+    assert list(modes) == ["nondet", "dvr@10", "dvr@25", "dvr@50", "dvr@100", "batch_invariant", "no_batching"]
+    assert real["fig10"]["determinism"]["num_checked"] > 0
+    assert real["fig10"]["determinism"]["num_identical"] == real["fig10"]["determinism"]["num_checked"]
+    random = results["random"]
+    calibration = random["calibration"]
+    assert calibration["chosen_lm_head_std"] in [t["lm_head_std"] for t in calibration["tried"]]
+    assert random["calibrated"]["lm_head_std"] == calibration["chosen_lm_head_std"]
+    assert "fig10" in random["calibrated"] and "fig10" in random["worst_case"]
+    assert "upper bound" in random["worst_case"]["note"]
+
+
+@pytest.mark.skipif(not HAS_PLOTS, reason="matplotlib is not installed")
+def test_paper_figures_replot_redraws_from_the_json(figures, tmp_path):
+    from llm42.bench.figures import main
+
+    _, results, _ = figures
+    saved = tmp_path / "saved.json"
+    saved.write_text(json.dumps(results))
+    assert main(["--replot", str(saved)]) == 0
+    names = sorted(p.name for p in tmp_path.glob("*.png"))
+    assert {"saved_fig9.png", "saved_fig10.png", "saved_calibration.png"} <= set(names)
+
+
+# -- benchmarks/gpu_bench.py --------------------------------------------------------------------------
+
+def test_gpu_bench_runs_its_staging_eagerly_on_the_cpu(tmp_path):
+    spec = importlib.util.spec_from_file_location("gpu_bench", REPO / "benchmarks" / "gpu_bench.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    out = tmp_path / "kernels.json"
+    assert module.main(["--device", "cpu", "--reps", "1", "--out", str(out)]) == 0
+    results = json.loads(out.read_text())
+    assert results["is_smoke"] and _is_json_clean(results)
+    assert [r["batch"] for r in results["decode"]] == [1, 4]
+    assert all(r["eager_step_ms"] > 0 and r["graph_replay_ms"] is None for r in results["decode"])
+    assert [r["rows"] for r in results["canonical"]] == [8, 16]
+    assert all(r["eager_pass_ms"] > 0 and "graph_pass_ms" not in r for r in results["canonical"])
+
+
+# -- the pieces ---------------------------------------------------------------------------------------
+
+def test_clock_readings_never_synchronise_the_device(monkeypatch):
+    """The engine overlaps host and device: only start/stop may drain it, never a per-step reading."""
+    calls = []
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda *a, **k: calls.append("sync"))
+    clock = Clock(torch.device("cuda"))
+    clock.now(), clock.now()
+    assert calls == []
+    clock.start(), clock.stop()
+    assert calls == ["sync", "sync"]
+
+
+def test_itl_and_tpot_come_from_delivery_times():
+    rec = RequestRecord(0, False, arrival_s=0.0, first_token_s=1.0, finish_s=4.0, num_tokens=7,
+                        delivery_s=[1.0, 1.5, 4.0])
+    assert rec.itl_s == [0.5, 2.5]
+    assert rec.tpot_s == pytest.approx(0.5)
+    summary = cdf([3.0, 1.0, 2.0])
+    assert summary["values"][0] == 1.0 and summary["values"][-1] == 3.0 and summary["num_values"] == 3
+
+
+def test_roofline_counts_prefill_flops_and_decode_bytes_by_hand():
+    model = build_model("tiny", device=CPU, dtype=torch.float32, max_positions=64)
+    cfg = model.cfg
+    workload = fixed_shape(10, 5, 2, length_scale=1.0, vocab_size=cfg.vocab_size, sampled_share=0.0)
+    sizes = model_sizes(model.weights, cfg)
+    got = roofline(workload, model.weights, cfg, copy_GBps=1.0, matmul_TFLOPs=1.0, max_num_seqs=256)
+    attention = 2 * 4 * cfg.num_layers * cfg.num_heads * cfg.head_dim * 10 * 11 / 2
+    assert got["prefill_flops"] == 2 * sizes["layer_matrix_params"] * 20 + 2 * sizes["head_params"] * 2 + attention
+    # 4 decode rows per request at positions 10..13, reading 11..14 positions; 4 steps (the longest output - 1)
+    assert got["decode_min_steps"] == 4
+    assert got["decode_bytes"] == 4 * sizes["weight_bytes_per_step"] + 2 * (11 + 12 + 13 + 14) * \
+        sizes["kv_bytes_per_token"]
+    assert got["bound_s"] == pytest.approx(got["prefill_s"] + got["decode_s"])
+    assert got["output_tokens_per_s"] == pytest.approx(10 / got["bound_s"])
+
+
+def test_flip_rate_counts_compared_rows_and_sees_a_noisy_fast_path():
+    model = build_model("tiny", device=CPU, dtype=torch.float32, max_positions=64)
+    prompts = [r.prompt for r in sharegpt_like(6, length_scale=1 / 16, vocab_size=model.cfg.vocab_size).requests]
+    clean = flip_rate(model.weights, model.cfg, prompts, num_steps=3, num_alone=2)
+    assert clean["num_compared"] == 6 and clean["num_steps"] == 3
+    assert clean["greedy"]["num_compared"] + clean["sampled"]["num_compared"] == 6
+    # negative control: a fast path whose logits get fresh noise at every call flips most compared tokens
+    noisy = flip_rate(model.weights, model.cfg, prompts, num_steps=3, num_alone=2,
+                      policy=NoisyFastPolicy(scale=5.0, seed=1))
+    assert noisy["num_flips"] >= 3
+
+
+def test_first_mismatch_is_the_first_differing_position():
+    assert first_mismatch([1, 2, 3], [1, 2, 4]) == 2
+    assert first_mismatch([1, 2, 3], [1, 2, 3]) is None
+    assert first_mismatch([5], [6]) == 0
+
+
+class _WordTokenizer:
+    """A stand-in tokenizer: one id per word (no chat template), so lengths are easy to check."""
+
+    chat_template = None
+
+    def __call__(self, text, add_special_tokens=True):
+        return {"input_ids": [3 + len(word) % 50 for word in text.split()]}
+
+
+def test_chat_prompts_take_the_sharegpt_lengths_and_reach_the_input_length():
+    base = sharegpt_like(8, length_scale=0.25, vocab_size=64, seed=3)
+    chat = chat_like(8, tokenizer=_WordTokenizer(), length_scale=0.25, vocab_size=64, seed=3)
+    assert [r.max_new_tokens for r in chat.requests] == [r.max_new_tokens for r in base.requests]
+    assert [r.temperature for r in chat.requests] == [r.temperature for r in base.requests]
+    for ours, theirs in zip(chat.requests, base.requests):
+        assert len(ours.prompt) >= len(theirs.prompt)
+    assert chat.requests == chat_like(8, tokenizer=_WordTokenizer(), length_scale=0.25, vocab_size=64, seed=3).requests
+
+
+@pytest.mark.slow
+def test_transformers_generate_comparison_runs_on_a_tiny_checkpoint(tmp_path):
+    """The transformers side (a subprocess) and the llm42 side on the same prompts, on the CPU."""
+    transformers = pytest.importorskip("transformers")
+    from llm42.bench.serving import main
+
+    config = transformers.LlamaConfig(vocab_size=256, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
+                                      eos_token_id=2, bos_token_id=1)
+    torch.manual_seed(0)
+    transformers.LlamaForCausalLM(config).save_pretrained(tmp_path / "ckpt")
+    out = tmp_path / "s.json"
+    assert main(["--device", "cpu", "--model", str(tmp_path / "ckpt"), "--budget-s", "120", "--num-requests", "4",
+                 "--max-num-seqs", "4", "--modes", "nondet", "--online-modes", "", "--steady-batch", "2",
+                 "--steady-steps", "2", "--hf-no-compile", "--out", str(out), "--no-plots"], repo=REPO) == 0
+    entry = json.loads(out.read_text())["transformers"]
+    assert entry["hf"]["output_tokens_per_s"] > 0 and entry["hf"]["new_tokens"] == 8
+    assert entry["llm42"]["is_complete"] and entry["llm42_over_hf"] > 0
