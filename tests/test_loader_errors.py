@@ -279,3 +279,21 @@ def test_invalid_generation_config_json_is_refused(tmp_path):
     (tmp_path / "generation_config.json").write_text(json.dumps({"eos_token_id": ["</s>"]}))
     with pytest.raises(CheckpointError, match=r"generation_config\.json: eos_token_id must be"):
         load_config(tmp_path)
+
+
+# -- the tokenizer --------------------------------------------------------------------------------
+
+def test_generic_tokenizer_loads_as_auto_tokenizer_would(tmp_path):
+    # a tokenizer.json of the generic class skips AutoTokenizer's config lookup, with the same result
+    from transformers import AutoTokenizer
+
+    from llm42.model import embedded_model_path, load_tokenizer
+
+    tokenizer = load_tokenizer(embedded_model_path())
+    auto = AutoTokenizer.from_pretrained(str(embedded_model_path()))
+    assert type(tokenizer) is type(auto)
+    text = "Once upon a time, Lily met a big dog."
+    ids = tokenizer(text)["input_ids"]
+    assert ids == auto(text)["input_ids"]
+    assert tokenizer.decode(ids, skip_special_tokens=True) == auto.decode(ids, skip_special_tokens=True)
+    assert load_tokenizer(tmp_path) is None  # no tokenizer files

@@ -173,14 +173,33 @@ def _checked_weights(
     return assemble(cfg, tensors)
 
 
+# the class names transformers writes for a plain tokenizer.json (v4, v5)
+_GENERIC_TOKENIZER_CLASSES = ("PreTrainedTokenizerFast", "TokenizersBackend")
+
+
 def load_tokenizer(path: str | Path):
-    """The checkpoint's tokenizer through transformers' AutoTokenizer, or None if it ships none."""
+    """The checkpoint's tokenizer through transformers, or None if it ships none.
+
+    A tokenizer.json whose tokenizer_config.json names the generic class loads through that
+    class directly: it is what AutoTokenizer resolves to, without importing the model's config
+    classes first (about 2 s of a CPU start). Anything else goes through AutoTokenizer.
+    """
     directory = Path(path)
     if not any((directory / f).is_file() for f in ("tokenizer.json", "tokenizer.model", "vocab.json")):
         return None
-    from transformers import AutoTokenizer
+    if (directory / "tokenizer.json").is_file() and _tokenizer_class(directory) in _GENERIC_TOKENIZER_CLASSES:
+        from transformers import PreTrainedTokenizerFast as tokenizer_class
+    else:
+        from transformers import AutoTokenizer as tokenizer_class
+    return tokenizer_class.from_pretrained(str(directory), trust_remote_code=False)
 
-    return AutoTokenizer.from_pretrained(str(directory), trust_remote_code=False)
+
+def _tokenizer_class(directory: Path) -> str | None:
+    try:
+        raw = json.loads((directory / "tokenizer_config.json").read_text())
+    except (OSError, json.JSONDecodeError):
+        return None  # AutoTokenizer reports what is wrong
+    return raw.get("tokenizer_class") if isinstance(raw, dict) else None
 
 
 def embedded_model_path() -> Path:
