@@ -24,6 +24,7 @@ import torch
 from llm42.cuda_graphs import DecodeGraphs
 from llm42.engine.config import EngineConfig
 from llm42.engine.decode_state import DecodeState
+from llm42.engine.prefill import FastPrefill
 from llm42.engine.requests import Request, RequestPool, seed_to_int64
 from llm42.defaults import default_canonical_size
 from llm42.kv_store import KVStore, KVStoreProtocol
@@ -175,8 +176,11 @@ class DVRGenerator:
         self.kv = kv_store
         self.decode_state = DecodeState(weights, cfg, self.kv, self.fast_policy, max_num_seqs=max_num_seqs)
         self.decode_graphs = None
-        if is_graphed and getattr(self.fast_policy, "is_graph_safe", False):
+        is_fast_graphed = is_graphed and getattr(self.fast_policy, "is_graph_safe", False)
+        if is_fast_graphed:
             self.decode_graphs = DecodeGraphs(self.decode_state, max_batch_size=min(max_num_seqs, max_fast_tokens))
+        self.fast_prefill = FastPrefill(weights, cfg, self.kv, self.fast_policy, max_rows=max_fast_tokens,
+                                        max_seqs=min(32, max_num_seqs), use_graph=is_fast_graphed)
         self._rng = random.Random(seed)  # seeds for non-deterministic requests that give none
         self._num_ids = 0
         self._pool = RequestPool(max_num_seqs=max_num_seqs, window=window, adaptive_draft=adaptive_draft)
@@ -420,9 +424,14 @@ class DVRGenerator:
             self.kv.append(req.rid, seg.end)
             state.sync_table(req.slot, req.rid)
             segments.append(seg)
-        rows = self.runner.sampling_rows([(s.params, s.seed, s.end) for s in segments], len(segments))
-        tokens, logprobs = self.runner.forward_sample(self.runner.fast_inputs(segments, self.kv), self.kv,
-                                                      self.fast_policy, rows)
+        num_rows = sum(len(s.tokens) for s in segments)
+        # on the CPU the varlen layout below is cheaper (padded SDPA per sequence, not per row)
+        if self.device.type == "cuda" and self.fast_prefill.can_run(num_rows, len(segments)):
+            tokens, logprobs = self.fast_prefill.run(segments, self.kv)
+        else:
+            rows = self.runner.sampling_rows([(s.params, s.seed, s.end) for s in segments], len(segments))
+            tokens, logprobs = self.runner.forward_sample(self.runner.fast_inputs(segments, self.kv), self.kv,
+                                                          self.fast_policy, rows)
         if not record.requests:
             self.stats["fast_steps"] += 1
         for i, seg in enumerate(segments):

@@ -7,10 +7,10 @@ replaying one captured CUDA graph on CUDA (a greedy and a sampling variant of th
 sampler, chosen on the host so nothing inside synchronises), eagerly elsewhere. Every
 tensor's shape is a function of R and the model only (invariant 2).
 
-``launch`` runs a staged pass on its own CUDA stream, after the work already queued on
-the caller's stream (so it sees every K/V write before it), copies the sampled tokens
-and log-probs to pinned host memory and records an event: the fast path keeps running
-while the pass computes, and the caller applies the result when ``is_ready``.
+``launch`` queues a staged pass (on the caller's stream, or with ``use_stream=True`` on its
+own stream after the work already queued, so it sees every K/V write before it), copies the
+sampled tokens and log-probs to pinned host memory and records an event; the caller applies
+the result when ``is_ready``.
 """
 
 from __future__ import annotations
@@ -49,7 +49,7 @@ class CanonicalPass:
     """Exactly ``num_rows`` rows of forward + sampler through a shape-closed policy."""
 
     def __init__(self, weights: Weights, cfg: ModelConfig, policy: ReductionPolicy, num_rows: int, *,
-                 use_graph: bool | None = None):
+                 use_graph: bool | None = None, use_stream: bool = False):
         self.weights = weights
         self.cfg = cfg
         self.policy = policy
@@ -62,7 +62,9 @@ class CanonicalPass:
         self._pool = None
         self._is_any_sampled = False
         is_cuda = self.device.type == "cuda"
-        self._stream = torch.cuda.Stream(self.device) if is_cuda else None
+        # its own stream only on request: on the H200 the side-stream pass next to replayed fast steps
+        # hung the device in one run (cause not found), so by default a pass shares the caller's stream
+        self._stream = torch.cuda.Stream(self.device) if is_cuda and use_stream else None
         self._host_tokens = torch.zeros(num_rows, dtype=torch.int64, pin_memory=is_cuda)
         self._host_logprobs = torch.zeros(num_rows, dtype=torch.float32, pin_memory=is_cuda)
         self._pending: PassResult | None = None
@@ -161,7 +163,14 @@ class CanonicalPass:
             self._pending.wait()  # the static buffers are still in use by the previous pass
         if self._stream is None:
             tokens, logprobs = self.run(self.stage(segments, kv, per_row))
-            self._pending = PassResult(tokens, logprobs, None)
+            if tokens.is_cuda:
+                self._host_tokens.copy_(tokens, non_blocking=True)
+                self._host_logprobs.copy_(logprobs, non_blocking=True)
+                event = torch.cuda.Event()
+                event.record()
+                self._pending = PassResult(self._host_tokens, self._host_logprobs, event)
+            else:
+                self._pending = PassResult(tokens, logprobs, None)
             return self._pending
         self._stream.wait_stream(torch.cuda.current_stream(self.device))
         with torch.cuda.stream(self._stream):
