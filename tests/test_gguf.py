@@ -202,3 +202,12 @@ def test_cli_names_a_bad_gguf_in_one_line(tmp_path, capsys):
     err = capsys.readouterr().err.strip()
     assert err.startswith("llm42 generate: error:") and "fake.gguf: not a GGUF file" in err
     assert len(err.splitlines()) == 1
+
+
+def test_doctor_reads_a_gguf_file(stories_gguf):
+    from llm42.doctor import load_model
+
+    model = load_model(stories_gguf)
+    reference = load_checkpoint(embedded_model_path(), dtype=torch.float32, device="cpu")
+    assert model.cfg.num_layers == reference.cfg.num_layers
+    assert torch.equal(model.weights.layers[0].qkv, reference.weights.layers[0].qkv)

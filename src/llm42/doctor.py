@@ -53,7 +53,7 @@ from llm42.inputs import StepInputs
 from llm42.kv_store import KVStore
 from llm42.model.config import ModelConfig
 from llm42.model.forward import forward
-from llm42.model.loader import embedded_model_path, load_config, load_weights
+from llm42.model.loader import embedded_model_path, load_checkpoint
 from llm42.model.weights import Weights
 from llm42.params import SamplingParams
 from llm42.policies import FastPolicy, FixedShapePolicy
@@ -230,7 +230,8 @@ class DoctorModel:
 
 def load_model(path: str | Path | None = None, *, device: str | torch.device = "cpu",
                dtype: torch.dtype | None = None) -> DoctorModel:
-    """Load a checkpoint directory (``None``: the embedded stories260K model) the way the generator does.
+    """Load a HF checkpoint directory or a GGUF file (``None``: the embedded stories260K model) the way
+    the generator does.
 
     Raises ``CheckpointError`` / ``UnsupportedModelError`` (ValueErrors) naming what is wrong.
     """
@@ -238,8 +239,8 @@ def load_model(path: str | Path | None = None, *, device: str | torch.device = "
     device = torch.device(device)
     if dtype is None:
         dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
-    cfg = load_config(path)
-    return DoctorModel(load_weights(path, cfg, dtype=dtype, device=device), cfg, path.name, path)
+    checkpoint = load_checkpoint(path, dtype=dtype, device=device, with_tokenizer=False)
+    return DoctorModel(checkpoint.weights, checkpoint.cfg, path.name, path)
 
 
 def run_doctor(
