@@ -84,15 +84,16 @@ def test_arrival_schedules_are_step_indices_with_bounded_gaps(data, num_requests
 
 @given(data=st.data(), vocab_size=st.integers(2, 600), sizes=st.tuples(st.integers(1, 4), st.integers(0, 3)),
        min_det=st.integers(0, 2), max_prompt_len=st.integers(1, 24), max_new_tokens=st.integers(1, 12),
-       allow_sampling=st.booleans(), shared_prefixes=st.booleans())
+       allow_sampling=st.booleans(), shared_prefixes=st.booleans(), logprobs=st.none() | st.booleans())
 def test_batch_mixes_are_valid_requests_with_enough_deterministic_ones(
-        data, vocab_size, sizes, min_det, max_prompt_len, max_new_tokens, allow_sampling, shared_prefixes):
+        data, vocab_size, sizes, min_det, max_prompt_len, max_new_tokens, allow_sampling, shared_prefixes,
+        logprobs):
     min_size, extra = sizes
     max_size = max(min_size + extra, min_det)
     mix = data.draw(ls.batch_mixes(vocab_size=vocab_size, min_size=min_size, max_size=max_size,
                                    min_deterministic=min_det, max_prompt_len=max_prompt_len,
                                    max_new_tokens=max_new_tokens, allow_sampling=allow_sampling,
-                                   shared_prefixes=shared_prefixes))
+                                   shared_prefixes=shared_prefixes, logprobs=logprobs))
     assert min_size <= len(mix) <= max_size
     assert sum(p.deterministic for _, p in mix) >= min_det
     for prompt, params in mix:
@@ -100,6 +101,23 @@ def test_batch_mixes_are_valid_requests_with_enough_deterministic_ones(
         assert all(0 <= t < vocab_size for t in prompt)
         assert isinstance(params, SamplingParams) and params.max_new_tokens <= max_new_tokens
         assert allow_sampling or params.is_greedy
+        assert logprobs is None or params.logprobs is logprobs
+
+
+def test_batch_mixes_still_draw_logprobs_by_default():
+    """``logprobs`` was added keyword-only with the old behaviour as its default: drawn per request."""
+    seen: set[bool] = set()
+
+    @given(mix=ls.batch_mixes(vocab_size=64, min_size=3, max_size=4))
+    def look(mix):
+        seen.update(p.logprobs for _, p in mix)
+
+    look()
+    assert seen == {True, False}
+    with pytest.raises(TypeError, match="logprobs"):
+        ls.batch_mixes(vocab_size=64, logprobs=1)
+    with pytest.raises(TypeError):
+        ls.batch_mixes(64)  # type: ignore[misc]
 
 
 def test_batch_mixes_draw_both_kinds_and_shared_prefixes():
@@ -268,6 +286,41 @@ def test_assert_matches_reference_raises_with_details_on_divergence():
     assert f"request {first.index} diverged" in message and "(0, 0, 0)" in message
     assert f"position {first.position}" in message
     assert f"token {first.reference_token}" in message and f"token {first.actual_token}" in message
+
+
+def test_run_schedule_holds_follow_ups_until_their_request_finished():
+    gen = _tiny_generator()
+    base = list(range(3, 20))  # 17 tokens: one full K/V block (16) to share
+    prompts = [base, base[:16] + [30, 31], [40, 41], [50]]
+    params = SamplingParams(max_new_tokens=3, deterministic=True)
+    events_at: dict[int, list[int]] = {}
+    out = run_schedule(gen, prompts, params, (0, 0, 0, 0), after={1: 0, 3: 1},
+                       on_step=lambda step, events: [events_at.setdefault(rid, []).append(step) for rid in events])
+    assert [c.prompt_token_ids for c in out] == prompts
+    first, last = ({c.request_id: f(events_at[c.request_id]) for c in out} for f in (min, max))
+    assert first[out[1].request_id] > last[out[0].request_id]  # after request 0's last token
+    assert first[out[3].request_id] > last[out[1].request_id]  # a chain: 3 after 1 after 0
+    assert first[out[2].request_id] < last[out[0].request_id]  # not a follow-up: not held back
+    # the follow-up found request 0's canonical K/V for the shared block in the prefix cache
+    assert gen.stats["prefix_cached_tokens"] == 16
+
+
+@pytest.mark.parametrize("after", [{0: 0}, {0: 1, 1: 0}, {0: 5}, {-1: 0}, {True: 0}])
+def test_run_schedule_rejects_bad_follow_ups(after):
+    with pytest.raises(ValueError, match="after"):
+        run_schedule(_tiny_generator(), [[1], [2]], SamplingParams(max_new_tokens=1), (0, 0), after=after)
+
+
+def test_check_against_reference_runs_follow_ups_in_every_schedule():
+    prompts = [[1, 2, 3, 4], [1, 2, 5], [7, 8, 9]]
+    params = SamplingParams(max_new_tokens=4, deterministic=True, logprobs=True)
+    check = assert_matches_reference(_tiny_generator, prompts, params, schedules=[(0, 0, 0), (1, 0, 2)],
+                                     after={1: 0})
+    assert check.after == {1: 0} and not check.divergences
+    free = SamplingParams(max_new_tokens=6, logprobs=True)
+    noisy = check_against_reference(lambda: _tiny_generator(NoisyFastPolicy(scale=3.0, seed=1)), prompts, free,
+                                    schedules=[(0, 0, 0)], indices=[0, 1, 2], after={1: 0})
+    assert noisy.divergences and "request 1 after request 0" in noisy.report()
 
 
 def test_assert_matches_reference_rejects_nothing_to_check():

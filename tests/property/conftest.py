@@ -37,6 +37,7 @@ class WideModel:
         block_size: int = 16,
         prefix_cache: bool = True,
         adaptive_draft: bool = False,
+        verifier: Callable[[], object] | None = None,
     ) -> Callable[[], DVRGenerator]:
         """Builds a fresh generator per call over the shared weights.
 
@@ -48,18 +49,28 @@ class WideModel:
         reference must use the same one. ``block_size`` (K/V page size) is not:
         it only moves K/V around, and small pages make prefix-cache hits common.
         ``adaptive_draft`` changes only when requests draft and verify, never what they commit.
+        ``verifier`` (a factory, called per generator) replaces the canonical pass and commit rule:
+        the mutation controls plug broken ones in here; ``key_block`` is then the verifier's business.
         """
 
         def build() -> DVRGenerator:
+            canonical_side = (dict(canonical_policy=FixedShapePolicy(key_block=key_block)) if verifier is None
+                              else dict(verifier=verifier()))
             return DVRGenerator(
                 self.weights, self.cfg, window=canonical.window, group=canonical.group,
                 fast_policy=fast_policy, scheduler=None if scheduler is None else scheduler(),
-                canonical_policy=FixedShapePolicy(key_block=key_block),
                 max_num_seqs=max_num_seqs, kv_cache_tokens=kv_cache_tokens, block_size=block_size,
-                prefix_cache=prefix_cache, adaptive_draft=adaptive_draft,
+                prefix_cache=prefix_cache, adaptive_draft=adaptive_draft, **canonical_side,
             )
 
         return build
+
+    def verifier(self, canonical: CanonicalConfig, policy: ReductionPolicy):
+        """The verifier a generator builds for ``canonical`` and ``policy`` over these weights
+        (taken from one, so it is whatever the library's verifier is; mutations wrap or resize it)."""
+        gen = DVRGenerator(self.weights, self.cfg, window=canonical.window, group=canonical.group,
+                           canonical_policy=policy, kv_cache_tokens=self.cfg.max_position_embeddings)
+        return gen.verifier
 
 
 @pytest.fixture(scope="session")

@@ -17,8 +17,8 @@ This module needs only llm42 itself (no hypothesis).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 
 from llm42.generator import DVRGenerator
 from llm42.params import Completion, SamplingParams
@@ -50,12 +50,31 @@ def _check_schedule(schedule: Sequence[int], num_prompts: int) -> tuple[int, ...
     return schedule
 
 
+def _check_after(after: Mapping[int, int] | None, num_prompts: int) -> dict[int, int]:
+    if after is None:
+        return {}
+    follow_ups = dict(after)
+    for i, j in follow_ups.items():
+        for name, index in (("key", i), ("value", j)):
+            if not isinstance(index, int) or isinstance(index, bool) or not 0 <= index < num_prompts:
+                raise ValueError(f"after {name} {index!r} is not an index into prompts")
+    for start in follow_ups:
+        seen, index = {start}, start
+        while index in follow_ups:
+            index = follow_ups[index]
+            if index in seen:
+                raise ValueError(f"after has a cycle through request {start}")
+            seen.add(index)
+    return follow_ups
+
+
 def run_schedule(
     generator: DVRGenerator,
     prompts: Sequence,
     params: SamplingParams | Sequence[SamplingParams],
     schedule: Sequence[int],
     *,
+    after: Mapping[int, int] | None = None,
     max_steps: int = 100_000,
     on_step: Callable[[int, dict[int, list[int]]], None] | None = None,
 ) -> list[Completion]:
@@ -63,31 +82,51 @@ def run_schedule(
 
     Steps are counted from 0; requests due at the same step are submitted in
     index order. A step at which the generator has nothing to run is an idle
-    tick (no ``step()`` call). ``on_step(step_index, events)`` is called after
-    every ``generator.step()`` with the events it returned. Results come back in
-    the order of ``prompts``. Raises RuntimeError if the requests have not all
-    finished ``max_steps`` steps after the last arrival.
+    tick (no ``step()`` call). ``after`` makes follow-ups: ``after[i] = j``
+    holds request i back until request j has finished (then it is submitted
+    before the next step, or at ``schedule[i]`` if that is later) — the next
+    turn of a conversation, or a request that shares a prompt prefix with j
+    and is sure to find j's K/V in the prefix cache. ``on_step(step_index,
+    events)`` is called after every ``generator.step()`` with the events it
+    returned. Results come back in the order of ``prompts``. Raises
+    RuntimeError if the requests have not all finished ``max_steps`` steps
+    after the last arrival.
     """
     params_list = _params_list(params, len(prompts))
     schedule = _check_schedule(schedule, len(prompts))
-    arrivals: dict[int, list[int]] = {}
-    for index, step in enumerate(schedule):
-        arrivals.setdefault(step, []).append(index)
-    last_arrival = max(schedule, default=-1)
-    rids: list[int] = [-1] * len(prompts)
+    follow_ups = _check_after(after, len(prompts))
+    pending = list(range(len(prompts)))
+    rids: dict[int, int] = {}
+    results: dict[int, Completion] = {}
+
+    def has_finished(index: int) -> bool:
+        if index in results:
+            return True
+        if index not in rids:
+            return False
+        try:
+            results[index] = generator.result(rids[index])
+        except ValueError:  # not finished yet
+            return False
+        return True
+
     step = 0
-    while step <= last_arrival or generator.has_unfinished():
+    last_arrival = max(schedule, default=-1)
+    while pending or generator.has_unfinished():
         if step > last_arrival + max_steps:
             raise RuntimeError(f"requests still unfinished {max_steps} steps after the last arrival "
-                               f"(schedule {schedule}, stats {generator.stats})")
-        for index in arrivals.get(step, ()):
+                               f"(schedule {schedule}, after {follow_ups}, stats {generator.stats})")
+        due = [i for i in pending if schedule[i] <= step and (i not in follow_ups or has_finished(follow_ups[i]))]
+        for index in due:
             rids[index] = generator.submit(prompts[index], params_list[index])
+            pending.remove(index)
+            last_arrival = max(last_arrival, step)
         if generator.has_unfinished():
             events = generator.step()
             if on_step is not None:
                 on_step(step, events)
         step += 1
-    return [generator.result(rid) for rid in rids]
+    return [results[i] if i in results else generator.result(rids[i]) for i in range(len(prompts))]
 
 
 @dataclass(frozen=True)
@@ -190,6 +229,7 @@ class ReferenceCheck:
     references: dict[int, Completion]  # index -> the request's batch-size-1 completion
     runs: tuple[ScheduleRun, ...]
     divergences: tuple[Divergence, ...]
+    after: dict[int, int] = field(default_factory=dict)  # the follow-ups every run had (see run_schedule)
 
     @property
     def num_rollbacks(self) -> int:
@@ -202,6 +242,8 @@ class ReferenceCheck:
         shown = self.divergences[:_MAX_REPORTED]
         head = (f"{len(self.divergences)} of {len(self.indices) * len(self.runs)} (request, schedule) checks "
                 f"diverged from the batch-size-1 reference")
+        if self.after:
+            head += " (follow-ups: " + ", ".join(f"request {i} after request {j}" for i, j in self.after.items()) + ")"
         more = len(self.divergences) - len(shown)
         tail = [f"... and {more} more"] if more else []
         return "\n".join([head, *(d.describe() for d in shown), *tail])
@@ -215,6 +257,7 @@ def check_against_reference(
     schedules: Sequence[Sequence[int]] | None = None,
     reference_factory: Callable[[], DVRGenerator] | None = None,
     indices: Sequence[int] | None = None,
+    after: Mapping[int, int] | None = None,
     max_steps: int = 100_000,
 ) -> ReferenceCheck:
     """Like :func:`assert_matches_reference` but returns the :class:`ReferenceCheck` instead of raising."""
@@ -234,19 +277,20 @@ def check_against_reference(
     schedules = [_check_schedule(s, len(prompts)) for s in schedules]
     if not schedules:
         raise ValueError("schedules is empty")
+    follow_ups = _check_after(after, len(prompts))
     reference_factory = generator_factory if reference_factory is None else reference_factory
 
     references = {i: reference_factory().generate([prompts[i]], [params_list[i]])[0] for i in indices}
     runs, divergences = [], []
     for schedule in schedules:
         gen = generator_factory()
-        completions = run_schedule(gen, prompts, params_list, schedule, max_steps=max_steps)
+        completions = run_schedule(gen, prompts, params_list, schedule, after=follow_ups, max_steps=max_steps)
         runs.append(ScheduleRun(schedule, completions, dict(gen.stats)))
         for i in indices:
             divergence = first_divergence(references[i], completions[i], index=i, schedule=schedule)
             if divergence is not None:
                 divergences.append(divergence)
-    return ReferenceCheck(indices, references, tuple(runs), tuple(divergences))
+    return ReferenceCheck(indices, references, tuple(runs), tuple(divergences), follow_ups)
 
 
 def assert_matches_reference(
@@ -257,6 +301,7 @@ def assert_matches_reference(
     schedules: Sequence[Sequence[int]] | None = None,
     reference_factory: Callable[[], DVRGenerator] | None = None,
     indices: Sequence[int] | None = None,
+    after: Mapping[int, int] | None = None,
     max_steps: int = 100_000,
 ) -> ReferenceCheck:
     """Assert every checked request's tokens and log-probs equal its batch-size-1 reference, bit for bit.
@@ -265,7 +310,8 @@ def assert_matches_reference(
       generator from ``reference_factory`` (default: ``generator_factory``).
     - Runs: for each arrival schedule (see :func:`run_schedule`; default: all
       at step 0, then one per step), all prompts run on a fresh generator from
-      ``generator_factory``.
+      ``generator_factory``; ``after`` adds follow-ups to every run (see
+      :func:`run_schedule`).
     - Checked requests: ``indices``, default every request with ``deterministic=True``.
 
     On any difference raises AssertionError naming, for each divergence, the
@@ -278,7 +324,7 @@ def assert_matches_reference(
     """
     check = check_against_reference(
         generator_factory, prompts, params, schedules=schedules, reference_factory=reference_factory,
-        indices=indices, max_steps=max_steps,
+        indices=indices, after=after, max_steps=max_steps,
     )
     if check.divergences:
         raise AssertionError(check.report())

@@ -175,6 +175,7 @@ def batch_mixes(
     max_new_tokens: int = 12,
     allow_sampling: bool = True,
     shared_prefixes: bool = True,
+    logprobs: bool | None = None,
 ) -> st.SearchStrategy[list[tuple[list[int], SamplingParams]]]:
     """Lists of ``(prompt, params)`` mixing deterministic and free (``deterministic=False``) requests.
 
@@ -183,6 +184,9 @@ def batch_mixes(
     a prompt may start with a prefix of an earlier prompt in the list (the
     case a prefix cache must get right). Prompts and params follow
     :func:`prompts` and :func:`sampling_params` with these bounds.
+    ``logprobs``: ``None`` draws it per request, a bool fixes it for every
+    request. A determinism suite should pass ``True``: a last-bit difference
+    that leaves the argmax alone shows in the log-probs only.
     """
     _check_int("vocab_size", vocab_size, minimum=1)
     _check_range("min_size", min_size, "max_size", max_size, minimum=1)
@@ -194,13 +198,14 @@ def batch_mixes(
     for name, flag in (("allow_sampling", allow_sampling), ("shared_prefixes", shared_prefixes)):
         if not isinstance(flag, bool):
             raise TypeError(f"{name} must be a bool, got {flag!r}")
+    _check_optional_bool("logprobs", logprobs)
     return _batch_mixes(vocab_size, min_size, max_size, min_deterministic, max_prompt_len, max_new_tokens,
-                        allow_sampling, shared_prefixes)
+                        allow_sampling, shared_prefixes, logprobs)
 
 
 @st.composite
 def _batch_mixes(draw, vocab_size, min_size, max_size, min_deterministic, max_prompt_len, max_new_tokens,
-                 allow_sampling, shared_prefixes) -> list[tuple[list[int], SamplingParams]]:
+                 allow_sampling, shared_prefixes, logprobs) -> list[tuple[list[int], SamplingParams]]:
     size = draw(st.integers(max(min_size, min_deterministic), max_size))
     num_deterministic = draw(st.integers(min_deterministic, size))
     is_deterministic = set(draw(st.permutations(range(size)))[:num_deterministic])
@@ -217,6 +222,7 @@ def _batch_mixes(draw, vocab_size, min_size, max_size, min_deterministic, max_pr
             max_new_tokens=max_new_tokens,
             deterministic=i in is_deterministic,
             allow_sampling=allow_sampling,
+            logprobs=logprobs,
             vocab_size=vocab_size,
         ))
         mix.append((prompt, params))
