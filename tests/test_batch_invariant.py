@@ -18,6 +18,7 @@ from llm42.inputs import StepInputs
 from llm42.kv_store import KVStore
 from llm42.model import forward, random_weights
 from llm42.model.config import ModelConfig
+from llm42.ops import exact
 from llm42.policies import BatchInvariantPolicy, FastPolicy, ReductionPolicy
 from llm42.verify import CanonicalConfig, Verifier
 from tests.helpers import decode_inputs, tiny_config
@@ -52,7 +53,8 @@ def test_policy_is_a_reduction_policy_but_not_shape_closed():
     policy = BatchInvariantPolicy()
     assert isinstance(policy, ReductionPolicy)
     assert policy.is_shape_closed is False
-    assert policy.matmul_backend("cpu") == "tiled"
+    assert policy.matmul_backend("cpu") == "exact"
+    assert BatchInvariantPolicy(matmul="tiled").matmul_backend("cpu") == "exact"
     assert BatchInvariantPolicy(matmul="tiled").matmul_backend("cuda") == "tiled"
     assert BatchInvariantPolicy().matmul_backend("cuda") == "triton"
 
@@ -147,10 +149,10 @@ def test_attention_rows_are_bit_identical_at_every_batch_size(generator):
 
 
 def test_sampler_log_softmax_rows_are_bit_identical_at_every_batch_size(generator):
-    """The sampler's row-wise log-softmax (outside the policy) is already row-invariant on the CPU."""
+    """The sampler's row-wise log-softmax (outside the policy, ``llm42.ops.exact``'s) is row-invariant."""
     logits = torch.randn(MAX_BATCH, 1000, generator=generator) * 4
-    alone = torch.cat([torch.log_softmax(logits[i: i + 1], dim=-1) for i in range(MAX_BATCH)])
-    assert_rows_match_alone(lambda m: torch.log_softmax(logits[:m], dim=-1), alone)
+    alone = torch.cat([exact.log_softmax(logits[i: i + 1]) for i in range(MAX_BATCH)])
+    assert_rows_match_alone(lambda m: exact.log_softmax(logits[:m]), alone)
 
 
 # -- the whole model -------------------------------------------------------------------------------

@@ -116,13 +116,17 @@ def test_sweep_covers_the_window_group_grid(results):
         assert p["ratio_to_nondet"] > 0 and p["recompute_share"] >= 0
 
 
-def test_results_record_the_run_and_serialise_with_plots(results, tmp_path):
+def test_results_record_the_run_and_serialise(results):
     meta = results["meta"]
     assert "NOT representative" in results["label"]
     assert meta["device"]["type"] == "cpu" and meta["model"]["name"] == "tiny"
     assert (meta["window"], meta["group"]) == (TEST_SCALE.window, TEST_SCALE.group)
     assert meta["git"]["commit"] is None or len(meta["git"]["commit"]) == 40
     assert json.loads(json.dumps(results)) == results
+
+
+def test_results_plot_into_three_pngs(results, tmp_path):
+    pytest.importorskip("matplotlib")
     paths = plot_all(results, tmp_path, "test")
     assert sorted(p.name for p in paths) == ["test_latency_cdf.png", "test_sweep.png", "test_throughput.png"]
     assert all(p.stat().st_size > 1000 for p in paths)
@@ -257,12 +261,33 @@ def test_a_failing_run_is_recorded_and_the_suite_goes_on(monkeypatch):
 
 
 def test_replot_redraws_a_saved_run(results, tmp_path, capsys):
+    pytest.importorskip("matplotlib")
     saved = tmp_path / "saved.json"
     saved.write_text(json.dumps(results))
     assert load_run_all().main(["--replot", str(saved)]) == 0
     assert sorted(p.name for p in tmp_path.glob("*.png")) == [
         "saved_latency_cdf.png", "saved_sweep.png", "saved_throughput.png"]
     assert "| sharegpt | dvr@100 |" in capsys.readouterr().out
+
+
+def test_replot_without_matplotlib_exits_non_zero_saying_why(results, tmp_path, capsys, monkeypatch):
+    saved = tmp_path / "saved.json"
+    saved.write_text(json.dumps(results))
+    real_find_spec = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *args: None if name == "matplotlib" else real_find_spec(name, *args))
+    assert load_run_all().main(["--replot", str(saved)]) == 1
+    assert "matplotlib is not installed, so nothing was drawn" in capsys.readouterr().err
+    assert list(tmp_path.glob("*.png")) == []
+
+
+def test_replot_of_a_run_with_nothing_to_plot_exits_non_zero_saying_why(results, tmp_path, capsys):
+    pytest.importorskip("matplotlib")
+    saved = tmp_path / "empty.json"
+    saved.write_text(json.dumps({**results, "offline": {}, "online": {}, "sweep": {}}))
+    assert load_run_all().main(["--replot", str(saved)]) == 1
+    assert "no offline, sweep or online results to plot" in capsys.readouterr().err
+    assert list(tmp_path.glob("*.png")) == []
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the CPU-only error")

@@ -6,6 +6,12 @@ inside the step, never drawn from a stateful generator. So a token's draw does
 not depend on what else was sampled before it, in this batch or any other —
 the fast path and the canonical pass see the same noise for the same position,
 which is also why candidates are usually accepted.
+
+Every reduction and transcendental here is ``llm42.ops.exact``'s (exact sums,
+exp/log from correctly rounded primitives), so a row's log-probs, filter and
+noise are the same bits at any batch size, on any instruction set and on
+either device; they stay plain torch ops, with no host sync, so a CUDA graph
+can capture them.
 """
 
 from __future__ import annotations
@@ -13,6 +19,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
+
+from llm42.ops import exact
 
 _MASK32 = 0xFFFFFFFF
 _GOLDEN = 0x9E3779B1
@@ -36,8 +44,8 @@ def gumbel_noise(seeds: torch.Tensor, positions: torch.Tensor, vocab_size: int) 
     vocab = torch.arange(vocab_size, device=seeds.device, dtype=torch.int64)
     bits = _mix32(_mix32(key[:, None] ^ (vocab[None, :] * 0x27D4EB2F & _MASK32)) ^ 0x165667B1)
     # 24 random bits -> u in (0, 1), exactly representable in float32
-    u = ((bits >> 8).to(torch.float32) + 0.5) * (1.0 / (1 << 24))
-    return -torch.log(-torch.log(u))
+    u = ((bits >> 8).to(torch.float64) + 0.5) * (1.0 / (1 << 24))
+    return (-exact.log64(-exact.log64(u))).to(torch.float32)
 
 
 @dataclass(frozen=True)
@@ -67,8 +75,8 @@ def _filter_top_k_top_p(scaled: torch.Tensor, top_k: torch.Tensor, top_p: torch.
     kth = sorted_vals.gather(1, (k - 1)[:, None])  # [N, 1]
     rank = torch.arange(vocab_size, device=scaled.device)
     sorted_vals = torch.where(rank[None, :] < k[:, None], sorted_vals, float("-inf"))
-    probs = torch.softmax(sorted_vals, dim=-1)
-    mass_before = torch.cumsum(probs, dim=-1) - probs
+    probs = exact.softmax(sorted_vals)  # float64
+    mass_before = exact.row_cumsum(probs) - probs
     keep = (mass_before < top_p[:, None]) & (rank[None, :] < k[:, None])
     keep[:, 0] = True
     num_keep = keep.sum(-1)
@@ -80,7 +88,7 @@ def _filter_top_k_top_p(scaled: torch.Tensor, top_k: torch.Tensor, top_p: torch.
 def sample(logits: torch.Tensor, rows: SamplingRows) -> tuple[torch.Tensor, torch.Tensor]:
     """Pick one token per row; returns (tokens [N] int64, log-probs [N] float32 of the raw distribution)."""
     logits = logits.float()
-    logprobs_all = torch.log_softmax(logits, dim=-1)
+    logprobs_all = exact.log_softmax(logits)
     greedy = torch.argmax(logits, dim=-1)
     is_sampled = rows.temperature > 0
     is_any_sampled = rows.is_any_sampled if rows.is_any_sampled is not None else bool(is_sampled.any())

@@ -75,9 +75,18 @@ def write_plots(results: dict, out: Path, name: str) -> list[Path]:
 
 
 def replot(path: Path) -> int:
+    """Redraw a saved run's plots and print its tables; 1 (with the reason) if it draws no plot at all."""
     results = json.loads(path.read_text())
-    written = write_plots(results, path.parent, path.stem)
     print(markdown(results))
+    if importlib.util.find_spec("matplotlib") is None:
+        print(f"run_all: --replot {path}: matplotlib is not installed, so nothing was drawn "
+              "(pip install matplotlib)", file=sys.stderr)
+        return 1
+    written = plot_all(results, path.parent, path.stem)
+    if not written:
+        print(f"run_all: --replot {path}: the file holds no offline, sweep or online results to plot, "
+              "so nothing was drawn", file=sys.stderr)
+        return 1
     for plot in written:
         print(f"wrote {plot}")
     return 0

@@ -11,6 +11,7 @@ import torch
 import torch.nn.functional as F
 
 from llm42.inputs import StepInputs
+from llm42.ops import exact
 
 
 def _slots(block_tables: torch.Tensor, key_pos: torch.Tensor, block_size: int) -> torch.Tensor:
@@ -82,39 +83,46 @@ def blocked_attention(
 ) -> torch.Tensor:
     """Canonical attention: one KV split, key blocks of ``key_block`` aligned at position 0.
 
-    Each row runs its own online softmax over key blocks 0, 1, 2, ... in order;
-    every launch has shape [N, ..., key_block] and a block a row cannot see
-    leaves its state bit-for-bit unchanged (scale exp(0) = 1, adds exact zeros).
-    So a row's output depends on its own keys only, never on how long the other
-    rows' contexts are or where the row sits.
+    Each row runs its own online softmax over key blocks 0, 1, 2, ... in order,
+    and a block a row cannot see leaves its state bit-for-bit unchanged (scale
+    exp(0) = 1, adds exact zeros). q·k and p·v are ``llm42.ops.exact`` matmuls
+    and the softmax's exp and sums are exact too, so a row's output depends on
+    its own query and keys only: never on how many rows there are, how long the
+    other rows' contexts are, where the row sits, the memory layout torch picks
+    for a batched matmul, or the instruction set the library runs on. (That is
+    also why the scores of every block may come from one call: an exact score
+    does not depend on the shape it was computed in.)
     """
     num_rows, num_heads, head_dim = q.shape
     num_kv_heads = k_cache.shape[1]
     groups = num_heads // num_kv_heads
     device = q.device
+    num_key_blocks = -(-inputs.max_context_len // key_block)
 
-    qf = q.float().view(num_rows, num_kv_heads, groups, head_dim) * scale
-    row_tables = inputs.block_tables[inputs.row_seq]  # [N, MB]
-    m = torch.full((num_rows, num_kv_heads, groups), float("-inf"), device=device)
+    key_pos = torch.arange(num_key_blocks * key_block, device=device)
+    slots = _slots(inputs.block_tables[inputs.row_seq], key_pos, block_size)  # [N, NB * KB]
+    visible = _visible(key_pos, inputs.positions, sliding_window)  # [N, NB * KB]
+    qf = q.float().reshape(num_rows, num_kv_heads, groups, head_dim) * scale  # [N, Hkv, G, D]
+    # contiguous operands: no layout is left for torch.matmul to fold differently by N (exact anyway)
+    k = k_cache[slots].float().permute(0, 2, 3, 1).contiguous()  # [N, Hkv, D, NB * KB]
+    v = torch.where(visible[:, :, None, None], v_cache[slots].float(), 0.0)
+    v = v.transpose(1, 2).contiguous()  # [N, Hkv, NB * KB, D]
+    # a score is exact and depends on its query row and key alone, so all blocks' scores come from one call
+    scores = torch.where(visible[:, None, None, :], exact.matmul(qf, k), float("-inf"))  # [N, Hkv, G, NB * KB]
+
+    m = torch.full((num_rows, num_kv_heads, groups, 1), float("-inf"), device=device)
     denom = torch.zeros((num_rows, num_kv_heads, groups), device=device)
     acc = torch.zeros((num_rows, num_kv_heads, groups, head_dim), device=device)
-    num_key_blocks = -(-inputs.max_context_len // key_block)
     for j in range(num_key_blocks):
-        key_pos = torch.arange(j * key_block, (j + 1) * key_block, device=device)
-        slots = _slots(row_tables, key_pos, block_size)  # [N, KB]
-        visible = _visible(key_pos, inputs.positions, sliding_window)  # [N, KB]
-        k = k_cache[slots].float().permute(0, 2, 3, 1)  # [N, Hkv, D, KB]
-        v = v_cache[slots].float().transpose(1, 2)  # [N, Hkv, KB, D]
-        v = torch.where(visible[:, None, :, None], v, 0.0)
-        s = torch.matmul(qf, k)  # [N, Hkv, G, KB]
-        s = torch.where(visible[:, None, None, :], s, float("-inf"))
-        m_new = torch.maximum(m, s.amax(-1))
+        block = slice(j * key_block, (j + 1) * key_block)
+        s = scores[..., block]  # [N, Hkv, G, KB]
+        m_new = torch.maximum(m, s.amax(-1, keepdim=True))
         # a row that has seen no key yet (sliding window) keeps m = -inf; subtract 0 there, not -inf
         m_sub = torch.where(torch.isinf(m_new), 0.0, m_new)
-        alpha = torch.exp(m - m_sub)
-        p = torch.exp(s - m_sub[..., None])
-        denom = denom * alpha + p.sum(-1)
-        acc = acc * alpha[..., None] + torch.matmul(p, v)
+        scaled = exact.exp(torch.cat([m, s], dim=-1) - m_sub)  # [N, Hkv, G, 1 + KB]: alpha, then p
+        alpha, p = scaled[..., :1], scaled[..., 1:]
+        denom = denom * alpha[..., 0] + exact.row_sum(p).float()
+        acc = acc * alpha + exact.matmul(p, v[:, :, block])
         m = m_new
     out = acc / denom[..., None]
     return out.view(num_rows, num_heads, head_dim).to(q.dtype)

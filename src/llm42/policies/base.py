@@ -4,7 +4,8 @@ Beside its five members a policy may implement the ``RowOps`` protocol: the
 row-wise ops between the GEMMs and attention (residual add + RMSNorm, RoPE +
 K/V write, SwiGLU), which a policy can fuse into one kernel launch each.
 ``TorchRowOps`` is their unfused torch composition, ``FusedRowOps`` the fused
-Triton kernels on CUDA; ``row_ops`` gives the model a policy's row ops, with
+Triton kernels on CUDA, ``ExactRowOps`` adds the order-independent CPU SwiGLU
+of ``llm42.ops.exact``; ``row_ops`` gives the model a policy's row ops, with
 ``TorchRowOps``' defaults for any a policy does not implement.
 """
 
@@ -16,6 +17,7 @@ import torch
 import torch.nn.functional as F
 
 from llm42.inputs import StepInputs
+from llm42.ops import exact
 
 
 @runtime_checkable
@@ -56,7 +58,10 @@ class RowOps(Protocol):
     """The row-wise ops of the model, which a policy may fuse (optional members of a policy).
 
     Each row's result must depend on that row's inputs alone: no reduction may
-    cross rows, so these ops never change which bits a row gets from the batch.
+    cross rows. That is necessary, not sufficient: on the CPU an elementwise
+    library op may still round a row by where it lands in the tensor (ATen's
+    ``sigmoid`` in a vectorized loop body vs its scalar tail), which is why the
+    canonical policies take ``ExactRowOps``' SwiGLU there.
     """
 
     def add_rms_norm(self, x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor,
@@ -160,6 +165,22 @@ class FusedRowOps(TorchRowOps):
 
             return fused.swiglu(gate_up)
         return super().swiglu(gate_up)
+
+
+class ExactRowOps(TorchRowOps):
+    """A mixin, listed before a policy's other row ops: SwiGLU on the CPU from ``llm42.ops.exact``.
+
+    ``F.silu`` rounds differently in ATen's vectorized loop body and its scalar
+    tail, so a row's activation would depend on where the row lands in the
+    tensor; the exact SiLU cannot. CUDA tensors take the next class's SwiGLU.
+    The other row ops need nothing of their own: on the CPU they are additions,
+    multiplications and the policy's ``rms_norm``.
+    """
+
+    def swiglu(self, gate_up):
+        if gate_up.is_cuda:
+            return super().swiglu(gate_up)
+        return exact.swiglu(gate_up)
 
 
 _ROW_OP_NAMES = ("add_rms_norm", "rope_and_store", "swiglu")

@@ -16,7 +16,7 @@ import torch
 import torch.nn.functional as F
 
 from llm42.inputs import StepInputs
-from llm42.policies.base import TorchRowOps
+from llm42.policies.base import ExactRowOps
 from llm42.policies.fixed_shape import FixedShapePolicy
 
 
@@ -32,9 +32,10 @@ def _row_tiled(fn: Callable[[torch.Tensor], torch.Tensor], rows: torch.Tensor, t
     """Apply ``fn`` to ``rows`` [M, K] in tiles of exactly ``tile`` rows (the last one zero-padded).
 
     Every call sees a freshly allocated [tile, K] buffer: one shape and one
-    alignment whatever M is, so by position invariance (a kernel at a fixed
-    shape gives a row the same bits wherever it sits) each row's result is
-    independent of M and of the other rows.
+    alignment whatever M is, so where the kernel is position invariant (at a
+    fixed shape it gives a row the same bits wherever it sits: cuBLAS, and the
+    canonical pass's CUDA norm) each row's result is independent of M and of
+    the other rows.
     """
     num_rows = rows.shape[0]
     if num_rows == 0:
@@ -48,25 +49,33 @@ def _row_tiled(fn: Callable[[torch.Tensor], torch.Tensor], rows: torch.Tensor, t
     return torch.cat(outs) if len(outs) > 1 else outs[0]
 
 
-class BatchInvariantPolicy(TorchRowOps):
+class BatchInvariantPolicy(ExactRowOps):
     """Every op batch-invariant at any batch size: a row's output never depends on the rest of the batch.
 
-    - GEMMs on CUDA: a persistent Triton matmul with fixed tiles and no
-      split-K (``llm42.kernels.batch_invariant_matmul``), the peers' kernel.
-    - GEMMs elsewhere: rows cut into tiles of ``matmul_rows`` rows, each
-      multiplied by the library GEMM at that one fixed shape.
-    - RMSNorm: rows in tiles of ``norm_rows`` rows at one fixed shape,
-      through the canonical pass's norm.
+    On the CPU every op is the canonical pass's (``FixedShapePolicy``), built
+    from ``llm42.ops.exact``: exact-accumulation GEMMs, exact sums in RMSNorm
+    and softmax, exp and SiLU from correctly rounded primitives. A row's bits
+    are a function of that row's numbers alone, at every batch size including
+    1, whatever the layout, thread count, instruction set or CPU vendor; no row
+    tiles are needed (``matmul_rows`` and ``norm_rows`` act on CUDA only).
+
+    On CUDA:
+
+    - GEMMs: a persistent Triton matmul with fixed tiles and no split-K
+      (``llm42.kernels.batch_invariant_matmul``), the peers' kernel; with
+      ``matmul="tiled"``, rows cut into tiles of ``matmul_rows`` rows, each
+      multiplied by cuBLAS at that one fixed shape (position invariance, O2).
+    - RMSNorm: rows in tiles of ``norm_rows`` rows at one fixed shape, through
+      the canonical pass's row-per-program norm.
     - Attention: the canonical pass's attention — one KV split, key blocks of
       ``key_block`` positions aligned at position 0, each row reduced on its
       own — which depends on nothing but the row's own query and keys.
     - Row ops (residual add, RoPE, K/V writes, SwiGLU): the unfused torch
-      composition (``TorchRowOps``), row-wise and so batch-invariant as it is.
+      composition (``TorchRowOps``), row-wise elementwise kernels.
 
     ``is_shape_closed`` is False: launch shapes follow the batch, so this can
     never be a canonical policy. It is a *fast* policy whose outputs are
     nonetheless reproducible; a generator using it needs no verification.
-    ``matmul="tiled"`` forces the tiled GEMM on CUDA too (no Triton).
     """
 
     name = "batch_invariant"
@@ -87,12 +96,17 @@ class BatchInvariantPolicy(TorchRowOps):
         return self._reference.key_block
 
     def matmul_backend(self, device: torch.device | str) -> str:
-        """Which GEMM runs for tensors on ``device``: 'triton' or 'tiled'."""
-        return "triton" if torch.device(device).type == "cuda" and self.matmul == "auto" else "tiled"
+        """Which GEMM runs for tensors on ``device``: 'triton', 'tiled' (CUDA) or 'exact' (elsewhere)."""
+        if torch.device(device).type != "cuda":
+            return "exact"
+        return "triton" if self.matmul == "auto" else "tiled"
 
     def linear(self, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
         # x: [..., K]; weight: [N, K]
-        if self.matmul_backend(x.device) == "triton":
+        backend = self.matmul_backend(x.device)
+        if backend == "exact":
+            return self._reference.linear(x, weight, bias)
+        if backend == "triton":
             from llm42.kernels.batch_invariant_matmul import matmul  # needs Triton: imported on CUDA only
 
             return matmul(x, weight, bias)
@@ -102,6 +116,8 @@ class BatchInvariantPolicy(TorchRowOps):
 
     def rms_norm(self, x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
         # x: [..., H]
+        if not x.is_cuda:
+            return self._reference.rms_norm(x, weight, eps)
         rows = x.reshape(-1, x.shape[-1])
         out = _row_tiled(lambda buf: self._reference.rms_norm(buf, weight, eps), rows, self.norm_rows)
         return out.view(*x.shape[:-1], out.shape[-1])

@@ -6,24 +6,34 @@ import torch
 import torch.nn.functional as F
 
 from llm42.inputs import StepInputs
-from llm42.ops import flash
+from llm42.ops import exact, flash
 from llm42.ops.attention import blocked_attention
-from llm42.ops.norm import rms_norm
-from llm42.policies.base import FusedRowOps
+from llm42.policies.base import ExactRowOps, FusedRowOps
 
 
-class FixedShapePolicy(FusedRowOps):
+class FixedShapePolicy(ExactRowOps, FusedRowOps):
     """Kernels for the canonical pass.
 
-    GEMMs are plain library GEMMs: the verifier guarantees they always see
-    M = R rows, and at a fixed shape a library GEMM gives a row the same bits
-    wherever it sits (observation O2). Attention uses one KV split and key
-    blocks of ``key_block`` positions aligned at position 0, so no reduction
-    depends on context lengths or on the other rows. On CUDA these are the
-    Triton canonical attention kernel (``key_block`` a power of two >= 16), the
-    fused row-per-program RMSNorm and the fused row ops (residual add + RMSNorm,
-    RoPE + K/V write, SwiGLU: row-wise, launched over the R rows, each row's
-    arithmetic fixed by the feature sizes alone); on the CPU, plain torch.
+    Attention uses one KV split and key blocks of ``key_block`` positions
+    aligned at position 0, so no reduction depends on context lengths or on
+    the other rows.
+
+    On the CPU every op is ``llm42.ops.exact``'s: GEMMs (linear and attention's
+    q·k, p·v) accumulate exactly in float64, RMSNorm and softmax sums are exact
+    sums, exp and SiLU are built from correctly rounded + - * / only. A row's
+    bits are then a function of that row's numbers alone — not of the layout,
+    the number of rows, the thread count, the instruction set or the CPU
+    vendor, whatever MKL or ATen choose (their own kernels give a row
+    different bits by its position on AVX2 and SSE4.2 code paths). Each
+    weight's slices are computed once and cached (``slices``: by default
+    ``exact.SHARED_WEIGHT_SLICES``, shared by every policy in the process).
+
+    On CUDA: library GEMMs at M = R rows, relying on position invariance
+    (observation O2: at a fixed shape cuBLAS gives a row the same bits wherever
+    it sits), the Triton canonical attention kernel (``key_block`` a power of
+    two >= 16), the fused row-per-program RMSNorm and the fused row ops
+    (residual add + RMSNorm, RoPE + K/V write, SwiGLU: row-wise, launched over
+    the R rows, each row's arithmetic fixed by the feature sizes alone).
 
     ``attention_backend``: ``"triton"`` (the default) never uses flash-attn:
     the kernels above; ``"auto"`` runs attention through flash-attn's
@@ -46,16 +56,19 @@ class FixedShapePolicy(FusedRowOps):
             raise ValueError(f"key_block must be a positive integer, got {key_block!r}")
         self.key_block = key_block
         self.attention_backend = flash.check_backend(attention_backend)
+        self.slices = exact.SHARED_WEIGHT_SLICES
 
     def linear(self, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
-        return F.linear(x, weight, bias)
+        if x.is_cuda:
+            return F.linear(x, weight, bias)
+        return exact.linear(x, weight, bias, slices=self.slices)
 
     def rms_norm(self, x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
         if x.is_cuda:
             from llm42 import kernels
 
             return kernels.rms_norm(x, weight, eps)
-        return rms_norm(x, weight, eps)
+        return exact.rms_norm(x, weight, eps)
 
     def attention(self, q, k_cache, v_cache, inputs: StepInputs, *, block_size, scale, sliding_window):
         if flash.use_flash(self.attention_backend, q, k_cache, v_cache, block_size=block_size):

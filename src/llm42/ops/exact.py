@@ -1,0 +1,295 @@
+"""Order-independent arithmetic: results whose bits cannot depend on layout, row count, threads, ISA or vendor.
+
+A library kernel picks its summation order (and, for transcendentals, its
+approximation) from the shape, the memory layout, the thread count and the
+instruction set it finds: MKL's sgemm gives a row different bits by its
+position on AVX2 or SSE4.2 code paths, ``torch.matmul`` copies a permuted
+operand for some batch sizes and not others, and ``torch.exp`` / ``sigmoid``
+round differently in a loop's vectorized body and its scalar tail. Everything
+here is built so that none of that can matter:
+
+- **Sums are exact.** Each operand row is scaled by a power of two from its
+  own max-abs exponent and cut into integers small enough that every partial
+  sum of K products (or of L terms) is exact in float64. An exact sum has one
+  value whatever order the library adds in, so a row's result is a function of
+  that row's numbers alone (Ozaki-style slicing for GEMMs).
+- **Everything else is IEEE-exact primitives.** ``+ - * /`` and ``sqrt`` are
+  correctly rounded on every vector and scalar path and on every vendor, as
+  are ``trunc``, ``round``, ``frexp``, comparisons and casts. ``exp`` and
+  ``log`` are range reduction plus a polynomial written as separate torch
+  multiply and add ops (no fused op that could contract into an FMA on one
+  path and not another), accurate to about one float32 ulp.
+
+The cost is several float64 operations per float32 one; the canonical pass on
+the CPU and the sampler (on every device) use it, the fast path does not.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch.utils.weak import WeakIdKeyDictionary
+
+_MANTISSA_BITS = 53  # float64: every integer below 2^53 is exact
+_MAX_SLICE_BITS = 24  # 2β >= 48 bits already holds every product of two float32 (or bfloat16) values
+
+
+def _fresh64(x: torch.Tensor) -> torch.Tensor:
+    # a float64 copy that the in-place steps below may overwrite (never the caller's tensor)
+    return x.to(torch.float64, copy=True)
+
+
+def _scale_(x64: torch.Tensor, dim: int, bits: int) -> torch.Tensor:
+    """Scale x64 in place by a power of two s per slice along ``dim`` so that |x64| < 2^bits; returns 1 / s.
+
+    s comes from the slice max's exponent field (bit operations: no pow or
+    exp2, whose rounding would be the library's choice), so both products are
+    exact. An all-zero slice gets s = 2^1023.
+    """
+    top = torch.maximum(x64.amax(dim, keepdim=True), -x64.amin(dim, keepdim=True))  # max |x|, no |x| temporary
+    biased = top.view(torch.int64) >> 52  # |x| < 2^(biased - 1022)
+    scale = ((bits + 2045 - biased).clamp(max=2046) << 52).view(torch.float64)  # 2^(bits - (biased - 1022))
+    x64.mul_(scale)
+    return torch.reciprocal(scale)
+
+
+def _ceil_log2(n: int) -> int:
+    return max(int(n) - 1, 0).bit_length()
+
+
+def slice_bits(k: int) -> int:
+    """β for a contraction of length k: K products of two β-bit integers sum exactly in float64."""
+    return min(_MAX_SLICE_BITS, (_MANTISSA_BITS - _ceil_log2(k)) // 2)
+
+
+def _split_(x64: torch.Tensor, dim: int, beta: int, hi: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """x64 ≈ (hi + lo · 2^-β) · unscale with hi, lo integers in (-2^β, 2^β); returns (lo, unscale).
+
+    Writes hi into ``hi`` and turns x64 itself into lo. The bits below 2^-2β
+    of each slice's max are dropped (relative error < 2^-2β).
+    """
+    unscale = _scale_(x64, dim, beta)
+    torch.trunc(x64, out=hi)
+    x64.sub_(hi).mul_(2.0**beta).trunc_()  # x64 - hi is exact: the fraction of a float
+    return x64, unscale
+
+
+def _split_rows(a: torch.Tensor, beta: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """a [..., M, K] sliced per row: ([hi; lo] stacked along M as [..., 2M, K], unscale [..., M, 1])."""
+    num_rows = a.shape[-2]
+    stacked = a.new_empty((*a.shape[:-2], 2 * num_rows, a.shape[-1]), dtype=torch.float64)
+    lo = stacked[..., num_rows:, :]
+    lo.copy_(a)
+    _, unscale = _split_(lo, -1, beta, stacked[..., :num_rows, :])
+    return stacked, unscale
+
+
+def _split_columns(b: torch.Tensor, beta: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """b [..., K, N] sliced per column: (hi, lo, unscale [..., 1, N])."""
+    lo = _fresh64(b)
+    hi = torch.empty_like(lo)
+    lo, unscale = _split_(lo, -2, beta, hi)
+    return hi, lo, unscale
+
+
+def _sliced_product(a_stacked: torch.Tensor, b_hi: torch.Tensor, b_lo: torch.Tensor, beta: int) -> torch.Tensor:
+    """(a_hi + a_lo 2^-β) @ (b_hi + b_lo 2^-β) without the lo·lo term (~2^-2β relative), in float64.
+
+    a_stacked: [hi; lo] along M. Every product is a sum of integers below
+    2^53: exact in any order. They are combined elementwise in one fixed
+    order, A + (B1 + B2) · 2^-β.
+    """
+    num_rows = a_stacked.shape[-2] // 2
+    a_and_b2 = torch.matmul(a_stacked, b_hi)  # [..., 2M, N]: a_hi b_hi; a_lo b_hi
+    out = torch.matmul(a_stacked[..., :num_rows, :], b_lo)  # B1 = a_hi b_lo
+    return out.add_(a_and_b2[..., num_rows:, :]).mul_(2.0**-beta).add_(a_and_b2[..., :num_rows, :])
+
+
+def matmul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """``a @ b`` with an exact float64 accumulation, returned in ``a.dtype``.
+
+    a: [..., M, K], scaled per row; b: [..., K, N], scaled per column; batch
+    dims broadcast as in ``torch.matmul``. Each output element is a function of
+    its row of ``a`` and its column of ``b`` alone: the float64 GEMMs sum
+    integers exactly, so their order (layout, batch folding, BLAS kernel,
+    threads) cannot show in the bits.
+    """
+    beta = slice_bits(a.shape[-1])
+    a_stacked, a_unscale = _split_rows(a, beta)  # a_unscale: [..., M, 1]
+    b_hi, b_lo, b_unscale = _split_columns(b, beta)  # b_unscale: [..., 1, N]
+    out = _sliced_product(a_stacked, b_hi, b_lo, beta)
+    return out.mul_(a_unscale).mul_(b_unscale).to(a.dtype)
+
+
+class WeightSlices:
+    """A cache of each weight's slices for ``linear``: computed once per weight tensor, not per call.
+
+    Entries are keyed by the tensor object (held weakly: a freed weight drops
+    its entry) and checked against ``(data_ptr, _version, shape)``, so an
+    in-place update (``copy_``, ``update_weights``) recomputes them. The two
+    float64 slices take four times the weight's float32 memory. Inference-mode
+    tensors track no version, so they are sliced at every call instead of
+    trusting a stale entry.
+    """
+
+    def __init__(self) -> None:
+        self._entries: WeakIdKeyDictionary = WeakIdKeyDictionary()
+
+    def get(self, weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, int]:
+        """(hi [K, N], lo [K, N], unscale [1, N], β) of ``weight`` [N, K], sliced per output feature."""
+        if weight.is_inference():
+            return self._slice(weight)
+        key = (weight.data_ptr(), weight._version, tuple(weight.shape))
+        entry = self._entries.get(weight)
+        if entry is None or entry[0] != key:
+            entry = (key, self._slice(weight))
+            self._entries[weight] = entry
+        return entry[1]
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def __reduce__(self):
+        # entries are keyed by this process's tensors: a copy (or another process) starts empty
+        return (WeightSlices, ())
+
+    @staticmethod
+    def _slice(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, int]:
+        beta = slice_bits(weight.shape[-1])
+        hi, lo, unscale = _split_columns(weight.detach().t(), beta)  # per column of weight^T [K, N]
+        return hi, lo, unscale, beta
+
+
+SHARED_WEIGHT_SLICES = WeightSlices()  # the policies' default: a weight is sliced once however many policies use it
+
+
+def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None, *,
+           slices: WeightSlices) -> torch.Tensor:
+    """``F.linear(x, weight, bias)`` with an exact float64 accumulation, returned in ``x.dtype``.
+
+    x: [..., K]; weight: [N, K] (sliced per output feature, cached in
+    ``slices``); bias: [N] or None, added in float64 before the one rounding.
+    """
+    num_out, k = weight.shape
+    w_hi, w_lo, w_unscale, beta = slices.get(weight)
+    x_stacked, x_unscale = _split_rows(x.reshape(-1, k), beta)  # x_unscale: [M, 1]
+    out = _sliced_product(x_stacked, w_hi, w_lo, beta).mul_(x_unscale).mul_(w_unscale)
+    if bias is not None:
+        out.add_(bias)  # in float64, before the one rounding
+    return out.to(x.dtype).view(*x.shape[:-1], num_out)
+
+
+def _row_sum_(x64: torch.Tensor) -> torch.Tensor:
+    """``row_sum`` of a float64 tensor it may overwrite."""
+    unscale = _scale_(x64, -1, _MANTISSA_BITS - _ceil_log2(x64.shape[-1]))
+    # integers whose every partial sum is exact (bits below 2^-(53 - ceil log2 L) of the row max dropped)
+    return x64.trunc_().sum(-1, keepdim=True).mul_(unscale).squeeze(-1)
+
+
+def row_sum(x: torch.Tensor) -> torch.Tensor:
+    """The sum over the last dim, [...] in float64, with one value whatever order it is added in."""
+    return _row_sum_(_fresh64(x))
+
+
+def row_cumsum(x: torch.Tensor) -> torch.Tensor:
+    """The cumulative sum over the last dim, [..., L] in float64; every prefix is an exact sum."""
+    ints = _fresh64(x)
+    unscale = _scale_(ints, -1, _MANTISSA_BITS - _ceil_log2(x.shape[-1]))
+    return torch.cumsum(ints.trunc_(), dim=-1).mul_(unscale)
+
+
+def _horner(x: torch.Tensor, coeffs: tuple[float, ...]) -> torch.Tensor:
+    # highest degree first; a separate multiply and add per step (nothing to contract into an FMA)
+    acc = x * coeffs[0]
+    for c in coeffs[1:-1]:
+        acc.add_(c).mul_(x)
+    return acc.add_(coeffs[-1])
+
+
+_LOG2E = 1.4426950408889634
+_LN2_HI = 6.93147180369123816490e-01  # fdlibm's split of ln 2: n * _LN2_HI is exact for |n| < 2^11
+_LN2_LO = 1.90821492927058770002e-10
+_EXP_COEFFS = tuple(1.0 / math.factorial(k) for k in range(10, -1, -1))  # |r| <= ln2/2: error < 3e-13
+_EXP_MIN, _EXP_MAX = -746.0, 710.0  # beyond these exp rounds to 0 / overflows to inf in float64
+# 2 atanh(s) / s = 2 (1 + z/3 + z^2/5 + ...), z = s^2 <= 0.0295 (|s| <= 3 - 2 sqrt 2): error < 2e-15
+_LOG_COEFFS = tuple(2.0 / (2 * k + 1) for k in range(8, -1, -1))
+_SQRT_HALF = 0.7071067811865476
+
+
+def exp64(x64: torch.Tensor) -> torch.Tensor:
+    """exp of a float64 tensor from + - * and bit operations only (-inf -> 0, inf -> inf, nan -> nan)."""
+    x = x64.clamp(_EXP_MIN, _EXP_MAX)
+    n = torch.mul(x, _LOG2E).round_()
+    r = x.sub_(n * _LN2_HI).sub_(n * _LN2_LO)  # x - n ln 2 in [-0.35, 0.35], about 1e-16 absolute error
+    y = _horner(r, _EXP_COEFFS)
+    n = n.to(torch.int64)
+    half = n >> 1  # 2^n as two normal powers of two (n in [-1076, 1024]): one rounding, into subnormals or inf
+    y.mul_(((n.sub_(half) + 1023) << 52).view(torch.float64))
+    return y.mul_(((half + 1023) << 52).view(torch.float64))
+
+
+def log64(x64: torch.Tensor) -> torch.Tensor:
+    """Natural log of a float64 tensor from frexp, + - * / only (0 -> -inf, < 0 -> nan, inf -> inf)."""
+    mantissa, exponent = torch.frexp(x64)  # x = mantissa * 2^exponent, mantissa in [0.5, 1)
+    is_small = mantissa < _SQRT_HALF
+    mantissa = torch.where(is_small, mantissa * 2.0, mantissa)  # now in [sqrt(1/2), sqrt(2))
+    e = (exponent - is_small.to(exponent.dtype)).double()
+    f = mantissa.sub_(1.0)  # exact (Sterbenz)
+    s = f / (f + 2.0)  # log(1 + f) = 2 atanh(s)
+    y = _horner(s * s, _LOG_COEFFS).mul_(s)
+    y = (e * _LN2_LO).add_(y).add_(e.mul_(_LN2_HI))
+    y = torch.where(x64 == 0, -math.inf, y)
+    y = torch.where(x64 < 0, math.nan, y)
+    return torch.where(x64 == math.inf, math.inf, y)
+
+
+def exp(x: torch.Tensor) -> torch.Tensor:
+    """``torch.exp(x)`` in x's dtype, computed in float64 from exact primitives (see ``exp64``)."""
+    return exp64(x.double()).to(x.dtype)
+
+
+def log(x: torch.Tensor) -> torch.Tensor:
+    """``torch.log(x)`` in x's dtype, computed in float64 from exact primitives (see ``log64``)."""
+    return log64(x.double()).to(x.dtype)
+
+
+def silu(x: torch.Tensor) -> torch.Tensor:
+    """``F.silu(x)`` = x / (1 + e^-x) in x's dtype, rounded once from float64."""
+    x64 = _fresh64(x)
+    return x64.div_(exp64(-x64).add_(1.0)).to(x.dtype)
+
+
+def swiglu(gate_up: torch.Tensor) -> torch.Tensor:
+    """SiLU(gate) * up for ``gate_up`` [..., 2I] = [gate; up], as ``TorchRowOps.swiglu`` computes it."""
+    gate, up = gate_up.chunk(2, dim=-1)
+    return silu(gate) * up
+
+
+def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    """``llm42.ops.norm.rms_norm`` with an exact sum of squares and 1/sqrt in float64; x: [..., H]."""
+    dtype = x.dtype
+    h = x.float()
+    squares = _fresh64(h)
+    squares.mul_(squares)  # squares of float32 values are exact in float64
+    mean_square = _row_sum_(squares).div_(x.shape[-1])
+    inv_rms = torch.reciprocal(mean_square.add_(eps).sqrt_()).float()
+    return weight * (h * inv_rms[..., None]).to(dtype)
+
+
+def _shifted(x: torch.Tensor) -> torch.Tensor:
+    # x - rowmax in float64: exact for float32 x unless the two lie 2^29 apart (then rounded far below an ulp)
+    x64 = _fresh64(x)
+    return x64.sub_(x64.amax(-1, keepdim=True))
+
+
+def softmax(x: torch.Tensor) -> torch.Tensor:
+    """Softmax over the last dim in float64 (exact denominators); a row of -inf gives nan, as torch does."""
+    p = exp64(_shifted(x))
+    return p.div_(row_sum(p)[..., None])
+
+
+def log_softmax(x: torch.Tensor) -> torch.Tensor:
+    """Log-softmax over the last dim in x's dtype, rounded once from float64 (exact denominators)."""
+    shifted = _shifted(x)
+    return shifted.sub_(log64(_row_sum_(exp64(shifted)))[..., None]).to(x.dtype)
