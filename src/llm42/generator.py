@@ -318,11 +318,13 @@ class DVRGenerator:
                 f"scheduler {type(self.scheduler).__name__} returned an empty plan with "
                 f"{len(self._pool.running)} requests running; no progress is possible"
             )
-        launched = self._launch_fast(plan)
-        previous, self._fast_in_flight = self._fast_in_flight, launched
-        self._read_fast(previous, events)
+        previous, self._fast_in_flight = self._fast_in_flight, None
+        try:
+            self._launch_fast(plan)  # sets _fast_in_flight to what ran, even if part of the step failed
+        finally:
+            self._read_fast(previous, events)
         if not self.config.overlap:
-            self._fast_in_flight = None
+            launched, self._fast_in_flight = self._fast_in_flight, None
             self._read_fast(launched, events)
         if plan.has_canonical_pass:
             if self._canonical_in_flight is not None:  # one pass at a time: its static buffers are shared
@@ -380,10 +382,10 @@ class DVRGenerator:
         for req in self._pool.admit(self.kv):
             self.decode_state.admit(req.slot, req.rid, req.params, req.seed)
 
-    def _launch_fast(self, plan: Plan) -> _FastRecord | None:
-        """Queue the plan's fast step on the device; nothing is read back here."""
+    def _launch_fast(self, plan: Plan) -> None:
+        """Queue the plan's fast step on the device (``_fast_in_flight``); nothing is read back here."""
         if not plan.fast_decode and not plan.fast_prefill:
-            return None
+            return
         running, state = self._pool.running, self.decode_state
         record = _FastRecord()
         decode = [running[rid] for rid in plan.fast_decode]
@@ -412,7 +414,7 @@ class DVRGenerator:
                 buffers = self._readback[self._readback_turn]
                 self._readback_turn ^= 1
                 record.copy_out(*buffers)
-        return record if record.requests else None
+                self._fast_in_flight = record
 
     def _launch_prefill(self, plan: Plan, record: _FastRecord) -> None:
         running, state = self._pool.running, self.decode_state
