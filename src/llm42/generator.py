@@ -405,12 +405,15 @@ class DVRGenerator:
             else:
                 tokens, logprobs = state.decode(num, is_any_sampled=is_sampled, max_context_len=max_position + 1)
             record.add(decode, tokens, logprobs)
+        is_prefilled = False
         try:
             if plan.fast_prefill:
                 self._launch_prefill(plan, record)
+                is_prefilled = True
         finally:
-            if record.requests:  # decode rows ran: their tokens must be read back even if prefill failed
+            if record.requests or is_prefilled:
                 self.stats["fast_steps"] += 1
+            if record.requests:  # decode rows ran: their tokens must be read back even if prefill failed
                 buffers = self._readback[self._readback_turn]
                 self._readback_turn ^= 1
                 record.copy_out(*buffers)
@@ -434,8 +437,6 @@ class DVRGenerator:
             rows = self.runner.sampling_rows([(s.params, s.seed, s.end) for s in segments], len(segments))
             tokens, logprobs = self.runner.forward_sample(self.runner.fast_inputs(segments, self.kv), self.kv,
                                                           self.fast_policy, rows)
-        if not record.requests:
-            self.stats["fast_steps"] += 1
         for i, seg in enumerate(segments):
             req = running[seg.rid]
             req.num_prefilled = seg.end
