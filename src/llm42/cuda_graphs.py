@@ -86,6 +86,21 @@ class StaticRows:
     def view(self, name: str, num_rows: int) -> torch.Tensor:
         return self.ints[self.FIELDS.index(name), :num_rows]
 
+    def stage_segments(self, kv, segments, *, num_rows: int | None = None) -> tuple[int, list[int]]:
+        """Stage each segment's rows, each row with its sequence's block table, then padding rows.
+
+        Returns (the largest position + 1, the index of each segment's last row).
+        """
+        tokens, positions, slots, tables, table_of_row, lasts = [], [], [], [], [], []
+        for i, seg in enumerate(segments):
+            tokens += seg.tokens
+            positions += range(seg.start, seg.end)
+            slots += kv.slots(seg.rid, seg.start, seg.end)
+            tables.append(kv.block_table(seg.rid))
+            table_of_row += [i] * len(seg.tokens)
+            lasts.append(len(tokens) - 1)
+        return self.stage(kv, tokens, positions, slots, tables, table_of_row, num_rows=num_rows), lasts
+
     def stage(self, kv, tokens: list[int], positions: list[int], slots: list[int],
               row_tables: list[list[int]], table_of_row: list[int], *, num_rows: int | None = None) -> int:
         """Write real rows then padding rows up to ``num_rows`` (default all); returns the largest position + 1.

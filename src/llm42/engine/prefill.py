@@ -46,17 +46,9 @@ class FastPrefill:
 
     def run(self, segments, kv) -> tuple[torch.Tensor, torch.Tensor]:
         """Stage ``segments`` (positions appended in ``kv``) and run them; (tokens [s], log-probs [s]) on the device."""
-        tokens, positions, slots, tables, table_of_row, lasts = [], [], [], [], [], []
-        for i, seg in enumerate(segments):
-            tokens += seg.tokens
-            positions += range(seg.start, seg.end)
-            slots += kv.slots(seg.rid, seg.start, seg.end)
-            tables.append(kv.block_table(seg.rid))
-            table_of_row += [i] * len(seg.tokens)
-            lasts.append(len(tokens) - 1)
-        num_rows = len(tokens)
+        num_rows = sum(len(seg.tokens) for seg in segments)
         bucket = self.graphs.bucket_for(num_rows) if self.graphs is not None else num_rows
-        max_context_len = self._rows.stage(kv, tokens, positions, slots, tables, table_of_row, num_rows=bucket)
+        max_context_len, lasts = self._rows.stage_segments(kv, segments, num_rows=bucket)
         num_seqs = len(segments)
         pad = self.max_seqs - num_seqs
         self._select.host()[:] = torch.tensor(lasts + [0] * pad, dtype=torch.int64)

@@ -122,16 +122,10 @@ class CanonicalPass:
         """
         if kv is not self._kv:
             self._bind(kv)
-        tokens, positions, slots, tables, table_of_row = [], [], [], [], []
-        for i, seg in enumerate(segments):
-            tokens += seg.tokens
-            positions += range(seg.start, seg.end)
-            slots += kv.slots(seg.rid, seg.start, seg.end)
-            tables.append(kv.block_table(seg.rid))
-            table_of_row += [i] * len(seg.tokens)
-        if len(tokens) > self.num_rows:
-            raise ValueError(f"canonical pass got {len(tokens)} rows, more than R = {self.num_rows}")
-        max_context_len = self._rows.stage(kv, tokens, positions, slots, tables, table_of_row)
+        num_real = sum(len(seg.tokens) for seg in segments)
+        if num_real > self.num_rows:
+            raise ValueError(f"canonical pass got {num_real} rows, more than R = {self.num_rows}")
+        max_context_len, _ = self._rows.stage_segments(kv, segments)
         self._stage_sampling(per_row or [])
         return dataclasses.replace(self._inputs, max_context_len=max_context_len)
 
