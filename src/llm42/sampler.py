@@ -45,7 +45,7 @@ def gumbel_noise(seeds: torch.Tensor, positions: torch.Tensor, vocab_size: int) 
     bits = _mix32(_mix32(key[:, None] ^ (vocab[None, :] * 0x27D4EB2F & _MASK32)) ^ 0x165667B1)
     # 24 random bits -> u in (0, 1), exactly representable in float32
     u = ((bits >> 8).to(torch.float64) + 0.5) * (1.0 / (1 << 24))
-    return (-exact.log64(-exact.log64(u))).to(torch.float32)
+    return exact.gumbel(u)
 
 
 @dataclass(frozen=True)

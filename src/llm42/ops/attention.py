@@ -85,44 +85,62 @@ def blocked_attention(
 
     Each row runs its own online softmax over key blocks 0, 1, 2, ... in order,
     and a block a row cannot see leaves its state bit-for-bit unchanged (scale
-    exp(0) = 1, adds exact zeros). q·k and p·v are ``llm42.ops.exact`` matmuls
-    and the softmax's exp and sums are exact too, so a row's output depends on
-    its own query and keys only: never on how many rows there are, how long the
-    other rows' contexts are, where the row sits, the memory layout torch picks
-    for a batched matmul, or the instruction set the library runs on. (That is
-    also why the scores of every block may come from one call: an exact score
-    does not depend on the shape it was computed in.)
+    exp(0) = 1, adds exact zeros). q·k and p·v accumulate exactly
+    (``llm42.ops.exact``) and the softmax's exp and sums are exact too, so a
+    row's output depends on its own query and keys only: never on how many rows
+    there are, how long the other rows' contexts are, where the row sits, the
+    memory layout, or the instruction set the library runs on.
+
+    Each key and value vector is sliced on its own (over D), so once per slot
+    however many rows read it, and each row gathers its slice; a value's
+    unscale (a power of two) folds into p exactly. A value no row of the block
+    can see is zeroed before slicing (stale or uninitialised memory), and -0 is
+    made +0, so what a row cannot see cannot reach its bits.
     """
     num_rows, num_heads, head_dim = q.shape
     num_kv_heads = k_cache.shape[1]
     groups = num_heads // num_kv_heads
     device = q.device
+    qk_row_bits, qk_column_bits = exact.slice_bits(head_dim)  # q·k contracts over D
+    pv_row_bits, pv_column_bits = exact.slice_bits(key_block)  # p·v over a block's keys
+
+    # head-major [Hkv, N, ...] throughout: the batched GEMMs then see contiguous batches
+    qf = (q.float().reshape(num_rows, num_kv_heads, groups, head_dim) * scale).transpose(0, 1)  # [Hkv, N, G, D]
+    q_slices = exact.split_rows(qf, qk_row_bits)  # once for every key block
+    row_tables = inputs.block_tables[inputs.row_seq]  # [N, MB]
+    m = torch.full((num_kv_heads, num_rows, groups, 1), float("-inf"), device=device)
+    denom = torch.zeros((num_kv_heads, num_rows, groups), device=device)
+    acc = torch.zeros((num_kv_heads, num_rows, groups, head_dim), device=device)
     num_key_blocks = -(-inputs.max_context_len // key_block)
-
-    key_pos = torch.arange(num_key_blocks * key_block, device=device)
-    slots = _slots(inputs.block_tables[inputs.row_seq], key_pos, block_size)  # [N, NB * KB]
-    visible = _visible(key_pos, inputs.positions, sliding_window)  # [N, NB * KB]
-    qf = q.float().reshape(num_rows, num_kv_heads, groups, head_dim) * scale  # [N, Hkv, G, D]
-    # contiguous operands: no layout is left for torch.matmul to fold differently by N (exact anyway)
-    k = k_cache[slots].float().permute(0, 2, 3, 1).contiguous()  # [N, Hkv, D, NB * KB]
-    v = torch.where(visible[:, :, None, None], v_cache[slots].float(), 0.0)
-    v = v.transpose(1, 2).contiguous()  # [N, Hkv, NB * KB, D]
-    # a score is exact and depends on its query row and key alone, so all blocks' scores come from one call
-    scores = torch.where(visible[:, None, None, :], exact.matmul(qf, k), float("-inf"))  # [N, Hkv, G, NB * KB]
-
-    m = torch.full((num_rows, num_kv_heads, groups, 1), float("-inf"), device=device)
-    denom = torch.zeros((num_rows, num_kv_heads, groups), device=device)
-    acc = torch.zeros((num_rows, num_kv_heads, groups, head_dim), device=device)
     for j in range(num_key_blocks):
-        block = slice(j * key_block, (j + 1) * key_block)
-        s = scores[..., block]  # [N, Hkv, G, KB]
+        key_pos = torch.arange(j * key_block, (j + 1) * key_block, device=device)
+        slots = _slots(row_tables, key_pos, block_size)  # [N, KB]
+        visible = _visible(key_pos, inputs.positions, sliding_window)  # [N, KB]
+        unique_slots, row_slots = torch.unique(slots, return_inverse=True)  # [U], [N, KB]
+        is_seen = torch.zeros(unique_slots.shape, dtype=torch.bool, device=device)
+        is_seen[row_slots[visible]] = True
+        values = v_cache[unique_slots].float()  # [U, Hkv, D]
+        values[~is_seen] = 0.0
+        k_ints, k_unscale = _per_row_slices(k_cache[unique_slots], row_slots, qk_column_bits)  # [Hkv, N, KB, D|1]
+        v_ints, v_unscale = _per_row_slices(values, row_slots, pv_column_bits)
+
+        s = exact.sliced_product(*q_slices, k_ints.transpose(-1, -2), qk_row_bits).mul_(k_unscale.transpose(-1, -2))
+        s = s.float()  # [Hkv, N, G, KB]
+        s = torch.where(visible[None, :, None, :], s, float("-inf"))
         m_new = torch.maximum(m, s.amax(-1, keepdim=True))
         # a row that has seen no key yet (sliding window) keeps m = -inf; subtract 0 there, not -inf
         m_sub = torch.where(torch.isinf(m_new), 0.0, m_new)
-        scaled = exact.exp(torch.cat([m, s], dim=-1) - m_sub)  # [N, Hkv, G, 1 + KB]: alpha, then p
+        scaled = exact.exp(torch.cat([m, s], dim=-1) - m_sub)  # [Hkv, N, G, 1 + KB]: alpha, then p
         alpha, p = scaled[..., :1], scaled[..., 1:]
         denom = denom * alpha[..., 0] + exact.row_sum(p).float()
-        acc = acc * alpha + exact.matmul(p, v[:, :, block])
+        pv = exact.product(p * v_unscale.transpose(-1, -2), v_ints, pv_row_bits).add_(0.0)  # [Hkv, N, G, D]
+        acc = acc * alpha + pv.float()
         m = m_new
     out = acc / denom[..., None]
-    return out.view(num_rows, num_heads, head_dim).to(q.dtype)
+    return out.transpose(0, 1).reshape(num_rows, num_heads, head_dim).to(q.dtype)
+
+
+def _per_row_slices(vectors: torch.Tensor, row_slots: torch.Tensor, bits: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """``vectors`` [U, Hkv, X] sliced per vector, gathered for each row: (ints, unscale), [Hkv, N, KB, X | 1]."""
+    head_major = (t.transpose(0, 1).contiguous() for t in exact.split_last(vectors, bits))  # [Hkv, U, X]
+    return tuple(t.index_select(1, row_slots.flatten()).unflatten(1, row_slots.shape) for t in head_major)

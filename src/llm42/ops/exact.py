@@ -12,7 +12,9 @@ here is built so that none of that can matter:
   own max-abs exponent and cut into integers small enough that every partial
   sum of K products (or of L terms) is exact in float64. An exact sum has one
   value whatever order the library adds in, so a row's result is a function of
-  that row's numbers alone (Ozaki-style slicing for GEMMs).
+  that row's numbers alone (Ozaki-style slicing for GEMMs: the left operand in
+  three 12-bit slices, the right one in one slice of 41 - ceil(log2 K) bits,
+  so one float64 GEMM of 3M rows; more accurate than float32 BLAS).
 - **Everything else is IEEE-exact primitives.** ``+ - * /`` and ``sqrt`` are
   correctly rounded on every vector and scalar path and on every vendor, as
   are ``trunc``, ``round``, ``frexp``, comparisons and casts. ``exp`` and
@@ -32,7 +34,14 @@ import torch
 from torch.utils.weak import WeakIdKeyDictionary
 
 _MANTISSA_BITS = 53  # float64: every integer below 2^53 is exact
-_MAX_SLICE_BITS = 24  # 2β >= 48 bits already holds every product of two float32 (or bfloat16) values
+# A GEMM's left operand (activations, queries, probabilities: their rows can hold outliers) is cut into
+# three 12-bit slices, 36 bits of each row; the right operand (weights, keys, values) into one slice of
+# 53 - 12 - ceil(log2 K) bits, rounded: 27 to 35 bits for the model's sizes, which holds a float32 weight
+# exactly unless it lies 2^(bits - 24) below its row's max. One slice of the right operand is what keeps
+# the cost at one float64 GEMM (weights read once, as 8 bytes); measured, it is 3 to 30 times more accurate
+# than float32 BLAS, outliers included (tests/test_cpu_invariance.py).
+_ROW_SLICE_BITS = 12
+_MIN_COLUMN_BITS = 20
 
 
 def _fresh64(x: torch.Tensor) -> torch.Tensor:
@@ -47,8 +56,7 @@ def _scale_(x64: torch.Tensor, dim: int, bits: int) -> torch.Tensor:
     exp2, whose rounding would be the library's choice), so both products are
     exact. An all-zero slice gets s = 2^1023.
     """
-    top = torch.maximum(x64.amax(dim, keepdim=True), -x64.amin(dim, keepdim=True))  # max |x|, no |x| temporary
-    biased = top.view(torch.int64) >> 52  # |x| < 2^(biased - 1022)
+    biased = x64.abs().amax(dim, keepdim=True).view(torch.int64) >> 52  # |x| < 2^(biased - 1022)
     scale = ((bits + 2045 - biased).clamp(max=2046) << 52).view(torch.float64)  # 2^(bits - (biased - 1022))
     x64.mul_(scale)
     return torch.reciprocal(scale)
@@ -58,77 +66,101 @@ def _ceil_log2(n: int) -> int:
     return max(int(n) - 1, 0).bit_length()
 
 
-def slice_bits(k: int) -> int:
-    """β for a contraction of length k: K products of two β-bit integers sum exactly in float64."""
-    return min(_MAX_SLICE_BITS, (_MANTISSA_BITS - _ceil_log2(k)) // 2)
+def slice_bits(k: int) -> tuple[int, int]:
+    """(β_a, β_b) for a contraction of length k: ``a`` in three β_a-bit slices, ``b`` in one β_b-bit slice.
 
-
-def _split_(x64: torch.Tensor, dim: int, beta: int, hi: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """x64 ≈ (hi + lo · 2^-β) · unscale with hi, lo integers in (-2^β, 2^β); returns (lo, unscale).
-
-    Writes hi into ``hi`` and turns x64 itself into lo. The bits below 2^-2β
-    of each slice's max are dropped (relative error < 2^-2β).
+    Every product of an a-slice and the b-slice is below 2^(β_a + β_b), and k
+    of them sum below 2^53: exact in float64, whatever the order.
     """
-    unscale = _scale_(x64, dim, beta)
-    torch.trunc(x64, out=hi)
-    x64.sub_(hi).mul_(2.0**beta).trunc_()  # x64 - hi is exact: the fraction of a float
-    return x64, unscale
+    column_bits = _MANTISSA_BITS - _ceil_log2(k) - _ROW_SLICE_BITS
+    if column_bits < _MIN_COLUMN_BITS:
+        raise ValueError(f"a contraction of length {k} is too long for an exact float64 accumulation")
+    return _ROW_SLICE_BITS, column_bits
 
 
-def _split_rows(a: torch.Tensor, beta: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """a [..., M, K] sliced per row: ([hi; lo] stacked along M as [..., 2M, K], unscale [..., M, 1])."""
+def _split_rows(a: torch.Tensor, row_bits: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """a [..., M, K] in three integer slices per row, stacked along M: ([a1; a2; a3] [..., 3M, K], unscale [..., M, 1]).
+
+    a ≈ (a1 + a2 2^-β + a3 2^-2β) · unscale with |a_i| < 2^β: 3β bits of each
+    row, relative to its max (the rest, under 2^-3β of it, is dropped).
+    """
     num_rows = a.shape[-2]
-    stacked = a.new_empty((*a.shape[:-2], 2 * num_rows, a.shape[-1]), dtype=torch.float64)
-    lo = stacked[..., num_rows:, :]
-    lo.copy_(a)
-    _, unscale = _split_(lo, -1, beta, stacked[..., :num_rows, :])
+    stacked = a.new_empty((*a.shape[:-2], 3 * num_rows, a.shape[-1]), dtype=torch.float64)
+    rest = stacked[..., 2 * num_rows:, :]
+    rest.copy_(a)
+    unscale = _scale_(rest, -1, row_bits)
+    for i in range(2):
+        piece = stacked[..., i * num_rows:(i + 1) * num_rows, :]
+        torch.trunc(rest, out=piece)
+        rest.sub_(piece).mul_(2.0**row_bits)  # rest - piece is exact: the fraction of a float
+    rest.trunc_()
     return stacked, unscale
 
 
-def _split_columns(b: torch.Tensor, beta: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """b [..., K, N] sliced per column: (hi, lo, unscale [..., 1, N])."""
-    lo = _fresh64(b)
-    hi = torch.empty_like(lo)
-    lo, unscale = _split_(lo, -2, beta, hi)
-    return hi, lo, unscale
+def split_last(x: torch.Tensor, column_bits: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """x [..., K] ≈ ints · unscale per vector along the last dim, ints rounded to ``column_bits`` bits.
 
-
-def _sliced_product(a_stacked: torch.Tensor, b_hi: torch.Tensor, b_lo: torch.Tensor, beta: int) -> torch.Tensor:
-    """(a_hi + a_lo 2^-β) @ (b_hi + b_lo 2^-β) without the lo·lo term (~2^-2β relative), in float64.
-
-    a_stacked: [hi; lo] along M. Every product is a sum of integers below
-    2^53: exact in any order. They are combined elementwise in one fixed
-    order, A + (B1 + B2) · 2^-β.
+    The right operand of ``product`` (transposed: its columns are these
+    vectors). A vector's ints depend on that vector alone, so they may be
+    computed once and gathered wherever it is used. A float32 (or bfloat16)
+    element within a factor 2^(column_bits - 24) of its vector's max is held
+    exactly; a smaller one to within 2^-(column_bits + 1) of that max.
     """
-    num_rows = a_stacked.shape[-2] // 2
-    a_and_b2 = torch.matmul(a_stacked, b_hi)  # [..., 2M, N]: a_hi b_hi; a_lo b_hi
-    out = torch.matmul(a_stacked[..., :num_rows, :], b_lo)  # B1 = a_hi b_lo
-    return out.add_(a_and_b2[..., num_rows:, :]).mul_(2.0**-beta).add_(a_and_b2[..., :num_rows, :])
+    return _round_slices(x, -1, column_bits)
+
+
+def _round_slices(x: torch.Tensor, dim: int, bits: int) -> tuple[torch.Tensor, torch.Tensor]:
+    ints = _fresh64(x)
+    unscale = _scale_(ints, dim, bits)
+    return ints.round_(), unscale  # round half to even, |ints| <= 2^bits
+
+
+def split_rows(a: torch.Tensor, row_bits: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """``a`` [..., M, K] as the left operand of ``sliced_product``: (stacked slices [..., 3M, K], unscale [..., M, 1])."""
+    return _split_rows(a, row_bits)
+
+
+def sliced_product(a_stacked: torch.Tensor, a_unscale: torch.Tensor, b_ints: torch.Tensor,
+                   row_bits: int) -> torch.Tensor:
+    """``a @ b_ints`` in float64 with an exact accumulation, from a's ``split_rows``.
+
+    b_ints [..., K, N]: integers below 2^β_b (``split_last``'s, transposed);
+    its unscale is the caller's to apply. One float64 GEMM sums integer
+    products below 2^53, so its order (layout, batch folding, BLAS kernel,
+    threads) cannot show in the bits; the three slices are then combined
+    elementwise in one fixed order, a1 b + (a2 b + a3 b 2^-β) 2^-β. Each output
+    element is a function of its row of ``a`` and its column of b alone.
+    """
+    num_rows = a_stacked.shape[-2] // 3
+    parts = torch.matmul(a_stacked, b_ints)  # [..., 3M, N]
+    first, second, third = parts[..., :num_rows, :], parts[..., num_rows:2 * num_rows, :], parts[..., 2 * num_rows:, :]
+    return third.mul_(2.0**-row_bits).add_(second).mul_(2.0**-row_bits).add_(first).mul_(a_unscale)
+
+
+def product(a: torch.Tensor, b_ints: torch.Tensor, row_bits: int) -> torch.Tensor:
+    """``sliced_product`` of ``a`` [..., M, K], sliced per row here."""
+    return sliced_product(*_split_rows(a, row_bits), b_ints, row_bits)
 
 
 def matmul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     """``a @ b`` with an exact float64 accumulation, returned in ``a.dtype``.
 
-    a: [..., M, K], scaled per row; b: [..., K, N], scaled per column; batch
-    dims broadcast as in ``torch.matmul``. Each output element is a function of
-    its row of ``a`` and its column of ``b`` alone: the float64 GEMMs sum
-    integers exactly, so their order (layout, batch folding, BLAS kernel,
-    threads) cannot show in the bits.
+    a: [..., M, K], sliced per row; b: [..., K, N], per column; batch dims
+    broadcast as in ``torch.matmul``. Each output element is a function of its
+    row of ``a`` and its column of ``b`` alone.
     """
-    beta = slice_bits(a.shape[-1])
-    a_stacked, a_unscale = _split_rows(a, beta)  # a_unscale: [..., M, 1]
-    b_hi, b_lo, b_unscale = _split_columns(b, beta)  # b_unscale: [..., 1, N]
-    out = _sliced_product(a_stacked, b_hi, b_lo, beta)
-    return out.mul_(a_unscale).mul_(b_unscale).to(a.dtype)
+    row_bits, column_bits = slice_bits(a.shape[-1])
+    b_ints, b_unscale = _round_slices(b, -2, column_bits)  # b_unscale: [..., 1, N]
+    return product(a, b_ints, row_bits).mul_(b_unscale).to(a.dtype)
 
 
 class WeightSlices:
-    """A cache of each weight's slices for ``linear``: computed once per weight tensor, not per call.
+    """A cache of each weight's integer slice for ``linear``: computed once per weight tensor, not per call.
 
     Entries are keyed by the tensor object (held weakly: a freed weight drops
     its entry) and checked against ``(data_ptr, _version, shape)``, so an
-    in-place update (``copy_``, ``update_weights``) recomputes them. The two
-    float64 slices take four times the weight's float32 memory. Inference-mode
+    in-place update (``copy_``, ``update_weights``) recomputes them. The
+    float64 slice takes twice the weight's float32 memory. Inference-mode
     tensors track no version, so they are sliced at every call instead of
     trusting a stale entry.
     """
@@ -136,8 +168,8 @@ class WeightSlices:
     def __init__(self) -> None:
         self._entries: WeakIdKeyDictionary = WeakIdKeyDictionary()
 
-    def get(self, weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, int]:
-        """(hi [K, N], lo [K, N], unscale [1, N], β) of ``weight`` [N, K], sliced per output feature."""
+    def get(self, weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(ints [K, N], unscale [1, N]) of ``weight`` [N, K], sliced per output feature."""
         if weight.is_inference():
             return self._slice(weight)
         key = (weight.data_ptr(), weight._version, tuple(weight.shape))
@@ -155,10 +187,10 @@ class WeightSlices:
         return (WeightSlices, ())
 
     @staticmethod
-    def _slice(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, int]:
-        beta = slice_bits(weight.shape[-1])
-        hi, lo, unscale = _split_columns(weight.detach().t(), beta)  # per column of weight^T [K, N]
-        return hi, lo, unscale, beta
+    def _slice(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        _, column_bits = slice_bits(weight.shape[-1])
+        ints, unscale = split_last(weight.detach(), column_bits)  # [N, K], [N, 1]
+        return ints.t(), unscale.t()
 
 
 SHARED_WEIGHT_SLICES = WeightSlices()  # the policies' default: a weight is sliced once however many policies use it
@@ -168,13 +200,14 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
            slices: WeightSlices) -> torch.Tensor:
     """``F.linear(x, weight, bias)`` with an exact float64 accumulation, returned in ``x.dtype``.
 
-    x: [..., K]; weight: [N, K] (sliced per output feature, cached in
-    ``slices``); bias: [N] or None, added in float64 before the one rounding.
+    x: [..., K], in three slices per row; weight: [N, K], one slice per output
+    feature (cached in ``slices``); bias: [N] or None, added in float64 before
+    the one rounding.
     """
     num_out, k = weight.shape
-    w_hi, w_lo, w_unscale, beta = slices.get(weight)
-    x_stacked, x_unscale = _split_rows(x.reshape(-1, k), beta)  # x_unscale: [M, 1]
-    out = _sliced_product(x_stacked, w_hi, w_lo, beta).mul_(x_unscale).mul_(w_unscale)
+    w_ints, w_unscale = slices.get(weight)
+    row_bits, _ = slice_bits(k)
+    out = product(x.reshape(-1, k), w_ints, row_bits).mul_(w_unscale)
     if bias is not None:
         out.add_(bias)  # in float64, before the one rounding
     return out.to(x.dtype).view(*x.shape[:-1], num_out)
@@ -210,10 +243,10 @@ def _horner(x: torch.Tensor, coeffs: tuple[float, ...]) -> torch.Tensor:
 _LOG2E = 1.4426950408889634
 _LN2_HI = 6.93147180369123816490e-01  # fdlibm's split of ln 2: n * _LN2_HI is exact for |n| < 2^11
 _LN2_LO = 1.90821492927058770002e-10
-_EXP_COEFFS = tuple(1.0 / math.factorial(k) for k in range(10, -1, -1))  # |r| <= ln2/2: error < 3e-13
+_EXP_COEFFS = tuple(1.0 / math.factorial(k) for k in range(9, -1, -1))  # |r| <= ln2/2: error < 1e-11
 _EXP_MIN, _EXP_MAX = -746.0, 710.0  # beyond these exp rounds to 0 / overflows to inf in float64
-# 2 atanh(s) / s = 2 (1 + z/3 + z^2/5 + ...), z = s^2 <= 0.0295 (|s| <= 3 - 2 sqrt 2): error < 2e-15
-_LOG_COEFFS = tuple(2.0 / (2 * k + 1) for k in range(8, -1, -1))
+# 2 atanh(s) / s = 2 (1 + z/3 + z^2/5 + ...), z = s^2 <= 0.0295 (|s| <= 3 - 2 sqrt 2): error < 2e-13
+_LOG_COEFFS = tuple(2.0 / (2 * k + 1) for k in range(7, -1, -1))
 _SQRT_HALF = 0.7071067811865476
 
 
@@ -229,8 +262,8 @@ def exp64(x64: torch.Tensor) -> torch.Tensor:
     return y.mul_(((half + 1023) << 52).view(torch.float64))
 
 
-def log64(x64: torch.Tensor) -> torch.Tensor:
-    """Natural log of a float64 tensor from frexp, + - * / only (0 -> -inf, < 0 -> nan, inf -> inf)."""
+def _log64_of_positive(x64: torch.Tensor) -> torch.Tensor:
+    # log of finite x > 0 (sums of exps, uniform draws): log64 without its special cases
     mantissa, exponent = torch.frexp(x64)  # x = mantissa * 2^exponent, mantissa in [0.5, 1)
     is_small = mantissa < _SQRT_HALF
     mantissa = torch.where(is_small, mantissa * 2.0, mantissa)  # now in [sqrt(1/2), sqrt(2))
@@ -238,10 +271,19 @@ def log64(x64: torch.Tensor) -> torch.Tensor:
     f = mantissa.sub_(1.0)  # exact (Sterbenz)
     s = f / (f + 2.0)  # log(1 + f) = 2 atanh(s)
     y = _horner(s * s, _LOG_COEFFS).mul_(s)
-    y = (e * _LN2_LO).add_(y).add_(e.mul_(_LN2_HI))
-    y = torch.where(x64 == 0, -math.inf, y)
+    return (e * _LN2_LO).add_(y).add_(e.mul_(_LN2_HI))
+
+
+def log64(x64: torch.Tensor) -> torch.Tensor:
+    """Natural log of a float64 tensor from frexp, + - * / only (0 -> -inf, < 0 -> nan, inf -> inf)."""
+    y = torch.where(x64 == 0, -math.inf, _log64_of_positive(x64))
     y = torch.where(x64 < 0, math.nan, y)
     return torch.where(x64 == math.inf, math.inf, y)
+
+
+def gumbel(u64: torch.Tensor) -> torch.Tensor:
+    """-log(-log(u)) in float32 for float64 u in (0, 1): Gumbel noise from uniform draws."""
+    return _log64_of_positive(_log64_of_positive(u64).neg_()).neg_().float()
 
 
 def exp(x: torch.Tensor) -> torch.Tensor:
@@ -292,4 +334,4 @@ def softmax(x: torch.Tensor) -> torch.Tensor:
 def log_softmax(x: torch.Tensor) -> torch.Tensor:
     """Log-softmax over the last dim in x's dtype, rounded once from float64 (exact denominators)."""
     shifted = _shifted(x)
-    return shifted.sub_(log64(_row_sum_(exp64(shifted)))[..., None]).to(x.dtype)
+    return shifted.sub_(_log64_of_positive(_row_sum_(exp64(shifted)))[..., None]).to(x.dtype)

@@ -19,8 +19,9 @@ class FixedShapePolicy(ExactRowOps, FusedRowOps):
     the other rows.
 
     On the CPU every op is ``llm42.ops.exact``'s: GEMMs (linear and attention's
-    q·k, p·v) accumulate exactly in float64, RMSNorm and softmax sums are exact
-    sums, exp and SiLU are built from correctly rounded + - * / only. A row's
+    q·k, p·v) accumulate integer slices exactly in float64, RMSNorm and softmax
+    sums are exact sums, exp and SiLU are built from correctly rounded + - * /
+    only. A row's
     bits are then a function of that row's numbers alone — not of the layout,
     the number of rows, the thread count, the instruction set or the CPU
     vendor, whatever MKL or ATen choose (their own kernels give a row
