@@ -151,7 +151,7 @@ class DecodeGraphs:
             raise ValueError(f"decode CUDA graphs need a CUDA device, the model is on {state.device}")
         self.state = state
         self.buckets = decode_buckets(max_batch_size)
-        self._graphs: dict[tuple[int, bool], tuple[torch.cuda.CUDAGraph, tuple[torch.Tensor, torch.Tensor]]] = {}
+        self._graphs: dict[tuple[int, bool, bool], tuple[torch.cuda.CUDAGraph, tuple[torch.Tensor, torch.Tensor]]] = {}
         self._pool = torch.cuda.graph_pool_handle()
 
     @property
@@ -165,16 +165,19 @@ class DecodeGraphs:
     def bucket_for(self, num_seqs: int) -> int:
         return next(b for b in self.buckets if b >= num_seqs)
 
-    def run(self, num_seqs: int, is_any_sampled: bool) -> tuple[torch.Tensor, torch.Tensor]:
-        """Replay the step for the ``num_seqs`` slots staged in ``state.batch``; returns static (tokens, log-probs)."""
+    def run(self, num_seqs: int, variant: tuple[bool, bool]) -> tuple[torch.Tensor, torch.Tensor]:
+        """Replay the step for the ``num_seqs`` slots staged in ``state.batch``; returns static (tokens, log-probs).
+
+        ``variant``: (any row sampled, any sampled row with top-k / top-p), as ``stage_batch`` returns it.
+        """
         bucket = self.bucket_for(num_seqs)
-        key = (bucket, is_any_sampled)
+        key = (bucket, *variant)
         if key not in self._graphs:
             state = self.state
             # the warm-up run executes the step: put the device state back so the replay below runs it once
             saved = state.snapshot()
             self._graphs[key] = capture_graph(
-                lambda: state.decode(bucket, is_any_sampled=is_any_sampled, max_context_len=None), self._pool
+                lambda: state.decode(bucket, variant=variant, max_context_len=None), self._pool
             )
             state.restore(saved)
         graph, (tokens, logprobs) = self._graphs[key]
@@ -206,12 +209,12 @@ class PrefillGraphs:
     def bucket_for(self, num_rows: int) -> int:
         return next(b for b in self.buckets if b >= num_rows)
 
-    def run(self, bucket: int, is_any_sampled: bool) -> tuple[torch.Tensor, torch.Tensor]:
-        key = (bucket, is_any_sampled)
+    def run(self, bucket: int, variant: tuple[bool, bool]) -> tuple[torch.Tensor, torch.Tensor]:
+        key = (bucket, *variant)
         if key not in self._graphs:
             prefill = self.prefill  # its warm-up run only rewrites K/V the replay writes again
             self._graphs[key] = capture_graph(
-                lambda: prefill.forward_sample(bucket, is_any_sampled=is_any_sampled, max_context_len=None),
+                lambda: prefill.forward_sample(bucket, variant=variant, max_context_len=None),
                 self._pool,
             )
         graph, outputs = self._graphs[key]

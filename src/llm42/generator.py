@@ -399,11 +399,11 @@ class DVRGenerator:
             num = len(decode)
             graphs = self.decode_graphs
             use_graph = graphs is not None and num <= graphs.max_batch_size
-            is_sampled = state.stage_batch([r.slot for r in decode], graphs.bucket_for(num) if use_graph else num)
+            variant = state.stage_batch([r.slot for r in decode], graphs.bucket_for(num) if use_graph else num)
             if use_graph:
-                tokens, logprobs = graphs.run(num, is_sampled)
+                tokens, logprobs = graphs.run(num, variant)
             else:
-                tokens, logprobs = state.decode(num, is_any_sampled=is_sampled, max_context_len=max_position + 1)
+                tokens, logprobs = state.decode(num, variant=variant, max_context_len=max_position + 1)
             record.add(decode, tokens, logprobs)
         is_prefilled = False
         try:

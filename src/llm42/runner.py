@@ -13,7 +13,7 @@ from llm42.model.forward import forward
 from llm42.model.weights import Weights
 from llm42.params import SamplingParams
 from llm42.policies.base import ReductionPolicy
-from llm42.sampler import SamplingRows, sample
+from llm42.sampler import SamplingRows, sample, sampling_variant
 
 
 @dataclass(frozen=True)
@@ -94,6 +94,7 @@ class ModelRunner:
             seeds=self._tensor([s for _, s, _ in per_row] + [0] * pad),
             positions=self._tensor([q for _, _, q in per_row] + [0] * pad),
             is_any_sampled=any(p.temperature > 0 for p, _, _ in per_row),
+            is_any_filtered=sampling_variant(p for p, _, _ in per_row)[1],
         )
 
     def run(self, inputs: StepInputs, kv: KVStoreProtocol, policy: ReductionPolicy,

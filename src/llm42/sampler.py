@@ -7,11 +7,15 @@ not depend on what else was sampled before it, in this batch or any other —
 the fast path and the canonical pass see the same noise for the same position,
 which is also why candidates are usually accepted.
 
-Every reduction and transcendental here is ``llm42.ops.exact``'s (exact sums,
-exp/log from correctly rounded primitives), so a row's log-probs, filter and
-noise are the same bits at any batch size, on any instruction set and on
-either device; they stay plain torch ops, with no host sync, so a CUDA graph
-can capture them.
+On the CPU every reduction and transcendental here is ``llm42.ops.exact``'s
+(exact sums, exp/log from correctly rounded primitives), so a row's log-probs,
+filter and noise are the same bits at any batch size and on any instruction
+set. On CUDA the two sweeps over the vocabulary (row statistics for the greedy
+token and the log-prob; Gumbel-max) are Triton kernels with one program per
+row and a pinned block size (``llm42.kernels.sampling``): one read of the
+logits each instead of dozens of float64 passes, and still a function of the
+row alone. Either way they are plain ops with no host sync, so a CUDA graph can
+capture them.
 """
 
 from __future__ import annotations
@@ -34,16 +38,21 @@ def _mix32(x: torch.Tensor) -> torch.Tensor:
     return (x >> 16) ^ x
 
 
-def gumbel_noise(seeds: torch.Tensor, positions: torch.Tensor, vocab_size: int) -> torch.Tensor:
-    """Gumbel noise [N, V] in float32; row i depends only on (seeds[i], positions[i])."""
+def noise_keys(seeds: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+    """The per-row key [N] (int64 in [0, 2^32)) of the noise: a hash of (seed, position)."""
     seeds = seeds.to(torch.int64)
     lo = seeds & _MASK32
     hi = (seeds >> 32) & _MASK32
     key = _mix32(_mix32(lo ^ 0x5BD1E995) ^ hi)
-    key = _mix32(key ^ (positions.to(torch.int64) * _GOLDEN & _MASK32))  # [N]
+    return _mix32(key ^ (positions.to(torch.int64) * _GOLDEN & _MASK32))
+
+
+def gumbel_noise(seeds: torch.Tensor, positions: torch.Tensor, vocab_size: int) -> torch.Tensor:
+    """Gumbel noise [N, V] in float32 (the CPU's); row i depends only on (seeds[i], positions[i])."""
+    key = noise_keys(seeds, positions)  # [N]
     vocab = torch.arange(vocab_size, device=seeds.device, dtype=torch.int64)
     bits = _mix32(_mix32(key[:, None] ^ (vocab[None, :] * 0x27D4EB2F & _MASK32)) ^ 0x165667B1)
-    # 24 random bits -> u in (0, 1), exactly representable in float32
+    # 24 random bits -> u in (0, 1), exact in float64
     u = ((bits >> 8).to(torch.float64) + 0.5) * (1.0 / (1 << 24))
     return exact.gumbel(u)
 
@@ -65,10 +74,31 @@ class SamplingRows:
     seeds: torch.Tensor  # int64
     positions: torch.Tensor  # int64: the position of the token being sampled
     is_any_sampled: bool | None = None
+    is_any_filtered: bool | None = None  # any row with top_k > 0 or top_p < 1; None: read it off the rows
 
 
-def _filter_top_k_top_p(scaled: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor) -> torch.Tensor:
-    # scaled: [N, V]; returns scaled with tokens outside top-k / top-p set to -inf
+SAMPLING_VARIANTS = ((False, False), (True, False), (True, True))  # greedy; sampled; sampled with a filter
+
+
+def sampling_variant(params) -> tuple[bool, bool]:
+    """(is_any_sampled, is_any_filtered) of an iterable of ``SamplingParams``: which sampler a step needs.
+
+    Filtered means a sampled row with top_k > 0 or top_p < 1 (a greedy row's filter is never used).
+    """
+    is_sampled = is_filtered = False
+    for p in params:
+        if p.temperature > 0:
+            is_sampled = True
+            is_filtered = is_filtered or p.top_k > 0 or p.top_p < 1.0
+    return is_sampled, is_filtered
+
+
+def _filter_threshold(scaled: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor) -> torch.Tensor:
+    """The smallest kept value per row [N, 1] of ``scaled`` [N, V] under top-k / top-p; -inf for a row with neither.
+
+    A row without a filter gets -inf by definition, not by arithmetic, so its
+    draw is the same whether or not another row of the batch asked for one.
+    """
     vocab_size = scaled.shape[-1]
     sorted_vals, _ = torch.sort(scaled, dim=-1, descending=True, stable=True)
     k = torch.where(top_k > 0, top_k.clamp(max=vocab_size), vocab_size)
@@ -80,25 +110,57 @@ def _filter_top_k_top_p(scaled: torch.Tensor, top_k: torch.Tensor, top_p: torch.
     keep = (mass_before < top_p[:, None]) & (rank[None, :] < k[:, None])
     keep[:, 0] = True
     num_keep = keep.sum(-1)
-    threshold = sorted_vals.gather(1, (num_keep - 1)[:, None])
-    threshold = torch.maximum(threshold, kth)
-    return torch.where(scaled >= threshold, scaled, float("-inf"))
+    threshold = torch.maximum(sorted_vals.gather(1, (num_keep - 1)[:, None]), kth)
+    is_filtered = (top_k > 0) | (top_p < 1.0)
+    return torch.where(is_filtered[:, None], threshold, float("-inf"))
+
+
+def _greedy_and_logprob_parts(logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(argmax [N], row max [N], log of the sum of exp(x - max) [N]): the raw log-prob is (x - max) - that."""
+    if logits.is_cuda:
+        from llm42.kernels.sampling import row_stats
+
+        greedy, row_max, sumexp = row_stats(logits)
+        return greedy, row_max, torch.log(sumexp)
+    x64 = logits.double()
+    row_max = x64.amax(-1, keepdim=True)
+    log_sum = exact._log64_of_positive(exact._row_sum_(exact.exp64(x64 - row_max)))
+    return torch.argmax(logits, dim=-1), row_max.squeeze(-1), log_sum
+
+
+def _draw(scaled: torch.Tensor, threshold: torch.Tensor | None, rows: SamplingRows) -> torch.Tensor:
+    """Gumbel-max over the kept tokens of each row."""
+    if scaled.is_cuda:
+        from llm42.kernels.sampling import gumbel_argmax
+
+        return gumbel_argmax(scaled, threshold, noise_keys(rows.seeds, rows.positions))
+    if threshold is not None:
+        scaled = torch.where(scaled >= threshold, scaled, float("-inf"))
+    return torch.argmax(scaled + gumbel_noise(rows.seeds, rows.positions, scaled.shape[-1]), dim=-1)
 
 
 def sample(logits: torch.Tensor, rows: SamplingRows) -> tuple[torch.Tensor, torch.Tensor]:
-    """Pick one token per row; returns (tokens [N] int64, log-probs [N] float32 of the raw distribution)."""
+    """Pick one token per row; returns (tokens [N] int64, log-probs [N] float32 of the raw distribution).
+
+    The raw log-prob of token t is (x_t - max) - log(sum exp(x - max)): on the
+    CPU in float64 from exact primitives, rounded once (the value of
+    ``exact.log_softmax``); on CUDA from the row-statistics kernel, in float32.
+    """
     logits = logits.float()
-    logprobs_all = exact.log_softmax(logits)
-    greedy = torch.argmax(logits, dim=-1)
+    greedy, row_max, log_sum = _greedy_and_logprob_parts(logits)
     is_sampled = rows.temperature > 0
     is_any_sampled = rows.is_any_sampled if rows.is_any_sampled is not None else bool(is_sampled.any())
     if is_any_sampled:
         temperature = torch.where(is_sampled, rows.temperature, 1.0)
         scaled = logits / temperature[:, None]
-        scaled = _filter_top_k_top_p(scaled, rows.top_k, rows.top_p)
-        noise = gumbel_noise(rows.seeds, rows.positions, logits.shape[-1])
-        drawn = torch.argmax(scaled + noise, dim=-1)
-        tokens = torch.where(is_sampled, drawn, greedy)
+        is_any_filtered = rows.is_any_filtered
+        if is_any_filtered is None:
+            is_any_filtered = bool(((rows.top_k > 0) | (rows.top_p < 1.0)).any())
+        threshold = _filter_threshold(scaled, rows.top_k, rows.top_p) if is_any_filtered else None
+        tokens = torch.where(is_sampled, _draw(scaled, threshold, rows), greedy)
     else:
         tokens = greedy
-    return tokens, logprobs_all.gather(1, tokens[:, None]).squeeze(1)
+    chosen = logits.gather(1, tokens[:, None]).squeeze(1)
+    if logits.is_cuda:
+        return tokens, (chosen - row_max) - log_sum
+    return tokens, ((chosen.double() - row_max) - log_sum).float()

@@ -202,12 +202,12 @@ def test_decode_graph_replay_equals_eager_at_the_bucket_shape(llama8b):
         kv.layers().v[layer].normal_()
     saved = state.snapshot()
     state.stage_batch(slots, num_seqs)
-    replayed = [t.clone() for t in graphs.run(num_seqs, False)]
+    replayed = [t.clone() for t in graphs.run(num_seqs, (False, False))]
     after_replay = state.snapshot()
     state.restore(saved)
     state.stage_batch(slots, num_seqs)
     # the graph fixed attention's split count from the model's context length: give eager the same bound
-    eager = state.decode(num_seqs, is_any_sampled=False, max_context_len=cfg.max_position_embeddings)
+    eager = state.decode(num_seqs, variant=(False, False), max_context_len=cfg.max_position_embeddings)
     assert torch.equal(replayed[0], eager[0]) and torch.equal(replayed[1], eager[1])
     assert all(torch.equal(a, b) for a, b in zip(after_replay, state.snapshot()))  # the same scatter
 
@@ -226,5 +226,5 @@ def test_sync_free_sampler_matches_the_synchronising_one():
         reference = sample(logits, SamplingRows(**rows))
         is_any = bool((temperature > 0).any())
         for flag in {is_any, True}:
-            got = sample(logits, SamplingRows(**rows, is_any_sampled=flag))
+            got = sample(logits, SamplingRows(**rows, is_any_sampled=flag, is_any_filtered=True))
             assert torch.equal(got[0], reference[0]) and torch.equal(got[1], reference[1])

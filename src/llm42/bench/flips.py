@@ -95,11 +95,11 @@ def flip_rate(weights: Weights, cfg: ModelConfig, prompts: list[tuple[int, ...]]
     def decode(slots: list[int]) -> list[int]:
         num = len(slots)
         if graphs is not None:
-            is_sampled = state.stage_batch(slots, graphs.bucket_for(num))
-            tokens, _ = graphs.run(num, is_sampled)
+            variant = state.stage_batch(slots, graphs.bucket_for(num))
+            tokens, _ = graphs.run(num, variant)
         else:
-            is_sampled = state.stage_batch(slots, num)
-            tokens, _ = state.decode(num, is_any_sampled=is_sampled,
+            variant = state.stage_batch(slots, num)
+            tokens, _ = state.decode(num, variant=variant,
                                      max_context_len=max(positions[s] for s in slots) + 1)
         return tokens.tolist()
 

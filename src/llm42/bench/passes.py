@@ -72,10 +72,10 @@ class DecodeBench:
         self.state.stage_batch(list(range(batch)), num_rows)
 
     def eager(self, batch: int):
-        return self.state.decode(batch, is_any_sampled=False, max_context_len=self.context)
+        return self.state.decode(batch, variant=(False, False), max_context_len=self.context)
 
     def replay(self, batch: int):
-        return self.graphs.run(batch, False)
+        return self.graphs.run(batch, (False, False))
 
     def time(self, batch: int, *, reps: int = 20) -> dict:
         """eager step, graph step incl. host staging, and graph replay alone (ms, medians)."""

@@ -31,6 +31,7 @@ from llm42.bench.workloads import FIRST_TOKEN_ID, Workload
 from llm42.generator import DVRGenerator
 from llm42.params import SamplingParams
 from llm42.policies import BatchInvariantPolicy, ReductionPolicy
+from llm42.sampler import SAMPLING_VARIANTS
 
 WARMUP_PROMPT = (FIRST_TOKEN_ID, FIRST_TOKEN_ID + 1)
 WARMUP_NEW_TOKENS = 3
@@ -131,9 +132,9 @@ def capture_decode_graphs(gen: DVRGenerator, *, buckets: tuple[int, ...] | None 
     buckets = graphs.buckets if buckets is None else tuple(graphs.bucket_for(b) for b in buckets)
     try:
         for bucket in buckets:
-            for is_sampled in (False, True):
+            for variant in SAMPLING_VARIANTS:
                 gen.decode_state.stage_batch([], bucket)
-                graphs.run(bucket, is_sampled)
+                graphs.run(bucket, variant)
         torch.cuda.synchronize(gen.device)
     except Exception as exc:  # noqa: BLE001 - reported in the run's notes, the run continues eagerly
         gen.decode_graphs = None
@@ -143,7 +144,7 @@ def capture_decode_graphs(gen: DVRGenerator, *, buckets: tuple[int, ...] | None 
 
 
 def capture_prefill_graphs(gen: DVRGenerator) -> list[str]:
-    """Capture every fast-prefill row bucket (both sampling variants) of a fresh ``gen`` before timing.
+    """Capture every fast-prefill row bucket (every sampling variant) of a fresh ``gen`` before timing.
 
     Must run before the generator's first prefill: the static rows then hold padding
     rows only (token 0 at position 0, K/V written to scratch slots). A failure sends
@@ -155,8 +156,8 @@ def capture_prefill_graphs(gen: DVRGenerator) -> list[str]:
         return []
     try:
         for bucket in graphs.buckets:
-            for is_sampled in (False, True):
-                graphs.run(bucket, is_sampled)
+            for variant in SAMPLING_VARIANTS:
+                graphs.run(bucket, variant)
         torch.cuda.synchronize(gen.device)
     except Exception as exc:  # noqa: BLE001 - reported in the run's notes, the run continues eagerly
         prefill.graphs = None

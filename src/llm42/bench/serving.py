@@ -216,7 +216,7 @@ def steady_decode(model: BenchModel, config: ServingConfig, *, is_overlapped: bo
         # the batch buffer still holds the last step's slots; each replay is undone before the next
         state = gen.decode_state
         saved = state.snapshot()
-        replay_ms = median_ms(lambda: graphs.run(batch, False), gen.device, reps=20,
+        replay_ms = median_ms(lambda: graphs.run(batch, (False, False)), gen.device, reps=20,
                               reset=lambda: state.restore(saved))
         out.update(graph_replay_ms=replay_ms, wall_over_kernel=wall_ms / replay_ms,
                    gpu_busy_fraction=replay_ms / wall_ms)

@@ -21,7 +21,7 @@ from llm42.model.config import ModelConfig
 from llm42.model.forward import forward
 from llm42.model.weights import Weights
 from llm42.policies.base import ReductionPolicy
-from llm42.sampler import SamplingRows, sample
+from llm42.sampler import SamplingRows, sample, sampling_variant
 
 
 class DecodeState:
@@ -53,7 +53,7 @@ class DecodeState:
         self._next: dict[int, tuple[int | None, int]] = {}
         self._params: dict[int, tuple[float, int, float, int]] = {}
         self._table_writes: list[tuple[int, int, int]] = []
-        self._is_sampled = [False] * num_slots
+        self._variant = [(False, False)] * num_slots  # (sampled, filtered) per slot
         self._pinned_batch = torch.zeros(max_num_seqs, dtype=torch.int64, pin_memory=self._is_cuda)
         self._batch_copied = torch.cuda.Event() if self._is_cuda else None
 
@@ -61,7 +61,7 @@ class DecodeState:
     def admit(self, slot: int, rid: int, params, seed: int) -> None:
         """A request takes ``slot``: its sampling params and (prefix-shared) block table."""
         self._params[slot] = (params.temperature, params.top_k, params.top_p, seed)
-        self._is_sampled[slot] = params.temperature > 0
+        self._variant[slot] = sampling_variant([params])
         self._table_len[slot] = 0
         self.sync_table(slot, rid)
 
@@ -70,7 +70,7 @@ class DecodeState:
         self._params.pop(slot, None)
         self._table_writes = [w for w in self._table_writes if w[0] != slot]
         self._table_len[slot] = 0
-        self._is_sampled[slot] = False
+        self._variant[slot] = (False, False)
 
     def set_next(self, slot: int, token: int | None, position: int) -> None:
         """The next decode step of ``slot`` feeds ``token`` (None: the one already on the device) at ``position``."""
@@ -116,7 +116,7 @@ class DecodeState:
             self.tables.index_put_((_ints(rows, dev), _ints(cols, dev)), _ints(blocks, dev))
             self._table_writes.clear()
 
-    def stage_batch(self, slots: list[int], num_rows: int) -> bool:
+    def stage_batch(self, slots: list[int], num_rows: int) -> tuple[bool, bool]:
         """Put ``slots`` (padded with the padding slot to ``num_rows``) into the batch buffer; True if any samples."""
         if self._batch_copied is not None:
             self._batch_copied.synchronize()  # the previous step's copy has left the pinned buffer
@@ -127,10 +127,11 @@ class DecodeState:
         self.batch[:num_rows].copy_(host[:num_rows], non_blocking=True)
         if self._batch_copied is not None:
             self._batch_copied.record()
-        return any(self._is_sampled[s] for s in slots)
+        variants = [self._variant[s] for s in slots]
+        return any(v[0] for v in variants), any(v[1] for v in variants)
 
     # -- the decode step (graph-capturable: no host syncs) -----------------------------------------
-    def decode(self, num_rows: int, *, is_any_sampled: bool, max_context_len: int | None
+    def decode(self, num_rows: int, *, variant: tuple[bool, bool], max_context_len: int | None
                ) -> tuple[torch.Tensor, torch.Tensor]:
         """One decode row per staged slot; returns (tokens [num_rows], log-probs [num_rows])."""
         idx = self.batch[:num_rows]
@@ -153,7 +154,8 @@ class DecodeState:
         )
         logits = forward(self.weights, self.cfg, inputs, self.kv.layers(), self.policy)
         rows = SamplingRows(temperature=self.temperature[idx], top_k=self.top_k[idx], top_p=self.top_p[idx],
-                            seeds=self.seeds[idx], positions=positions + 1, is_any_sampled=is_any_sampled)
+                            seeds=self.seeds[idx], positions=positions + 1,
+                            is_any_sampled=variant[0], is_any_filtered=variant[1])
         new_tokens, logprobs = sample(logits, rows)
         self.tokens.index_copy_(0, idx, new_tokens)
         self.positions.index_copy_(0, idx, positions + 1)

@@ -18,7 +18,7 @@ from llm42.model.config import ModelConfig
 from llm42.model.forward import forward
 from llm42.model.weights import Weights
 from llm42.policies.base import ReductionPolicy
-from llm42.sampler import SamplingRows, sample
+from llm42.sampler import SamplingRows, sample, sampling_variant
 
 
 class FastPrefill:
@@ -61,15 +61,15 @@ class FastPrefill:
         floats[1] = torch.tensor([s.params.top_p for s in segments] + [1.0] * pad)
         self._staging_ints.copy()
         self._staging_floats.copy()
-        is_any_sampled = any(s.params.temperature > 0 for s in segments)
+        variant = sampling_variant(s.params for s in segments)
         if self.graphs is not None:
-            out_tokens, out_logprobs = self.graphs.run(bucket, is_any_sampled)
+            out_tokens, out_logprobs = self.graphs.run(bucket, variant)
         else:
-            out_tokens, out_logprobs = self.forward_sample(bucket, is_any_sampled=is_any_sampled,
+            out_tokens, out_logprobs = self.forward_sample(bucket, variant=variant,
                                                            max_context_len=max_context_len)
         return out_tokens[:num_seqs], out_logprobs[:num_seqs]
 
-    def forward_sample(self, num_rows: int, *, is_any_sampled: bool, max_context_len: int | None
+    def forward_sample(self, num_rows: int, *, variant: tuple[bool, bool], max_context_len: int | None
                        ) -> tuple[torch.Tensor, torch.Tensor]:
         """Forward over the first ``num_rows`` staged rows and sample the staged logits rows (no host syncs)."""
         rows = self._rows
@@ -87,5 +87,5 @@ class FastPrefill:
         logits = forward(self.weights, self.cfg, inputs, self.kv.layers(), self.policy)
         ints, floats = self._sampling_ints, self._sampling_floats
         sampling = SamplingRows(temperature=floats[0], top_k=ints[0], top_p=floats[1], seeds=ints[1],
-                                positions=ints[2], is_any_sampled=is_any_sampled)
+                                positions=ints[2], is_any_sampled=variant[0], is_any_filtered=variant[1])
         return sample(logits, sampling)

@@ -25,7 +25,7 @@ from llm42.model.config import ModelConfig
 from llm42.model.forward import forward
 from llm42.model.weights import Weights
 from llm42.policies.base import ReductionPolicy
-from llm42.sampler import SamplingRows, sample
+from llm42.sampler import SamplingRows, sample, sampling_variant
 
 
 class PassResult:
@@ -60,7 +60,7 @@ class CanonicalPass:
         self._forward_graph: torch.cuda.CUDAGraph | None = None
         self._samplers: dict[bool, tuple[torch.cuda.CUDAGraph, tuple[torch.Tensor, torch.Tensor]]] = {}
         self._pool = None
-        self._is_any_sampled = False
+        self._variant = (False, False)  # (any row sampled, any sampled row filtered)
         is_cuda = self.device.type == "cuda"
         # its own stream only on request: on the H200 the side-stream pass next to replayed fast steps
         # hung the device in one run (cause not found), so by default a pass shares the caller's stream
@@ -104,10 +104,11 @@ class CanonicalPass:
     def _sampling_rows(self) -> SamplingRows:
         ints, floats = self._sampling_ints, self._sampling_floats
         return SamplingRows(temperature=floats[0], top_k=ints[0], top_p=floats[1], seeds=ints[1],
-                            positions=ints[2], is_any_sampled=self._is_any_sampled)
+                            positions=ints[2], is_any_sampled=self._variant[0],
+                            is_any_filtered=self._variant[1])
 
     def _sampler(self) -> tuple[torch.cuda.CUDAGraph, tuple[torch.Tensor, torch.Tensor]]:
-        key = self._is_any_sampled
+        key = self._variant
         if key not in self._samplers:
             rows = self._sampling_rows()
             self._samplers[key] = capture_graph(lambda: sample(self._logits, rows), self._pool)
@@ -139,7 +140,7 @@ class CanonicalPass:
         floats[1] = torch.tensor([p.top_p for p, _, _ in per_row] + [1.0] * pad)
         self._staging_ints.copy()
         self._staging_floats.copy()
-        self._is_any_sampled = any(p.temperature > 0 for p, _, _ in per_row)
+        self._variant = sampling_variant(p for p, _, _ in per_row)
 
     def run(self, inputs: StepInputs) -> tuple[torch.Tensor, torch.Tensor]:
         """Forward + sampler on the staged pass; returns (tokens [R], log-probs [R])."""

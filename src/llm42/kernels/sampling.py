@@ -1,0 +1,124 @@
+"""The sampler's two vocabulary sweeps on CUDA, in Triton: row statistics and Gumbel-max.
+
+``llm42.sampler`` on the CPU builds its log-probs and noise from
+``llm42.ops.exact`` (order-independent float64 arithmetic). On the GPU that
+costs dozens of float64 passes over an [N, V] tensor per step (over 2 ms at
+N = 256, V = 49K on an H200, more than the whole decode step). These kernels
+read the logits once each instead: one program per row, looping over the
+vocabulary in blocks of a fixed size with a fixed number of warps, so a row's
+reduction order is a function of V alone — never of how many rows there are,
+which row it is, or what the other rows hold. That is the property the
+contract needs from the sampler on the device (the canonical pass and the fast
+path sample with the same code, so candidates and canonical tokens see the same
+noise); the bits differ from the CPU's, as every GPU op's do (the device is part
+of the canonical config).
+
+- ``row_stats(logits)`` -> (argmax, max, sum of exp(x - max)) per row, one pass
+  with an online rescale (FlashAttention's): the greedy token (first index of
+  the max, as ``torch.argmax``) and what the chosen token's log-prob needs.
+- ``gumbel_argmax(scaled, threshold, keys)`` -> argmax(scaled + g) over the
+  tokens with ``scaled >= threshold``, g = -log(-log(u)) and u from the same
+  counter-based hash of (row key, vocab id) as ``llm42.sampler.gumbel_noise``
+  (23 random bits here, so that u is exact in float32).
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+# Pinned launch configuration: part of what a row's bits depend on (never autotuned).
+BLOCK_V = 2048
+NUM_WARPS = 8
+
+
+@triton.jit
+def _row_stats_kernel(x_ptr, stride_x, vocab: tl.constexpr, argmax_ptr, max_ptr, sumexp_ptr, BLOCK: tl.constexpr):
+    row = tl.program_id(0).to(tl.int64)
+    base = x_ptr + row * stride_x
+    offs = tl.arange(0, BLOCK)
+    m = tl.full((), float("-inf"), tl.float32)
+    s = tl.zeros((), tl.float32)
+    best = tl.zeros((), tl.int32)
+    for start in range(0, vocab, BLOCK):
+        idx = start + offs
+        x = tl.load(base + idx, mask=idx < vocab, other=float("-inf")).to(tl.float32)
+        block_max = tl.max(x, 0)
+        block_arg = tl.argmax(x, 0, tie_break_left=True).to(tl.int32) + start
+        best = tl.where(block_max > m, block_arg, best)  # strict: the first index of the max wins
+        m_new = tl.maximum(m, block_max)
+        m_sub = tl.where(m_new == float("-inf"), 0.0, m_new)  # a row of -inf so far: subtract 0, not -inf
+        s = s * tl.exp(m - m_sub) + tl.sum(tl.exp(x - m_sub), 0)
+        m = m_new
+    tl.store(argmax_ptr + row, best.to(tl.int64))
+    tl.store(max_ptr + row, m)
+    tl.store(sumexp_ptr + row, s)
+
+
+@triton.jit
+def _mix32(x):
+    x = ((x >> 16) ^ x) * 0x45D9F3B
+    x = ((x >> 16) ^ x) * 0x45D9F3B
+    return (x >> 16) ^ x
+
+
+@triton.jit
+def _gumbel_argmax_kernel(x_ptr, stride_x, vocab: tl.constexpr, threshold_ptr, key_ptr, out_ptr,
+                          HAS_THRESHOLD: tl.constexpr, BLOCK: tl.constexpr):
+    row = tl.program_id(0).to(tl.int64)
+    base = x_ptr + row * stride_x
+    offs = tl.arange(0, BLOCK)
+    key = tl.load(key_ptr + row).to(tl.uint32)
+    if HAS_THRESHOLD:
+        threshold = tl.load(threshold_ptr + row)
+    best_val = tl.full((), float("-inf"), tl.float32)
+    best = tl.zeros((), tl.int32)
+    for start in range(0, vocab, BLOCK):
+        idx = start + offs
+        in_vocab = idx < vocab
+        x = tl.load(base + idx, mask=in_vocab, other=float("-inf")).to(tl.float32)
+        bits = _mix32(_mix32(key ^ (idx.to(tl.uint32) * 0x27D4EB2F)) ^ 0x165667B1)
+        u = ((bits >> 9).to(tl.float32) * 2.0 + 1.0) * (1.0 / (1 << 24))  # (0, 1), exact in float32
+        val = x - tl.log(-tl.log(u))
+        keep = in_vocab
+        if HAS_THRESHOLD:
+            keep = keep & (x >= threshold)
+        val = tl.where(keep, val, float("-inf"))
+        block_max = tl.max(val, 0)
+        block_arg = tl.argmax(val, 0, tie_break_left=True).to(tl.int32) + start
+        best = tl.where(block_max > best_val, block_arg, best)
+        best_val = tl.maximum(best_val, block_max)
+    tl.store(out_ptr + row, best.to(tl.int64))
+
+
+def _rows(logits: torch.Tensor) -> torch.Tensor:
+    if logits.dim() != 2:
+        raise ValueError(f"logits must be [N, V], got shape {tuple(logits.shape)}")
+    return logits if logits.stride(-1) == 1 else logits.contiguous()
+
+
+def row_stats(logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(argmax int64 [N], max float32 [N], sum of exp(x - max) float32 [N]) of ``logits`` [N, V]."""
+    x = _rows(logits)
+    num_rows, vocab = x.shape
+    argmax = torch.empty(num_rows, dtype=torch.int64, device=x.device)
+    row_max = torch.empty(num_rows, dtype=torch.float32, device=x.device)
+    sumexp = torch.empty(num_rows, dtype=torch.float32, device=x.device)
+    if num_rows:
+        _row_stats_kernel[(num_rows,)](x, x.stride(0), vocab, argmax, row_max, sumexp,
+                                       BLOCK=BLOCK_V, num_warps=NUM_WARPS)
+    return argmax, row_max, sumexp
+
+
+def gumbel_argmax(scaled: torch.Tensor, threshold: torch.Tensor | None, keys: torch.Tensor) -> torch.Tensor:
+    """argmax over v of scaled[i, v] + g(keys[i], v), among v with scaled[i, v] >= threshold[i] (if given)."""
+    x = _rows(scaled)
+    num_rows, vocab = x.shape
+    out = torch.empty(num_rows, dtype=torch.int64, device=x.device)
+    if num_rows:
+        thr = threshold.reshape(num_rows).float().contiguous() if threshold is not None else x
+        _gumbel_argmax_kernel[(num_rows,)](x, x.stride(0), vocab, thr, keys.contiguous(), out,
+                                           HAS_THRESHOLD=threshold is not None, BLOCK=BLOCK_V,
+                                           num_warps=NUM_WARPS)
+    return out

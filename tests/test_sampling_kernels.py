@@ -1,0 +1,77 @@
+"""The CUDA sampler's Triton kernels (llm42.kernels.sampling): exact against torch where exactness is defined,
+a row's result independent of the other rows, Gumbel draws following the softmax.
+
+On CUDA the checks run directly (``-m gpu``); without CUDA they run under Triton's interpreter
+(TRITON_INTERPRET=1, in a subprocess, as the interpreter is chosen when the kernels are defined)
+when Triton is installed, at small sizes.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def run_checks(device: str, vocab: int = 5003, num_rows: int = 9) -> None:
+    from llm42.kernels.sampling import BLOCK_V, gumbel_argmax, row_stats
+    from llm42.sampler import noise_keys
+
+    assert vocab > 2 * BLOCK_V, "the checks need several vocabulary blocks"
+    gen = torch.Generator().manual_seed(0)
+    logits = (torch.randn(num_rows, vocab, generator=gen) * 4).to(device)
+    logits[3, 17] = logits[3, 4000] = 1e4  # a tie across blocks: the first index wins, as torch.argmax
+    logits[5, :] = 0.0  # an all-equal row
+    argmax, row_max, sumexp = row_stats(logits)
+    assert torch.equal(argmax.cpu(), torch.argmax(logits.cpu(), dim=-1))
+    assert torch.equal(row_max.cpu(), logits.cpu().amax(-1))
+    want = torch.log_softmax(logits.cpu().double(), -1).gather(1, argmax.cpu()[:, None]).squeeze(1)
+    got = (logits.gather(1, argmax[:, None]).squeeze(1) - row_max - torch.log(sumexp)).cpu().double()
+    assert torch.allclose(got, want, atol=1e-5, rtol=0), (got - want).abs().max()
+
+    # a row's results are the same alone, at another index, and next to different rows
+    keys = noise_keys(torch.arange(num_rows, device=device) * 7919 + 3, torch.arange(num_rows, device=device) + 11)
+    threshold = torch.full((num_rows,), float("-inf"), device=device)
+    threshold[2] = logits[2].sort(descending=True).values[40]  # row 2: top-41 only
+    drawn = gumbel_argmax(logits, threshold, keys)
+    other = torch.randn(num_rows, vocab, generator=gen).to(device) * 10
+    for i in range(num_rows):
+        alone = row_stats(logits[i:i + 1])
+        assert all(torch.equal(a[i:i + 1], b) for a, b in zip((argmax, row_max, sumexp), alone))
+        mixed = torch.cat([other[:i], logits[i:i + 1], other[i + 1:]])
+        assert torch.equal(row_stats(mixed)[2][i], sumexp[i])
+        assert torch.equal(gumbel_argmax(logits[i:i + 1], threshold[i:i + 1], keys[i:i + 1]), drawn[i:i + 1])
+        assert torch.equal(gumbel_argmax(mixed, threshold, keys)[i], drawn[i])
+    assert bool(logits[2, drawn[2]] >= threshold[2])  # the filter holds
+    assert torch.equal(gumbel_argmax(logits, None, keys), gumbel_argmax(logits, torch.full_like(threshold, float("-inf")), keys))
+    # negative control: different keys give different draws (the noise is there)
+    assert not torch.equal(gumbel_argmax(logits, None, keys + 1), gumbel_argmax(logits, None, keys))
+
+    # Gumbel-max draws follow the softmax: one row of 8 tokens, 1,500 keys
+    small = torch.tensor([[2.0, 1.0, 0.5, 0.0, -1.0, -1.0, -2.0, -3.0]], device=device).repeat(1500, 1)
+    counts = torch.bincount(gumbel_argmax(small, None, noise_keys(torch.arange(1500, device=device),
+                                                                  torch.zeros(1500, device=device))).cpu(),
+                            minlength=8).double()
+    expected = torch.softmax(small[0].cpu().double(), -1) * 1500
+    assert float(((counts - expected) ** 2 / expected).sum()) < 30.0  # chi-square, 7 dof: p < 1e-4 beyond 30
+
+
+@pytest.mark.gpu
+def test_sampling_kernels_on_cuda():
+    run_checks("cuda", vocab=128256, num_rows=24)
+
+
+def test_sampling_kernels_under_the_triton_interpreter():
+    if importlib.util.find_spec("triton") is None:
+        pytest.skip("Triton is not installed (CPU torch does not ship it); the CUDA run covers these kernels")
+    env = dict(os.environ, TRITON_INTERPRET="1", PYTHONPATH=os.pathsep.join([str(ROOT / "src"), str(ROOT)]))
+    proc = subprocess.run([sys.executable, "-c", "from tests.test_sampling_kernels import run_checks; run_checks('cpu')"],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
