@@ -4,7 +4,7 @@
 #   bash benchmarks/device/gpu_session.sh [TOTAL_S] [STAGES]
 #
 # TOTAL_S (default 540) bounds the whole call; STAGES is a comma list, in this order, of
-#   tests      python3 -m pytest -q -m gpu tests/gpu                        -> $OUT/gpu_tests.txt
+#   tests      python3 -m pytest -q -m gpu tests                            -> $OUT/gpu_tests.txt
 #   doctor     python3 -m llm42 doctor --device cuda --json ...             -> $OUT/doctor_cuda.json
 #   kernels    benchmarks/gpu_bench.py                                      -> $OUT/gpu_bench.json
 #   serving8b  benchmarks/serving.py --model 8b                             -> $OUT/serving_cuda_8b.json
@@ -39,6 +39,7 @@ SMOL=$(ls /root/smollm2/*.gguf 2>/dev/null | head -n 1)
 CACHE=/tmp/llm42_models
 START=$(date +%s)
 END=$((START + TOTAL_S))
+SERVING_ARGS=${SERVING_ARGS:-}  # extra benchmarks/serving.py arguments, e.g. "--max-fast-tokens 2048"
 GRACE=15  # seconds between a benchmark's own budget and its timeout: model load, last save, exit
 
 declare -A SHARE=([tests]=17 [doctor]=6 [kernels]=10 [serving8b]=22 [smollm2]=17 [figures]=28)
@@ -88,7 +89,7 @@ for stage in "${selected[@]}"; do
     case $stage in
     tests)
         log "tests: start (timeout ${secs}s)"
-        timeout --signal=TERM --kill-after=10 "$secs" python3 -m pytest -q -p no:cacheprovider -m gpu tests/gpu \
+        timeout --signal=TERM --kill-after=10 "$secs" python3 -m pytest -q -p no:cacheprovider -m gpu tests \
             >"$OUT/gpu_tests.txt" 2>&1
         rc=$?
         tail -n 5 "$OUT/gpu_tests.txt" >>"$LOG"
@@ -106,7 +107,7 @@ for stage in "${selected[@]}"; do
         ;;
     serving8b)
         run_stage serving8b "$secs" python3 benchmarks/serving.py --device cuda --model 8b --budget-s "$budget" \
-            --no-plots --out "$OUT/serving_cuda_8b.json"
+            --no-plots $SERVING_ARGS --out "$OUT/serving_cuda_8b.json"
         ;;
     smollm2)
         if [[ -z "$SMOL" ]]; then
@@ -114,7 +115,7 @@ for stage in "${selected[@]}"; do
             continue
         fi
         run_stage smollm2 "$secs" python3 benchmarks/serving.py --device cuda --model "$SMOL" --cache-dir "$CACHE" \
-            --budget-s "$budget" --no-plots --out "$OUT/serving_cuda_smollm2.json"
+            --budget-s "$budget" --no-plots $SERVING_ARGS --out "$OUT/serving_cuda_smollm2.json"
         ;;
     figures)
         if [[ -z "$SMOL" ]]; then
