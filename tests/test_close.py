@@ -48,17 +48,22 @@ def device_tensors(gen: DVRGenerator) -> list[weakref.ref]:
     return [weakref.ref(t) for t in tensors]
 
 
-@pytest.mark.parametrize("lagging", [False, True])
-def test_deleting_a_generator_frees_its_tensors_without_the_garbage_collector(lagging):
-    gen = used_generator(lagging=lagging)  # the test holds no part of it: only the generator owns them
-    refs = device_tensors(gen)
+def tensors_die_with(box: list[DVRGenerator]) -> bool:
+    """Drop the only reference to the generator in ``box`` with the garbage collector off: do its tensors go?"""
+    refs = device_tensors(box[0])
     gc.collect()
     gc.disable()
     try:
-        del gen
-        assert all(r() is None for r in refs), "a reference cycle keeps the generator's tensors alive"
+        box.clear()
+        return all(r() is None for r in refs)
     finally:
         gc.enable()
+
+
+@pytest.mark.parametrize("lagging", [False, True])
+def test_deleting_a_generator_frees_its_tensors_without_the_garbage_collector(lagging):
+    # the test holds no part of it: only the generator owns them
+    assert tensors_die_with([used_generator(lagging=lagging)]), "a reference cycle keeps the tensors alive"
 
 
 def test_the_cycle_check_catches_a_cycle():
@@ -66,13 +71,9 @@ def test_the_cycle_check_catches_a_cycle():
     gen = used_generator()
     gen.decode_state.owner = gen
     refs = device_tensors(gen)
-    gc.collect()
-    gc.disable()
-    try:
-        del gen
-        assert all(r() is not None for r in refs)
-    finally:
-        gc.enable()
+    box = [gen]
+    del gen  # the box holds the only reference from outside the cycle
+    assert not tensors_die_with(box)
     gc.collect()
     assert all(r() is None for r in refs)
 
@@ -142,11 +143,7 @@ def test_deleting_a_cuda_generator_with_captured_graphs_frees_its_memory():
     gen.generate([[1, 2, 3, 4] * 5], FREE)  # a fast prefill: its graphs are captured
     assert gen.decode_graphs is not None and gen.fast_prefill.graphs is not None
     assert allocated() > baseline
-    refs = device_tensors(gen)
-    gc.disable()
-    try:
-        del gen
-        assert all(r() is None for r in refs), "a reference cycle keeps the generator's tensors alive"
-    finally:
-        gc.enable()
+    box = [gen]
+    del gen
+    assert tensors_die_with(box), "a reference cycle keeps the generator's tensors alive"
     assert allocated() == baseline

@@ -78,6 +78,16 @@ def assert_idle_holds_nothing(gen: DVRGenerator) -> None:
     assert kv.num_unreserved_blocks == kv.num_blocks
 
 
+def step_until(gen: DVRGenerator, rid: int, condition, what: str) -> None:
+    """Step until running request ``rid`` meets ``condition`` (the state a test needs, so it is never vacuous)."""
+    for _ in range(200):
+        gen.step()
+        req = gen._pool.running.get(rid)
+        if req is not None and condition(req):
+            return
+    pytest.fail(f"request {rid} never {what}")
+
+
 def run_to_end(gen: DVRGenerator) -> None:
     while gen.has_unfinished():
         gen.step()
@@ -103,13 +113,8 @@ def test_abort_mid_canonical_pass_keeps_the_committed_prefix_and_others_stay_bit
     gen = make(lagging=True)
     rids = [gen.submit(p, s) for p, s in zip(PROMPTS, PARAMS)]
     target = rids[0]
-    for _ in range(200):
-        gen.step()
-        req = gen._pool.running.get(target)
-        if req is not None and req.is_verifying and req.token_ids:
-            break
-    else:
-        pytest.fail("the target never sat in a canonical pass in flight with committed tokens")
+    step_until(gen, target, lambda req: req.is_verifying and req.token_ids,
+               "sat in a canonical pass in flight with committed tokens")
     assert gen._canonical_in_flight is not None  # the precondition of this test, not a vacuous pass
     before = gen.committed_tokens(target)
     out = gen.abort(target)
@@ -131,13 +136,7 @@ def test_abort_with_fast_tokens_in_flight_drops_them_and_others_continue():
     gen = make()
     rids = [gen.submit(p, s) for p, s in zip(PROMPTS, PARAMS)]
     target = rids[1]  # the free request: its fast tokens are commits
-    for _ in range(200):
-        gen.step()
-        req = gen._pool.running.get(target)
-        if req is not None and req.num_pending and req.token_ids:
-            break
-    else:
-        pytest.fail("the target never had a fast token in flight")
+    step_until(gen, target, lambda req: req.num_pending and req.token_ids, "had a fast token in flight")
     before = gen.committed_tokens(target)
     out = gen.abort(target)
     assert out.token_ids == before and out.finish_reason == "abort"
