@@ -1,6 +1,7 @@
 """Greedy and seeded sampling, with noise that is a pure function of (seed, position, vocab id).
 
-Seeded sampling is Gumbel-max: token = argmax(logits / T + g), where g is
+Seeded sampling is Gumbel-max: token = argmax(logits / T + g) (a row where logits / T
+overflows, T tiny, uses the equal (logits - max) / T), where g is
 Gumbel noise computed from a counter-based hash of (seed, position, vocab id)
 inside the step, never drawn from a stateful generator. So a token's draw does
 not depend on what else was sampled before it, in this batch or any other —
@@ -151,8 +152,15 @@ def sample(logits: torch.Tensor, rows: SamplingRows) -> tuple[torch.Tensor, torc
     is_sampled = rows.temperature > 0
     is_any_sampled = rows.is_any_sampled if rows.is_any_sampled is not None else bool(is_sampled.any())
     if is_any_sampled:
-        temperature = torch.where(is_sampled, rows.temperature, 1.0)
-        scaled = logits / temperature[:, None]
+        temperature = torch.where(is_sampled, rows.temperature, 1.0)[:, None]
+        scaled = logits / temperature
+        # a tiny temperature (1e-40) overflows logits / T to inf: such a row takes (logits - max) / T,
+        # the same draw kept finite; every other row keeps its bits. Division is monotone, so a row
+        # overflows exactly when its largest |logit| does: decided from [N] values, no [N, V] test.
+        max32 = row_max.float()[:, None]  # a float32 logit (float64 on the CPU), exactly
+        abs_max = torch.maximum(max32, -logits.amin(-1, keepdim=True))
+        is_overflow = torch.isinf(abs_max / temperature) & torch.isfinite(abs_max)
+        scaled = torch.where(is_overflow, (logits - max32) / temperature, scaled)
         is_any_filtered = rows.is_any_filtered
         if is_any_filtered is None:
             is_any_filtered = bool(((rows.top_k > 0) | (rows.top_p < 1.0)).any())
