@@ -288,6 +288,16 @@ class DVRGenerator:
     def has_unfinished(self) -> bool:
         return self._pool.has_unfinished()
 
+    @property
+    def num_running(self) -> int:
+        """Requests admitted (holding K/V and a seat) and not finished."""
+        return len(self._pool.running)
+
+    @property
+    def num_waiting(self) -> int:
+        """Requests queued for admission."""
+        return len(self._pool.waiting)
+
     def result(self, rid: int) -> Completion:
         """The Completion of a finished request."""
         state = self._pool.state_of(rid)
@@ -525,6 +535,18 @@ class DVRGenerator:
             return list(pool.finished[rid].token_ids)
         if state == "running":
             return list(pool.running[rid].token_ids)
+        if state == "waiting":
+            return []
+        raise KeyError(f"unknown request id {rid}")
+
+    def committed_logprobs(self, rid: int) -> list[float]:
+        """Log-probs of the tokens committed so far for a running or finished request (as ``committed_tokens``)."""
+        pool = self._pool
+        state = pool.state_of(rid)
+        if state == "finished":
+            return list(pool.finished[rid].logprobs or ())
+        if state == "running":
+            return list(pool.running[rid].logprobs)
         if state == "waiting":
             return []
         raise KeyError(f"unknown request id {rid}")
