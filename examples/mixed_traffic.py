@@ -48,8 +48,9 @@ def main() -> None:
         step += 1
 
     print()
+    outs = {rid: gen.result(rid) for rid in rids}  # result() hands each Completion over once
     for rid, i in sorted(rids.items(), key=lambda item: item[1]):
-        out = gen.result(rid)
+        out = outs[rid]
         _, prompt, params = TRAFFIC[i]
         kind = "deterministic" if params.deterministic else "free"
         print(f"#{i} [{kind}] {prompt!r} -> {out.text!r}")
@@ -60,7 +61,7 @@ def main() -> None:
         _, prompt, params = TRAFFIC[i]
         if params.deterministic:
             alone = reference.generate([prompt], params)[0]
-            mixed = gen.result(rid)
+            mixed = outs[rid]
             assert alone.token_ids == mixed.token_ids and alone.logprobs == mixed.logprobs, f"request {i} differs"
     print("\nall deterministic requests match their batch-size-1 reference")
 

@@ -55,9 +55,10 @@ def test_failed_canonical_pass_loses_nothing_and_resumes_bit_exact(fail_at):
                 after = gen.committed_tokens(rid)
                 assert after[: len(before[rid])] == before[rid]
     assert failures == 1
+    results = {rid: gen.result(rid) for rid in rids}
     for rid in rids:  # no committed token went missing from the step() events
-        assert streamed[rid] == gen.result(rid).token_ids
+        assert streamed[rid] == results[rid].token_ids
     for i in (0, 2):
-        got = gen.result(rids[i])
+        got = results[rids[i]]
         assert got.token_ids == reference[i].token_ids
         assert got.logprobs == reference[i].logprobs

@@ -346,7 +346,6 @@ class AsyncEngine:
             stream = self._streams.pop(rid)
             try:
                 gen.abort(rid)
-                gen.result(rid)
             except Exception:  # noqa: BLE001 - the stream still ends, with the step's error
                 _log.exception("aborting request %d after failed steps raised", rid)
             self._end(stream, None, error)
@@ -379,10 +378,10 @@ class AsyncEngine:
                 for stream in arg:
                     stream._accepted.set_exception(error)
                     self._end(stream, None, error)
+        self._publish()
         close = getattr(gen, "close", None)
         if callable(close):
             close()
-        self._publish()
         self._snapshot = EngineSnapshot(**{**self._snapshot.__dict__, "is_running": False})
         self._stopped.set()
 

@@ -290,19 +290,11 @@ def _run(gen: DVRGenerator, prompts: Sequence, params: Sequence[SamplingParams],
     while pending:
         for rid, tokens in gen.step().items():
             bar.update(len(tokens))
-            if rid in pending and _is_finished(gen, rid):
+            if rid in pending and gen.is_finished(rid):
                 pending.discard(rid)
     outs = [gen.result(rid) for rid in rids]
     _settle(bar, params, outs)
     return outs
-
-
-def _is_finished(gen: DVRGenerator, rid: int) -> bool:
-    try:
-        gen.result(rid)
-    except ValueError:  # still running
-        return False
-    return True
 
 
 def _settle(bar: tqdm, params: Sequence[SamplingParams], outs: Sequence[Completion]) -> None:

@@ -13,6 +13,7 @@ recorded, so a replay gives the same bits as the eager call (tests check replay 
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable
 
 import numpy as np
@@ -198,7 +199,9 @@ class PrefillGraphs:
     """
 
     def __init__(self, prefill):
-        self.prefill = prefill
+        # a weak reference: the prefill owns these graphs, and a cycle would keep its K/V store and
+        # weights on the device until the garbage collector runs
+        self.prefill = weakref.proxy(prefill)
         self.buckets = prefill_buckets(prefill.max_rows)
         self._graphs: dict[tuple[int, bool], tuple[torch.cuda.CUDAGraph, tuple[torch.Tensor, torch.Tensor]]] = {}
         self._pool = torch.cuda.graph_pool_handle()

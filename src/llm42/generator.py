@@ -10,11 +10,18 @@ reads them back one step later, while the device already runs the next step. A
 canonical pass runs on its own CUDA stream and is applied when it has finished, so
 free requests' decode steps never wait for it. Commits and stops are decided on
 committed tokens only, so the lag changes when tokens are reported, never which.
+
+Threads: one re-entrant lock serialises every public call (submit, step, abort, result,
+...), so several threads may share a generator; one engine loop owning ``step()`` is
+still the intended shape (docs/engine.md, "Threads").
 """
 
 from __future__ import annotations
 
+import functools
 import random
+import threading
+from collections import deque
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -34,7 +41,7 @@ from llm42.model.weights import Weights, random_weights
 from llm42.params import Completion, SamplingParams
 from llm42.policies import FastPolicy, FixedShapePolicy
 from llm42.policies.base import ReductionPolicy
-from llm42.prompts import encode_prompt
+from llm42.prompts import Tokenizer, encode_prompt
 from llm42.runner import ModelRunner, Segment
 from llm42.scheduler import DefaultScheduler, Plan, Scheduler, SchedulerState, validate_plan
 from llm42.verify import CanonicalConfig, CanonicalWork, Commit, LaunchedPass, Verifier
@@ -96,6 +103,27 @@ def _check_injected(name: str, value, protocol, what: str) -> None:
         raise TypeError(f"{name} must be {what}, got {type(value).__name__}")
 
 
+class _Owner:
+    """A generate() or stream() call in progress: its requests' Completions are kept for it, and a
+    stream's committed tokens are queued for it whoever steps the generator."""
+
+    def __init__(self, *, is_stream: bool):
+        self.tokens: deque[tuple[int, list[int]]] | None = deque() if is_stream else None
+
+
+def _serialised(method):
+    """Run ``method`` under the generator's lock, refusing once the generator is closed."""
+
+    @functools.wraps(method)
+    def locked(self, *args, **kwargs):
+        with self._lock:
+            if self._is_closed:
+                raise RuntimeError("this DVRGenerator is closed")
+            return method(self, *args, **kwargs)
+
+    return locked
+
+
 class DVRGenerator:
     """Generation whose ``deterministic=True`` requests are bit-reproducible under dynamic batching.
 
@@ -141,6 +169,9 @@ class DVRGenerator:
         _check_injected("fast_policy", fast_policy, ReductionPolicy, "a ReductionPolicy")
         _check_injected("canonical_policy", canonical_policy, ReductionPolicy, "a ReductionPolicy")
         _check_injected("kv_store", kv_store, KVStoreProtocol, "a KVStoreProtocol")
+        _check_injected("tokenizer", tokenizer, Tokenizer, "a tokenizer (callable, with decode(ids))")
+        if window > cfg.max_position_embeddings:
+            raise ValueError(f"window ({window}) exceeds the model's context of {cfg.max_position_embeddings} tokens")
         if verifier is not None:
             if not callable(getattr(verifier, "verify", None)):
                 raise TypeError(f"verifier must have verify(work, kv), got {type(verifier).__name__}")
@@ -195,6 +226,9 @@ class DVRGenerator:
         self._readback = [(torch.zeros(rows, dtype=torch.int64, pin_memory=pin),
                            torch.zeros(rows, dtype=torch.float32, pin_memory=pin)) for _ in range(2)]
         self._readback_turn = 0
+        self._lock = threading.RLock()
+        self._is_closed = False
+        self._owners: dict[int, _Owner] = {}  # rid -> the generate()/stream() call that submitted it
 
     # -- construction ---------------------------------------------------------------------------
     @classmethod
@@ -263,6 +297,7 @@ class DVRGenerator:
             )
 
     # -- online API -----------------------------------------------------------------------------
+    @_serialised
     def submit(self, prompt, params: SamplingParams | None = None) -> int:
         """Queue one request; returns its id. Bad input raises before anything is queued."""
         params = SamplingParams() if params is None else params
@@ -285,6 +320,7 @@ class DVRGenerator:
         self._pool.enqueue(Request(rid, ids, params, seed_to_int64(seed), frozenset(stop_ids)))
         return rid
 
+    @_serialised
     def has_unfinished(self) -> bool:
         return self._pool.has_unfinished()
 
@@ -298,23 +334,90 @@ class DVRGenerator:
         """Requests queued for admission."""
         return len(self._pool.waiting)
 
-    def result(self, rid: int) -> Completion:
-        """The Completion of a finished request."""
+    def _state_of(self, rid: int) -> str:
+        """The pool's state, or 'taken' for an id whose Completion was handed over; KeyError if never issued."""
         state = self._pool.state_of(rid)
+        if state != "unknown":
+            return state
+        if isinstance(rid, int) and not isinstance(rid, bool) and 0 <= rid < self._num_ids:
+            return "taken"
+        raise KeyError(f"unknown request id {rid!r}")
+
+    @_serialised
+    def is_finished(self, rid: int) -> bool:
+        """Whether request ``rid`` has finished (stopped, hit its length, or aborted); KeyError if unknown."""
+        return self._state_of(rid) in ("finished", "taken")
+
+    @_serialised
+    def result(self, rid: int) -> Completion:
+        """Hand over the Completion of a finished request, once: the generator forgets it.
+
+        Raises ValueError if it has not finished, KeyError if it was already taken or the id is unknown.
+        """
+        state = self._state_of(rid)
         if state == "finished":
-            return self._pool.finished[rid]
-        if state == "unknown":
-            raise KeyError(f"unknown request id {rid}")
+            if rid in self._owners:
+                raise ValueError(f"request {rid} belongs to a generate() or stream() call, which returns it")
+            return self._pool.finished.pop(rid)
+        if state == "taken":
+            raise KeyError(f"the Completion of request {rid} was already taken (result, abort or generate)")
         raise ValueError(f"request {rid} has not finished")
 
+    @_serialised
+    def abort(self, rid: int) -> Completion:
+        """Stop request ``rid`` now and hand over its Completion (``finish_reason == "abort"``).
+
+        A waiting request leaves the queue; a running one frees its K/V and seat and keeps every
+        token committed so far. If a canonical pass is in flight for it, the pass is first
+        completed and applied (it writes the request's K/V blocks), so its commit may still
+        land or even finish the request, whose Completion then keeps its own finish reason.
+        A finished request not yet collected returns its Completion. Other requests are not
+        disturbed. KeyError for an unknown id or a Completion already taken.
+        """
+        self._stop(rid)
+        if self._state_of(rid) == "taken":
+            raise KeyError(f"the Completion of request {rid} was already taken (result, abort or generate)")
+        owned = rid in self._owners  # a generate()/stream() call returns it to its own caller as well
+        return self._pool.finished[rid] if owned else self._pool.finished.pop(rid)
+
+    def _stop(self, rid: int) -> None:
+        """Finish a waiting or running request with reason "abort" (no-op for a finished one)."""
+        state = self._state_of(rid)
+        if state == "waiting":
+            self._pool.abort_waiting(rid, self.tokenizer)
+            return
+        if state != "running":
+            return
+        req = self._pool.running[rid]
+        if req.is_verifying and self._canonical_in_flight is not None:
+            self._finish_canonical(self._events)  # it writes req's blocks: let it land before they are freed
+            self._deliver(self._events)
+        if self._pool.running.get(rid) is req:
+            req.finish_reason = "abort"
+            self._finish(req)  # a fast token still in flight for it is dropped when read back
+
+    @_serialised
     def step(self) -> dict[int, list[int]]:
         """One engine iteration: schedule -> fast step -> canonical pass -> commit.
 
-        Returns the tokens newly committed in this step, per request id.
+        Returns the tokens newly committed in this step, per request id (a ``stream()``
+        call's requests excepted: their tokens go to that stream, whoever steps).
         """
         # events live on the generator until returned: if a later phase of this step raises,
         # tokens an earlier phase already committed are reported by the next successful step
         events = self._events
+        try:
+            self._step(events)
+        finally:
+            self._deliver(events)
+        self._num_steps += 1
+        self.stats["steps"] += 1
+        self._events = {}
+        return events
+
+    def _step(self, events: dict[int, list[int]]) -> None:
+        if self._pool.unfreed:
+            self._pool.retry_frees(self.kv)
         self._admit()
         if self._canonical_in_flight is not None and self._canonical_in_flight.is_ready():
             self._finish_canonical(events)
@@ -344,31 +447,79 @@ class DVRGenerator:
             launched = self._canonical_in_flight
             if launched is not None and (not self.config.overlap or launched.is_ready()):
                 self._finish_canonical(events)
-        self._num_steps += 1
-        self.stats["steps"] += 1
-        self._events = {}
-        return events
+
+    def _deliver(self, events: dict[int, list[int]]) -> None:
+        """Move the tokens of stream() requests from ``events`` to their streams' queues."""
+        for rid in [rid for rid in events if rid in self._owners]:
+            queue = self._owners[rid].tokens
+            if queue is not None:
+                queue.append((rid, events.pop(rid)))
 
     def stream(self, prompts: Sequence, params: SamplingParams | Sequence[SamplingParams] | None = None
                ) -> Iterator[tuple[int, list[int]]]:
-        """Submit ``prompts`` and yield (index into prompts, newly committed tokens) as they commit."""
-        rids = self._submit_all(prompts, params)
+        """Submit ``prompts`` and yield (index into prompts, newly committed tokens) as they commit.
+
+        Every committed token reaches the stream, also when another caller steps the
+        generator. When the consumer stops early (``close()``, ``break``, an exception) the
+        stream's unfinished requests are aborted; its Completions are not kept.
+        """
+        owner = _Owner(is_stream=True)
+        rids = self._submit_owned(prompts, params, owner)
         index = {rid: i for i, rid in enumerate(rids)}
-        pending = set(rids)
-        while pending:
-            for rid, tokens in self.step().items():
-                if rid in index:
+        try:
+            while True:
+                with self._lock:
+                    if not owner.tokens and not self._all_finished(rids):
+                        self.step()
+                    ready = list(owner.tokens)
+                    owner.tokens.clear()
+                    is_done = not ready and self._all_finished(rids)
+                for rid, tokens in ready:  # never yield holding the lock
                     yield index[rid], tokens
-            pending = {rid for rid in pending if rid not in self._pool.finished}
+                if is_done:
+                    return
+        finally:
+            self._release_owned(rids)
 
     def generate(self, prompts: Sequence, params: SamplingParams | Sequence[SamplingParams] | None = None,
                  ) -> list[Completion]:
-        """Run ``prompts`` to completion; results come back in the order of ``prompts``."""
-        rids = self._submit_all(prompts, params)
+        """Run ``prompts`` to completion; results come back in the order of ``prompts``.
+
+        Interrupted (KeyboardInterrupt, any exception), it aborts its unfinished requests.
+        """
+        rids = self._submit_owned(prompts, params, _Owner(is_stream=False))
+        try:
+            while True:
+                with self._lock:
+                    if self._all_finished(rids):
+                        return [self._pool.finished[rid] for rid in rids]
+                    self.step()
+        finally:
+            self._release_owned(rids)
+
+    def _all_finished(self, rids: list[int]) -> bool:
         finished = self._pool.finished
-        while any(rid not in finished for rid in rids):
-            self.step()
-        return [finished.pop(rid) for rid in rids]
+        return all(rid in finished for rid in rids)
+
+    def _submit_owned(self, prompts: Sequence, params, owner: _Owner) -> list[int]:
+        with self._lock:
+            if self._is_closed:
+                raise RuntimeError("this DVRGenerator is closed")
+            rids = self._submit_all(prompts, params)
+            self._owners.update(dict.fromkeys(rids, owner))
+            return rids
+
+    def _release_owned(self, rids: list[int]) -> None:
+        """A generate()/stream() call is over: abort what it left unfinished and forget its Completions."""
+        with self._lock:
+            try:
+                if not self._is_closed:
+                    for rid in rids:
+                        self._stop(rid)
+            finally:
+                for rid in rids:
+                    self._owners.pop(rid, None)
+                    self._pool.finished.pop(rid, None)
 
     def _submit_all(self, prompts: Sequence, params) -> list[int]:
         if isinstance(prompts, (str, bytes)) or not isinstance(prompts, Sequence):
@@ -377,15 +528,53 @@ class DVRGenerator:
             params = SamplingParams()
         if isinstance(params, SamplingParams):
             params_list = [params] * len(prompts)
-        else:
+        elif isinstance(params, Sequence) and not isinstance(params, (str, bytes)):
             params_list = list(params)
             if len(params_list) != len(prompts):
                 raise ValueError(f"params has {len(params_list)} entries for {len(prompts)} prompts")
+        else:
+            raise TypeError(f"params must be a SamplingParams or a list of them, got {type(params).__name__}")
         # validate everything before queueing anything
         encoded = [self._encode(p) for p in prompts]
         for ids, p in zip(encoded, params_list):
             self._check(ids, p)
         return [self._enqueue(ids, p) for ids, p in zip(encoded, params_list)]
+
+    # -- life cycle -----------------------------------------------------------------------------
+    def close(self) -> None:
+        """Abort every request and drop the device memory this generator holds (idempotent).
+
+        Waits for work in flight on the device, frees every request's K/V, and releases the
+        K/V store, the decode state, captured graphs and the weights' references, so the
+        memory returns without waiting for the garbage collector. Every later call raises.
+        """
+        with self._lock:
+            if self._is_closed:
+                return
+            try:
+                for rid in [r.rid for r in self._pool.waiting] + list(self._pool.running):
+                    self._stop(rid)
+                if self._fast_in_flight is not None:
+                    self._fast_in_flight.wait()
+                self._pool.retry_frees(self.kv)
+            finally:
+                self._is_closed = True
+                self._pool.finished.clear()
+                self._owners.clear()
+                self._events = {}
+                self._fast_in_flight = self._canonical_in_flight = None
+                self.kv = self.decode_state = self.decode_graphs = self.fast_prefill = None
+                self.verifier = self.runner = self.weights = self._readback = None
+
+    @property
+    def is_closed(self) -> bool:
+        return self._is_closed
+
+    def __enter__(self) -> "DVRGenerator":
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.close()
 
     # -- engine internals -----------------------------------------------------------------------
     def _admit(self) -> None:
@@ -527,29 +716,30 @@ class DVRGenerator:
     def vocab_size(self) -> int:
         return self.cfg.vocab_size
 
+    @_serialised
     def committed_tokens(self, rid: int) -> list[int]:
-        """Tokens committed so far for a running or finished request."""
+        """Tokens committed so far for a running or finished (not yet taken) request."""
         pool = self._pool
-        state = pool.state_of(rid)
+        state = self._state_of(rid)
         if state == "finished":
             return list(pool.finished[rid].token_ids)
         if state == "running":
             return list(pool.running[rid].token_ids)
         if state == "waiting":
             return []
-        raise KeyError(f"unknown request id {rid}")
+        raise KeyError(f"the Completion of request {rid} was already taken")
 
     def committed_logprobs(self, rid: int) -> list[float]:
-        """Log-probs of the tokens committed so far for a running or finished request (as ``committed_tokens``)."""
+        """Log-probs of the tokens committed so far (as ``committed_tokens``; also without ``logprobs=True``)."""
         pool = self._pool
-        state = pool.state_of(rid)
+        state = self._state_of(rid)
         if state == "finished":
             return list(pool.finished[rid].logprobs or ())
         if state == "running":
             return list(pool.running[rid].logprobs)
         if state == "waiting":
             return []
-        raise KeyError(f"unknown request id {rid}")
+        raise KeyError(f"the Completion of request {rid} was already taken")
 
 
 __all__ = ["DVRGenerator"]

@@ -26,6 +26,7 @@ from typing import Protocol, Sequence, runtime_checkable
 
 import torch
 
+from llm42.engine.config import positive_int, strict_bool
 from llm42.model.config import ModelConfig
 from llm42.model.forward import KVLayers
 
@@ -74,8 +75,8 @@ class KVStore:
     ):
         for name, value in (("num_blocks", num_blocks), ("block_size", block_size),
                             ("num_scratch_slots", num_scratch_slots)):
-            if not isinstance(value, int) or value < 1:
-                raise ValueError(f"KVStore {name} must be a positive integer, got {value!r}")
+            positive_int("KVStore", name, value)
+        strict_bool("KVStore", "enable_prefix_cache", enable_prefix_cache)
         self.block_size = block_size
         self.num_blocks = num_blocks
         self.scratch_block = num_blocks

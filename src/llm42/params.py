@@ -61,7 +61,9 @@ class SamplingParams:
             raise TypeError(f"SamplingParams.stop_token_ids must be a sequence of ints, got {stops!r}")
         stops = tuple(stops)
         for token in stops:
-            if not isinstance(token, int) or isinstance(token, bool) or token < 0:
+            if not isinstance(token, int) or isinstance(token, bool):
+                raise TypeError(f"SamplingParams.stop_token_ids must hold ints, got {type(token).__name__} {token!r}")
+            if token < 0:
                 raise ValueError(f"SamplingParams.stop_token_ids must hold non-negative ints, got {token!r}")
         object.__setattr__(self, "stop_token_ids", stops)
 
@@ -78,7 +80,7 @@ class Completion:
     prompt_token_ids: list[int]
     token_ids: list[int] = field(default_factory=list)
     text: str | None = None
-    finish_reason: Literal["stop", "length"] | None = None
+    finish_reason: Literal["stop", "length", "abort"] | None = None  # "abort": stopped by abort() or close()
     logprobs: list[float] | None = None
     num_rollbacks: int = 0
     num_recomputed: int = 0

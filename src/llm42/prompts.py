@@ -9,8 +9,23 @@ again, as transformers' ``apply_chat_template(..., tokenize=True)`` does.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import Protocol, runtime_checkable
 
 import torch
+
+
+@runtime_checkable
+class Tokenizer(Protocol):
+    """What llm42 asks of a tokenizer (a transformers tokenizer is one).
+
+    ``tokenizer(text)["input_ids"]`` encodes a string prompt, ``decode(ids,
+    skip_special_tokens=True)`` gives ``Completion.text``; chat prompts also need
+    ``apply_chat_template`` and a ``chat_template``.
+    """
+
+    def __call__(self, text: str, **kwargs) -> Mapping: ...
+
+    def decode(self, token_ids: Sequence[int], **kwargs) -> str: ...
 
 
 def is_chat(prompt) -> bool:
@@ -64,6 +79,8 @@ def encode_prompt(tokenizer, prompt, vocab_size: int) -> list[int]:
     without a tokenizer (or chat template), a malformed message.
     """
     if isinstance(prompt, str):
+        if not prompt:
+            raise ValueError("prompt is empty")  # like [], whatever special tokens the tokenizer would add
         if tokenizer is None:
             raise ValueError("prompt is a string but this model has no tokenizer; pass token ids")
         prompt = tokenizer(prompt)["input_ids"]

@@ -1,6 +1,7 @@
 """Greedy and seeded sampling, with noise that is a pure function of (seed, position, vocab id).
 
-Seeded sampling is Gumbel-max: token = argmax(logits / T + g), where g is
+Seeded sampling is Gumbel-max: token = argmax(logits / T + g) (a row where logits / T
+overflows, T tiny, uses the equal (logits - max) / T), where g is
 Gumbel noise computed from a counter-based hash of (seed, position, vocab id)
 inside the step, never drawn from a stateful generator. So a token's draw does
 not depend on what else was sampled before it, in this batch or any other —
@@ -93,8 +94,13 @@ def sample(logits: torch.Tensor, rows: SamplingRows) -> tuple[torch.Tensor, torc
     is_sampled = rows.temperature > 0
     is_any_sampled = rows.is_any_sampled if rows.is_any_sampled is not None else bool(is_sampled.any())
     if is_any_sampled:
-        temperature = torch.where(is_sampled, rows.temperature, 1.0)
-        scaled = logits / temperature[:, None]
+        temperature = torch.where(is_sampled, rows.temperature, 1.0)[:, None]
+        scaled = logits / temperature
+        # a tiny temperature (1e-40) overflows logits / T to inf: such a row takes (logits - max) / T,
+        # the same draw kept finite; every other row keeps its bits (max is exact in any order)
+        is_overflow = (torch.isinf(scaled) & torch.isfinite(logits)).any(-1, keepdim=True)
+        shifted = (logits - logits.amax(-1, keepdim=True)) / temperature
+        scaled = torch.where(is_overflow, shifted, scaled)
         scaled = _filter_top_k_top_p(scaled, rows.top_k, rows.top_p)
         noise = gumbel_noise(rows.seeds, rows.positions, logits.shape[-1])
         drawn = torch.argmax(scaled + noise, dim=-1)

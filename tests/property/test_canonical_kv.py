@@ -45,14 +45,6 @@ def first_differing_position(a: list[torch.Tensor], b: list[torch.Tensor]) -> in
     return None
 
 
-def is_finished(gen: DVRGenerator, rid: int) -> bool:
-    try:
-        gen.result(rid)
-    except ValueError:
-        return False
-    return True
-
-
 def run_until_canonical(gen: DVRGenerator, prompts, params, schedule, *, target: int, num_positions: int,
                         max_steps: int = 2000) -> int:
     """Submit per ``schedule`` and step until ``num_positions`` K/V positions of request ``target`` are
@@ -65,7 +57,7 @@ def run_until_canonical(gen: DVRGenerator, prompts, params, schedule, *, target:
         rid = rids.get(target)
         if rid is not None and gen.kv.holds(rid) and gen.kv.num_canonical(rid) >= num_positions:
             return rid
-        if rid is not None and is_finished(gen, rid):
+        if rid is not None and gen.is_finished(rid):
             raise AssertionError(f"request finished before {num_positions} K/V positions were canonical")
         gen.step()
     raise AssertionError(f"{num_positions} K/V positions not canonical after {max_steps} steps")

@@ -9,6 +9,7 @@ request run past its reservation.
 
 from __future__ import annotations
 
+import warnings
 from collections import deque
 from dataclasses import dataclass, field
 
@@ -134,8 +135,8 @@ class Request:
 class RequestPool:
     """Waiting and running requests, finished Completions, and the engine's counters.
 
-    Paired verbs for the request life cycle: ``enqueue`` -> ``admit`` -> (``append_fast`` /
-    ``apply_commit``) -> ``finish``. The pool owns no tensors: K/V accounting goes through the
+    Paired verbs for the request life cycle: ``enqueue`` -> ``admit`` -> (``apply_fast`` /
+    ``apply_commit``) -> ``finish`` (or ``abort_waiting`` before admission). The pool owns no tensors: K/V accounting goes through the
     store passed in, device state through the caller.
     """
 
@@ -145,7 +146,8 @@ class RequestPool:
         self.adaptive_draft = adaptive_draft
         self.waiting: deque[Request] = deque()
         self.running: dict[int, Request] = {}
-        self.finished: dict[int, Completion] = {}
+        self.finished: dict[int, Completion] = {}  # until handed over (result, abort, generate, stream)
+        self.unfreed: set[int] = set()  # finished requests whose kv.free raised
         self.stats: dict[str, int] = dict.fromkeys(STAT_NAMES, 0)
         self._num_arrivals = 0
         self._free_slots = list(range(max_num_seqs - 1, -1, -1))
@@ -252,14 +254,48 @@ class RequestPool:
         return req.finish_reason is not None
 
     def finish(self, req: Request, kv, tokenizer) -> None:
-        """Release ``req``'s K/V and seat and keep its Completion until ``take``.
+        """Release ``req``'s K/V and seat and keep its Completion until it is taken.
 
-        The Completion is built (text decoded) before anything is released, so a failing
-        tokenizer leaves the request running and its blocks held rather than lost.
+        Nothing that fails here may lose the request: its tokens are committed already. A
+        tokenizer whose ``decode`` raises gives ``text=None`` (a RuntimeWarning says why); a
+        ``kv.free`` that raises leaves the request in ``unfreed``, retried by ``retry_frees``.
         """
-        text = None if tokenizer is None else tokenizer.decode(req.token_ids, skip_special_tokens=True)
-        completion = req.completion(text)
-        kv.free(req.rid)
         del self.running[req.rid]
         self._free_slots.append(req.slot)
-        self.finished[req.rid] = completion
+        self.finished[req.rid] = req.completion(_decoded_text(tokenizer, req))
+        self._free_kv(req.rid, kv)
+
+    def abort_waiting(self, rid: int, tokenizer) -> None:
+        """Drop a request that was never admitted (it holds no K/V); its Completion has no tokens."""
+        req = next(r for r in self.waiting if r.rid == rid)
+        self.waiting.remove(req)
+        req.finish_reason = "abort"
+        self.finished[rid] = req.completion(_decoded_text(tokenizer, req))
+
+    def _free_kv(self, rid: int, kv) -> None:
+        try:
+            kv.free(rid)
+        except Exception as exc:  # a broken store must not lose the Completion nor stop the others
+            self.unfreed.add(rid)
+            warnings.warn(f"freeing the K/V of request {rid} failed ({exc!r}); retried every step",
+                          RuntimeWarning, stacklevel=3)
+
+    def retry_frees(self, kv) -> None:
+        """Free the K/V of finished requests whose ``kv.free`` raised before (quietly: it was reported)."""
+        for rid in list(self.unfreed):
+            try:
+                kv.free(rid)
+            except Exception:
+                continue
+            self.unfreed.discard(rid)
+
+
+def _decoded_text(tokenizer, req: Request) -> str | None:
+    if tokenizer is None:
+        return None
+    try:
+        return tokenizer.decode(req.token_ids, skip_special_tokens=True)
+    except Exception as exc:  # the token ids are what the contract is about: keep them
+        warnings.warn(f"decoding the tokens of request {req.rid} failed ({exc!r}); its Completion.text is None",
+                      RuntimeWarning, stacklevel=4)
+        return None

@@ -64,10 +64,7 @@ def load_config(path: str | Path) -> ModelConfig:
     config_file = directory / "config.json"
     if not config_file.is_file():
         raise CheckpointError(f"checkpoint directory {str(directory)!r} has no config.json")
-    try:
-        raw = json.loads(config_file.read_text())
-    except json.JSONDecodeError as exc:
-        raise CheckpointError(f"{config_file}: not valid JSON ({exc})") from exc
+    raw = _read_json(config_file)
     if not isinstance(raw, dict):
         raise CheckpointError(f"{config_file}: expected a JSON object, got {type(raw).__name__}")
     cfg = ModelConfig.from_hf_dict(raw, source=str(config_file))
@@ -75,15 +72,22 @@ def load_config(path: str | Path) -> ModelConfig:
     return cfg if eos_ids is None else dataclasses.replace(cfg, eos_token_ids=eos_ids)
 
 
+def _read_json(file: Path):
+    """The JSON in ``file``; CheckpointError naming the file when it is not UTF-8 JSON."""
+    try:
+        return json.loads(file.read_text(encoding="utf-8"))
+    except UnicodeDecodeError as exc:
+        raise CheckpointError(f"{file}: not UTF-8 text ({exc})") from exc
+    except json.JSONDecodeError as exc:
+        raise CheckpointError(f"{file}: not valid JSON ({exc})") from exc
+
+
 def _generation_eos_ids(file: Path) -> tuple[int, ...] | None:
     # Chat models often list their end-of-turn ids only here (Llama-3-Instruct: 128001, 128008,
     # 128009); transformers' generate() stops on these, not on config.json's.
     if not file.is_file():
         return None
-    try:
-        raw = json.loads(file.read_text())
-    except json.JSONDecodeError as exc:
-        raise CheckpointError(f"{file}: not valid JSON ({exc})") from exc
+    raw = _read_json(file)
     eos = raw.get("eos_token_id") if isinstance(raw, dict) else None
     if eos is None:
         return None
@@ -97,8 +101,8 @@ def _safetensors_files(directory: Path) -> list[Path]:
     index = directory / "model.safetensors.index.json"
     if index.is_file():
         try:
-            weight_map = json.loads(index.read_text())["weight_map"]
-        except (json.JSONDecodeError, KeyError, TypeError) as exc:
+            weight_map = _read_json(index)["weight_map"]
+        except (KeyError, TypeError) as exc:
             raise CheckpointError(f"{index}: not a valid safetensors index with a 'weight_map' ({exc!r})") from exc
         files = sorted({directory / name for name in weight_map.values()})
         missing = [f.name for f in files if not f.is_file()]
@@ -138,7 +142,11 @@ def _safetensors_entries(directory: Path) -> Iterator[tuple[str, str, torch.Tens
     for file in _safetensors_files(directory):
         with _open_safetensors(file) as f:
             for name in f.keys():
-                yield file.name, name, f.get_tensor(name)
+                try:
+                    tensor = f.get_tensor(name)
+                except SafetensorError as exc:
+                    raise CheckpointError(f"{file}: tensor {name!r} cannot be read ({exc})") from exc
+                yield file.name, name, tensor
 
 
 def _checked_weights(
@@ -164,7 +172,11 @@ def _checked_weights(
             )
         if not tensor.is_floating_point():
             raise CheckpointError(f"{where}: tensor {name!r} has dtype {tensor.dtype}, not a floating-point type")
-        tensors[name] = tensor.to(device=device, dtype=dtype)
+        placed = tensor.to(device=device, dtype=dtype)
+        # corrupt bytes and diverged training runs show up as NaN/inf; loaded, they generate token 0
+        if not bool(torch.isfinite(placed).all()):
+            raise CheckpointError(f"{where}: tensor {name!r} holds NaN or infinite values (a corrupt file?)")
+        tensors[name] = placed
     missing = [name for name in skeleton if name not in tensors]
     if missing:
         shown = ", ".join(repr(m) for m in missing[:5])
@@ -191,13 +203,19 @@ def load_tokenizer(path: str | Path):
         from transformers import PreTrainedTokenizerFast as tokenizer_class
     else:
         from transformers import AutoTokenizer as tokenizer_class
-    return tokenizer_class.from_pretrained(str(directory), trust_remote_code=False)
+    try:
+        return tokenizer_class.from_pretrained(str(directory), trust_remote_code=False)
+    except Exception as exc:  # tokenizers and transformers raise many types, none naming the file
+        files = [f for f in ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json")
+                 if (directory / f).is_file()]
+        raise CheckpointError(f"{directory}: the tokenizer ({', '.join(files)}) cannot be loaded "
+                              f"({type(exc).__name__}: {exc})") from exc
 
 
 def _tokenizer_class(directory: Path) -> str | None:
     try:
-        raw = json.loads((directory / "tokenizer_config.json").read_text())
-    except (OSError, json.JSONDecodeError):
+        raw = json.loads((directory / "tokenizer_config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):  # JSON and UTF-8 errors are ValueErrors
         return None  # AutoTokenizer reports what is wrong
     return raw.get("tokenizer_class") if isinstance(raw, dict) else None
 

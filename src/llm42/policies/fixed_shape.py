@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from llm42.engine.config import positive_int
 from llm42.inputs import StepInputs
 from llm42.ops import exact, flash
 from llm42.ops.attention import blocked_attention
@@ -52,9 +53,7 @@ class FixedShapePolicy(ExactRowOps, FusedRowOps):
     is_graph_safe = True
 
     def __init__(self, key_block: int = 64, *, attention_backend: str = "triton"):
-        if not isinstance(key_block, int) or key_block < 1:
-            raise ValueError(f"key_block must be a positive integer, got {key_block!r}")
-        self.key_block = key_block
+        self.key_block = positive_int("FixedShapePolicy", "key_block", key_block)
         self.attention_backend = flash.check_backend(attention_backend)
         self.slices = exact.SHARED_WEIGHT_SLICES
 
