@@ -7,6 +7,7 @@ Subcommands:
   same tokens alone, inside random batches, and under a noisy fast path;
 - ``check``: the same determinism check for any checkpoint and settings;
   exit status 1 when a deterministic request diverges;
+- ``serve``: an OpenAI-compatible HTTP API (``llm42.server``, the ``serve`` extra);
 - ``convert``: write a GGUF file as a Hugging Face safetensors directory;
 - ``bench``: the benchmark harness (``llm42.bench``), on the GPU where there is one;
 - ``doctor``: check on this device the premises the contract rests on (``llm42.doctor``);
@@ -159,6 +160,34 @@ def build_parser() -> argparse.ArgumentParser:
     doctor.add_argument("--json", metavar="FILE", help="also write the full report as JSON to FILE")
     doctor.add_argument("--seed", type=int, default=0, help="seed for the probe rows and fillers (default: 0)")
     doctor.set_defaults(handler=_cmd_doctor)
+
+    serve = sub.add_parser("serve", help="serve an OpenAI-compatible HTTP API (needs the 'serve' extra)",
+                           description="Serves /v1/completions, /v1/chat/completions (streaming or not), /v1/models, "
+                                       "/health and /metrics on one engine loop; every request may ask for "
+                                       "'deterministic': true. See docs/serving.md.")
+    _add_model_args(serve)
+    serve.add_argument("--host", default="127.0.0.1", help="address to bind (default: 127.0.0.1, this machine only)")
+    serve.add_argument("--port", type=int, default=8000, help="port (default: 8000)")
+    serve.add_argument("--api-key", metavar="KEY", default=None,
+                       help="require 'Authorization: Bearer KEY' on every /v1 request (401 otherwise)")
+    serve.add_argument("--served-model-name", metavar="NAME", default=None,
+                       help="the model id /v1/models lists and answers carry (default: the checkpoint's name)")
+    serve.add_argument("--max-pending", type=int, default=1024,
+                       help="requests the engine holds, queued or running; beyond it: HTTP 429 (default: 1024)")
+    serve.add_argument("--max-num-seqs", type=int, default=256, help="requests decoded at once (default: 256)")
+    serve.add_argument("--max-n", type=int, default=16, help="largest n (samples per prompt) (default: 16)")
+    serve.add_argument("--max-tokens", type=int, default=None,
+                       help="largest max_tokens a request may ask for (default: the model's context)")
+    serve.add_argument("--max-prompt-tokens", type=int, default=None,
+                       help="longest prompt in tokens (default: the model's context)")
+    serve.add_argument("--max-body-bytes", type=int, default=1 << 20,
+                       help="largest request body; beyond it: HTTP 413 (default: 1 MiB)")
+    serve.add_argument("--shutdown-timeout", type=float, default=30.0,
+                       help="seconds in-flight requests may finish after SIGINT/SIGTERM before they are aborted "
+                            "(default: 30)")
+    serve.add_argument("--log-level", choices=("critical", "error", "warning", "info", "debug"), default="info",
+                       help="uvicorn's log level (default: info)")
+    serve.set_defaults(handler=_cmd_serve)
 
     convert = sub.add_parser("convert", help="write a GGUF file as a Hugging Face safetensors directory",
                              description="Dequantizes SRC (through transformers' GGUF support) and writes DST_DIR: "
@@ -567,6 +596,33 @@ def _cmd_doctor(args: argparse.Namespace) -> int:
         except OSError as exc:
             raise CLIError(f"cannot write --json file {args.json!r}: {exc.strerror or exc}") from None
     return EXIT_OK if report.is_ok else EXIT_DIVERGED
+
+
+# -- serve ------------------------------------------------------------------------------------------
+def _cmd_serve(args: argparse.Namespace) -> int:
+    try:
+        from llm42 import server
+    except ModuleNotFoundError as exc:
+        raise CLIError(f"llm42 serve needs {exc.name!r}, which is not installed (pip install 'llm42[serve]')") from None
+    if not 0 <= args.port <= 65535:
+        raise CLIError(f"--port must be in [0, 65535], got {args.port}")
+    if not args.shutdown_timeout >= 0:
+        raise CLIError(f"--shutdown-timeout must be >= 0, got {args.shutdown_timeout}")
+    if args.max_pending < 1:
+        raise CLIError(f"--max-pending must be >= 1, got {args.max_pending}")
+    try:
+        limits = server.Limits(max_body_bytes=args.max_body_bytes, max_n=args.max_n, max_tokens=args.max_tokens,
+                               max_prompt_tokens=args.max_prompt_tokens)
+    except ValueError as exc:
+        raise CLIError(str(exc).replace("Limits.", "--").replace("_", "-")) from None
+    loader = _Loader(args, args.model)
+    gen = loader(max_num_seqs=args.max_num_seqs)
+    name = args.served_model_name or (loader.path.stem if loader.path.is_file() else loader.path.name)
+    print(f"llm42 serve: {loader.path} on {args.device} as {name!r}; canonical pass R = {args.window} x "
+          f"{args.group} rows; http://{args.host}:{args.port}/v1", file=sys.stderr)
+    server.serve(gen, host=args.host, port=args.port, model_name=name, api_key=args.api_key, limits=limits,
+                 max_pending=args.max_pending, shutdown_timeout=args.shutdown_timeout, log_level=args.log_level)
+    return EXIT_OK
 
 
 # -- convert ----------------------------------------------------------------------------------------

@@ -21,15 +21,23 @@ def serve(generator, *, host: str = "127.0.0.1", port: int = 8000, model_name: s
           shutdown_timeout: float = 30.0, log_level: str = "info") -> None:
     """Serve ``generator`` until SIGINT/SIGTERM, then shut down gracefully: stop accepting, let in-flight
     requests finish for up to ``shutdown_timeout`` seconds, abort the rest and free everything."""
+    import asyncio
+
     import uvicorn
 
     from llm42.async_engine import AsyncEngine
 
+    class _Server(uvicorn.Server):
+        async def shutdown(self, sockets=None) -> None:
+            # drain before uvicorn closes connections: new requests get 503, in-flight ones run for up to
+            # shutdown_timeout seconds and are then aborted, so every open stream still ends properly
+            await asyncio.to_thread(engine.close, drain_timeout=shutdown_timeout)
+            await super().shutdown(sockets)
+
     engine = AsyncEngine(generator, max_pending=max_pending)
     app = build_app(engine, model_name=model_name, api_key=api_key, limits=limits)
-    config = uvicorn.Config(app, host=host, port=port, log_level=log_level,
-                            timeout_graceful_shutdown=shutdown_timeout)
+    config = uvicorn.Config(app, host=host, port=port, log_level=log_level, timeout_graceful_shutdown=10)
     try:
-        uvicorn.Server(config).run()
+        _Server(config).run()
     finally:
         engine.close()
