@@ -86,6 +86,21 @@ def _filter_top_k_top_p(scaled: torch.Tensor, top_k: torch.Tensor, top_p: torch.
     return torch.where(scaled >= threshold, scaled, float("-inf"))
 
 
+def _processed_scores(logits: torch.Tensor, rows: SamplingRows) -> torch.Tensor:
+    """``logits / temperature`` restricted to the top-k / top-p support ([N, V] float32, -inf outside it).
+
+    Greedy rows are scaled by 1; the sampler never reads them from here.
+    """
+    temperature = torch.where(rows.temperature > 0, rows.temperature, 1.0)[:, None]
+    scaled = logits / temperature
+    # a tiny temperature (1e-40) overflows logits / T to inf: such a row takes (logits - max) / T,
+    # the same draw kept finite; every other row keeps its bits (max is exact in any order)
+    is_overflow = (torch.isinf(scaled) & torch.isfinite(logits)).any(-1, keepdim=True)
+    shifted = (logits - logits.amax(-1, keepdim=True)) / temperature
+    scaled = torch.where(is_overflow, shifted, scaled)
+    return _filter_top_k_top_p(scaled, rows.top_k, rows.top_p)
+
+
 def sample(logits: torch.Tensor, rows: SamplingRows) -> tuple[torch.Tensor, torch.Tensor]:
     """Pick one token per row; returns (tokens [N] int64, log-probs [N] float32 of the raw distribution)."""
     logits = logits.float()
@@ -94,17 +109,37 @@ def sample(logits: torch.Tensor, rows: SamplingRows) -> tuple[torch.Tensor, torc
     is_sampled = rows.temperature > 0
     is_any_sampled = rows.is_any_sampled if rows.is_any_sampled is not None else bool(is_sampled.any())
     if is_any_sampled:
-        temperature = torch.where(is_sampled, rows.temperature, 1.0)[:, None]
-        scaled = logits / temperature
-        # a tiny temperature (1e-40) overflows logits / T to inf: such a row takes (logits - max) / T,
-        # the same draw kept finite; every other row keeps its bits (max is exact in any order)
-        is_overflow = (torch.isinf(scaled) & torch.isfinite(logits)).any(-1, keepdim=True)
-        shifted = (logits - logits.amax(-1, keepdim=True)) / temperature
-        scaled = torch.where(is_overflow, shifted, scaled)
-        scaled = _filter_top_k_top_p(scaled, rows.top_k, rows.top_p)
+        scaled = _processed_scores(logits, rows)
         noise = gumbel_noise(rows.seeds, rows.positions, logits.shape[-1])
         drawn = torch.argmax(scaled + noise, dim=-1)
         tokens = torch.where(is_sampled, drawn, greedy)
     else:
         tokens = greedy
     return tokens, logprobs_all.gather(1, tokens[:, None]).squeeze(1)
+
+
+def logprob_details(logits: torch.Tensor, tokens: torch.Tensor, rows: SamplingRows, is_processed: torch.Tensor,
+                    num_top: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Log-probs of ``tokens`` and each row's ``num_top`` most likely tokens, raw or processed per row.
+
+    logits: [N, V]; tokens: [N] int64 (sampled, or given when scoring); is_processed: [N] bool.
+    A raw row's distribution is ``log_softmax(logits)`` (the bits ``sample`` returns); a processed
+    row's is the one ``sample`` draws from: ``log_softmax`` over the top-k / top-p support of
+    ``logits / temperature``, or for a greedy row probability 1 on ``tokens`` (log-prob 0) and 0
+    elsewhere. Returns (log-probs [N] float32, top ids [N, num_top] int64, top log-probs
+    [N, num_top] float32), the top ones ordered by log-prob, then by token id (a stable sort, so the
+    order is a function of the row alone); entries of probability 0 hold -inf.
+    """
+    logits = logits.float()
+    logprobs_all = exact.log_softmax(logits)
+    if bool(is_processed.any()):
+        processed = exact.log_softmax(_processed_scores(logits, rows))
+        vocab = torch.arange(logits.shape[-1], device=logits.device)
+        point_mass = torch.where(vocab[None, :] == tokens[:, None], 0.0, float("-inf"))
+        processed = torch.where((rows.temperature > 0)[:, None], processed, point_mass)
+        logprobs_all = torch.where(is_processed[:, None], processed, logprobs_all)
+    chosen = logprobs_all.gather(1, tokens[:, None]).squeeze(1)
+    if num_top == 0:
+        return chosen, tokens.new_zeros((len(tokens), 0)), chosen.new_zeros((len(tokens), 0))
+    top_logprobs, top_ids = torch.sort(logprobs_all, dim=-1, descending=True, stable=True)
+    return chosen, top_ids[:, :num_top], top_logprobs[:, :num_top]
