@@ -103,3 +103,79 @@ def test_prompt_as_tensor_is_accepted():
     gen = make()
     out = gen.generate([torch.tensor([3, 4, 5])], SamplingParams(max_new_tokens=3))[0]
     assert len(out.token_ids) == 3 and out.finish_reason == "length"
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "field"),
+    [
+        ({"block_size": 0}, ValueError, "block_size"),
+        ({"block_size": -4}, ValueError, "block_size"),
+        ({"prefix_cache": "no"}, TypeError, "prefix_cache"),
+        ({"max_num_seqs": True}, TypeError, "max_num_seqs"),
+        ({"kv_cache_tokens": True}, TypeError, "kv_cache_tokens"),
+        ({"seed": "x"}, TypeError, "seed"),
+        ({"scheduler": object()}, TypeError, "scheduler"),
+        ({"fast_policy": object()}, TypeError, "fast_policy"),
+        ({"canonical_policy": "fixed"}, TypeError, "canonical_policy"),
+        ({"kv_store": object()}, TypeError, "kv_store"),
+        ({"tokenizer": object()}, TypeError, "tokenizer"),
+        ({"tokenizer": lambda text: {"input_ids": [1]}}, TypeError, "tokenizer"),  # no decode
+        ({"window": CFG.max_position_embeddings + 1, "group": 1}, ValueError, "window"),
+        ({"window": 10**6, "group": 1}, ValueError, "window"),  # refused before R rows are allocated
+    ],
+)
+def test_bad_engine_argument_names_the_field_at_construction(kwargs, error, field):
+    kwargs = {"window": 4, "group": 2, **kwargs}
+    with pytest.raises(error, match=field):
+        DVRGenerator(WEIGHTS, CFG, **kwargs)
+
+
+def test_window_equal_to_the_context_is_accepted():
+    # negative control for the check above: the bound is the context, not something smaller
+    DVRGenerator(WEIGHTS, CFG, window=CFG.max_position_embeddings, group=1, kv_cache_tokens=256)
+
+
+def test_key_block_rejects_bools_and_non_positive():
+    from llm42.policies import FixedShapePolicy
+
+    with pytest.raises(TypeError, match="key_block"):
+        FixedShapePolicy(key_block=True)
+    with pytest.raises(ValueError, match="key_block"):
+        FixedShapePolicy(key_block=0)
+
+
+def test_kv_store_sizes_reject_bools():
+    from llm42 import KVStore
+
+    with pytest.raises(TypeError, match="block_size"):
+        KVStore(CFG, num_blocks=8, block_size=True)
+    with pytest.raises(TypeError, match="enable_prefix_cache"):
+        KVStore(CFG, num_blocks=8, enable_prefix_cache="no")
+
+
+@pytest.mark.parametrize(("stops", "error"), [((1.5,), TypeError), ((True,), TypeError), ("ab", TypeError),
+                                               (5, TypeError), ((3, -1), ValueError)])
+def test_stop_token_ids_of_a_wrong_type_are_a_type_error(stops, error):
+    with pytest.raises(error, match="stop_token_ids"):
+        SamplingParams(stop_token_ids=stops)
+
+
+@pytest.mark.parametrize("params", [5, "greedy", 2.0])
+def test_generate_names_params_of_a_wrong_type(params):
+    gen = make()
+    with pytest.raises(TypeError, match="params"):
+        gen.generate([[1, 2]], params=params)
+    with pytest.raises(TypeError, match="params"):
+        list(gen.stream([[1, 2]], params=params))
+    assert not gen.has_unfinished()
+
+
+def test_empty_string_prompt_is_rejected_like_an_empty_list():
+    # the embedded tokenizer adds BOS, so "" would otherwise become the one-token prompt [1]
+    gen = DVRGenerator.from_pretrained(window=4, group=2)
+    assert gen.tokenizer("")["input_ids"], "negative control: the tokenizer alone turns '' into tokens"
+    with pytest.raises(ValueError, match="prompt is empty"):
+        gen.submit("", SamplingParams(max_new_tokens=2))
+    with pytest.raises(ValueError, match="prompt is empty"):
+        gen.generate(["Once", ""], SamplingParams(max_new_tokens=2))
+    assert not gen.has_unfinished()

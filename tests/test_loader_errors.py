@@ -297,3 +297,58 @@ def test_generic_tokenizer_loads_as_auto_tokenizer_would(tmp_path):
     assert ids == auto(text)["input_ids"]
     assert tokenizer.decode(ids, skip_special_tokens=True) == auto.decode(ids, skip_special_tokens=True)
     assert load_tokenizer(tmp_path) is None  # no tokenizer files
+
+
+# -- corrupt contents ---------------------------------------------------------------------------
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf")])
+def test_non_finite_weight_is_named(tmp_path, bad):
+    directory = write_checkpoint(tmp_path / "ok")
+    tensors = valid_tensors(directory)
+    name = "model.layers.0.mlp.down_proj.weight"
+    tensors[name][3, 5] = bad
+    write_checkpoint(tmp_path / "bad", tensors=tensors)
+    with pytest.raises(CheckpointError, match=re.escape(repr(name)) + ".*NaN or infinite"):
+        load(tmp_path / "bad")
+
+
+def test_corrupt_tensor_bytes_are_detected_and_named(tmp_path):
+    directory = write_checkpoint(tmp_path)
+    load(directory)  # negative control: the intact file loads
+    file = directory / "model.safetensors"
+    raw = bytearray(file.read_bytes())
+    header_len = int.from_bytes(raw[:8], "little")
+    header = json.loads(raw[8: 8 + header_len])
+    name = "model.norm.weight"
+    start, _ = header[name]["data_offsets"]
+    data = 8 + header_len + start
+    raw[data: data + 8] = b"\xff" * 8  # two float32 NaNs in the middle of the file
+    file.write_bytes(bytes(raw))
+    with pytest.raises(CheckpointError, match=re.escape(repr(name))):
+        load(directory)
+
+
+def test_non_utf8_config_json_is_named(tmp_path):
+    directory = write_checkpoint(tmp_path)
+    (directory / "config.json").write_bytes(json.dumps(CONFIG).encode("utf-16"))
+    with pytest.raises(CheckpointError, match=r"config\.json.*UTF-8"):
+        load_config(directory)
+
+
+def test_non_utf8_generation_config_is_named(tmp_path):
+    directory = write_checkpoint(tmp_path)
+    (directory / "generation_config.json").write_bytes(b'{"eos_token_id": "\xff\xfe"}')
+    with pytest.raises(CheckpointError, match=r"generation_config\.json.*UTF-8"):
+        load_config(directory)
+
+
+@pytest.mark.parametrize("content", [b"{ not json", b"\xff\xfe\x00garbage", b'{"version": "1.0"}'])
+def test_broken_tokenizer_json_is_named(tmp_path, content):
+    from llm42.model import embedded_model_path, load_tokenizer
+
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        (tmp_path / name).write_bytes((embedded_model_path() / name).read_bytes())
+    assert load_tokenizer(tmp_path) is not None  # negative control: the copied files load
+    (tmp_path / "tokenizer.json").write_bytes(content)
+    with pytest.raises(CheckpointError, match=r"tokenizer\.json"):
+        load_tokenizer(tmp_path)

@@ -90,3 +90,37 @@ def test_seeded_draw_is_reproducible_and_seed_sensitive():
     b, _ = sample(logits, rows(8, seeds=[11] * 8))
     c, _ = sample(logits, rows(8, seeds=[12] * 8))
     assert torch.equal(a, b) and not torch.equal(a, c)
+
+
+@given(temperature=st.sampled_from([1e-40, 1e-38]), seed=st.integers(0, 1 << 30),
+       top_k=st.sampled_from([0, 5]), top_p=st.sampled_from([1.0, 0.9]))
+def test_tiny_temperature_samples_the_argmax(temperature, seed, top_k, top_p):
+    # logits / T overflows to inf here: the sampler must still give the (unique) argmax
+    g = torch.Generator().manual_seed(seed)
+    logits = torch.randn(4, 300, generator=g) * 8
+    r = rows(4, temperature=temperature, top_k=top_k, top_p=top_p, seeds=[seed] * 4)
+    tokens, logprobs = sample(logits, r)
+    assert torch.equal(tokens, logits.argmax(-1))
+    assert torch.isfinite(logprobs).all()
+    # negative control: the unshifted quotient overflows and draws junk, so the test is not vacuous
+    assert torch.isinf(logits / r.temperature[:, None]).any()
+    assert not torch.equal(_unshifted_draw(logits, r), logits.argmax(-1))
+
+
+def _unshifted_draw(logits, r):
+    # the sampler's formula before the tiny-temperature fix: argmax(filter(logits / T) + g)
+    from llm42.sampler import _filter_top_k_top_p
+
+    scaled = _filter_top_k_top_p(logits / r.temperature[:, None], r.top_k, r.top_p)
+    return torch.argmax(scaled + gumbel_noise(r.seeds, r.positions, logits.shape[-1]), dim=-1)
+
+
+@given(temperature=st.floats(1e-3, 5.0), seed=st.integers(0, 1 << 30), top_k=st.sampled_from([0, 3, 40]),
+       top_p=st.sampled_from([1.0, 0.95, 0.5]))
+def test_ordinary_temperatures_keep_their_bits(temperature, seed, top_k, top_p):
+    # the overflow fallback touches only overflowing rows: every other draw is what it was
+    g = torch.Generator().manual_seed(seed)
+    logits = torch.randn(6, 257, generator=g) * 4
+    r = rows(6, temperature=temperature, top_k=top_k, top_p=top_p, seeds=list(range(seed, seed + 6)))
+    tokens, _ = sample(logits, r)
+    assert torch.equal(tokens, _unshifted_draw(logits, r))

@@ -1,0 +1,152 @@
+"""A generator's device memory goes when it does: no reference cycles hold it, and close() (or the
+context manager) drops it at once, aborting what still runs."""
+
+from __future__ import annotations
+
+import gc
+import weakref
+
+import pytest
+import torch
+
+from llm42 import DVRGenerator, SamplingParams
+from llm42.model.weights import random_weights
+from llm42.policies import FixedShapePolicy
+from llm42.runner import ModelRunner
+from llm42.verify import CanonicalConfig
+from tests.helpers import tiny_config
+from tests.test_online import LaggingVerifier
+
+CFG = tiny_config()
+WEIGHTS = random_weights(CFG, seed=2)
+DET = SamplingParams(max_new_tokens=10, deterministic=True, ignore_eos=True)
+FREE = SamplingParams(max_new_tokens=10, ignore_eos=True)
+
+
+def used_generator(device: str = "cpu", *, lagging: bool = False) -> DVRGenerator:
+    """A generator that went through every path that allocates: generate, stream (left early), abort,
+    a canonical pass (``lagging``: one still in flight, as on CUDA) and a fast step still in flight."""
+    weights = WEIGHTS if device == "cpu" else random_weights(CFG, seed=2, device=device)
+    kwargs = {}
+    if lagging:
+        kwargs["verifier"] = LaggingVerifier(ModelRunner(weights, CFG), FixedShapePolicy(), CanonicalConfig(4, 2))
+    gen = DVRGenerator(weights, CFG, window=4, group=2, kv_cache_tokens=512, block_size=8, **kwargs)
+    gen.generate([[5, 6, 7], [8, 9]], [DET, FREE])
+    stream = gen.stream([[1, 2, 3]], DET)
+    next(stream)
+    stream.close()
+    rid = gen.submit([4, 4, 4], DET)
+    gen.submit([3, 3], FREE)
+    gen.step()
+    gen.abort(rid)
+    gen.step()
+    return gen
+
+
+def device_tensors(gen: DVRGenerator) -> list[weakref.ref]:
+    tensors = [*gen.kv._k, *gen.kv._v, gen.decode_state.tokens, gen.decode_state.tables]
+    return [weakref.ref(t) for t in tensors]
+
+
+@pytest.mark.parametrize("lagging", [False, True])
+def test_deleting_a_generator_frees_its_tensors_without_the_garbage_collector(lagging):
+    gen = used_generator(lagging=lagging)  # the test holds no part of it: only the generator owns them
+    refs = device_tensors(gen)
+    gc.collect()
+    gc.disable()
+    try:
+        del gen
+        assert all(r() is None for r in refs), "a reference cycle keeps the generator's tensors alive"
+    finally:
+        gc.enable()
+
+
+def test_the_cycle_check_catches_a_cycle():
+    # negative control: the same check fails for a generator caught in a cycle
+    gen = used_generator()
+    gen.decode_state.owner = gen
+    refs = device_tensors(gen)
+    gc.collect()
+    gc.disable()
+    try:
+        del gen
+        assert all(r() is not None for r in refs)
+    finally:
+        gc.enable()
+    gc.collect()
+    assert all(r() is None for r in refs)
+
+
+def test_no_llm42_object_ends_up_in_cyclic_garbage():
+    gc.collect()
+    gc.set_debug(gc.DEBUG_SAVEALL)
+    try:
+        gen = used_generator()
+        del gen
+        gc.collect()
+        leaked = {type(o).__module__ + "." + type(o).__qualname__ for o in gc.garbage
+                  if type(o).__module__.startswith("llm42")}
+    finally:
+        gc.set_debug(0)
+        gc.garbage.clear()
+    assert not leaked, leaked
+
+
+def test_close_aborts_everything_and_drops_device_memory_while_the_generator_is_referenced():
+    gen = used_generator()
+    running = gen.submit([7, 7, 7], DET)
+    gen.step()
+    refs = device_tensors(gen)
+    gen.close()
+    assert gen.is_closed
+    assert all(r() is None for r in refs)
+    for call in (lambda: gen.submit([1], DET), gen.step, lambda: gen.abort(running),
+                 lambda: gen.result(running), lambda: gen.generate([[1]], DET), lambda: list(gen.stream([[1]], DET)),
+                 gen.has_unfinished):
+        with pytest.raises(RuntimeError, match="closed"):
+            call()
+    gen.close()  # idempotent
+
+
+def test_context_manager_closes_on_exit_and_on_error():
+    with DVRGenerator(WEIGHTS, CFG, window=4, group=2, kv_cache_tokens=512) as gen:
+        out = gen.generate([[5, 6, 7]], DET)[0]
+        assert len(out.token_ids) == 10
+    assert gen.is_closed
+    with pytest.raises(ZeroDivisionError):
+        with DVRGenerator(WEIGHTS, CFG, window=4, group=2, kv_cache_tokens=512) as gen:
+            gen.submit([5, 6, 7], DET)
+            gen.step()
+            raise ZeroDivisionError
+    assert gen.is_closed
+
+
+def test_close_while_a_stream_is_open_ends_the_stream_with_an_error():
+    gen = DVRGenerator(WEIGHTS, CFG, window=4, group=2, kv_cache_tokens=512)
+    stream = gen.stream([[5, 6, 7]], DET)
+    next(stream)
+    gen.close()
+    with pytest.raises(RuntimeError, match="closed"):
+        list(stream)
+
+
+@pytest.mark.gpu
+def test_deleting_a_cuda_generator_with_captured_graphs_frees_its_memory():
+    def allocated() -> int:
+        torch.cuda.synchronize()
+        return torch.cuda.memory_allocated()
+
+    gc.collect()
+    baseline = allocated()
+    gen = used_generator("cuda")
+    gen.generate([[1, 2, 3, 4] * 5], FREE)  # a fast prefill: its graphs are captured
+    assert gen.decode_graphs is not None and gen.fast_prefill.graphs is not None
+    assert allocated() > baseline
+    refs = device_tensors(gen)
+    gc.disable()
+    try:
+        del gen
+        assert all(r() is None for r in refs), "a reference cycle keeps the generator's tensors alive"
+    finally:
+        gc.enable()
+    assert allocated() == baseline
