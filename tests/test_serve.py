@@ -11,12 +11,14 @@ import json
 import random
 import threading
 import time
+from dataclasses import replace
 
 import httpx
 import openai
 import pytest
 
 from llm42 import DVRGenerator, SamplingParams
+from llm42.params import sample_seed
 from tests.server_process import ServerProcess, chat_checkpoint
 
 pytest.importorskip("fastapi")
@@ -291,3 +293,44 @@ def test_a_full_queue_answers_429_and_shutdown_ends_in_flight_requests():
     finally:
         server.stop()
     assert "Traceback" not in server.output
+
+
+# -- n samples and log-probs ----------------------------------------------------------------------------
+def test_n_samples_are_different_and_each_reproducible(client, reference_gen):
+    request = dict(prompt=PROMPT, max_tokens=16, n=4, temperature=1.0, seed=11, deterministic=True,
+                   return_token_ids=True)
+    first = _complete(client, **request)
+    samples = [c.model_extra["token_ids"] for c in sorted(first.choices, key=lambda c: c.index)]
+    assert [c.index for c in first.choices] == [0, 1, 2, 3]
+    assert len({tuple(s) for s in samples}) == 4  # one seed per sample: no two alike
+    again = _complete(client, **request)
+    assert [c.model_extra["token_ids"] for c in again.choices] == samples
+    # sample i is generate() of the same request with n=4, and alone with the documented per-sample seed
+    params = SamplingParams(max_new_tokens=16, temperature=1.0, seed=11, deterministic=True)
+    assert [c.token_ids for c in reference_gen.generate([PROMPT], replace(params, n=4))] == samples
+    for i, sample in enumerate(samples):
+        alone = reference_gen.generate([PROMPT], replace(params, seed=sample_seed(11, i)))[0]
+        assert alone.token_ids == sample
+    streamed = [[] for _ in range(4)]
+    for chunk in _complete(client, stream=True, **request):
+        for choice in chunk.choices:
+            streamed[choice.index] += choice.model_extra.get("token_ids") or []
+    assert streamed == samples
+
+
+def test_logprobs_come_back_as_openai_returns_them(client, reference_gen):
+    reference = reference_gen.generate([PROMPT], replace(DET_PARAMS, logprobs=3))[0]
+    completion = _complete(client, prompt=PROMPT, max_tokens=24, logprobs=3, **DET).choices[0]
+    assert completion.logprobs.token_logprobs == reference.logprobs
+    assert len(completion.logprobs.tokens) == len(reference.token_ids)
+    assert [list(top.values()) for top in completion.logprobs.top_logprobs] == \
+        [list(top.values()) for top in reference.top_logprobs]
+    assert completion.logprobs.text_offset[0] == 0
+
+    chat = client.chat.completions.create(model="stories", messages=[{"role": "user", "content": "Hi"}],
+                                          max_tokens=8, logprobs=True, top_logprobs=2, temperature=0,
+                                          extra_body={"deterministic": True}).choices[0]
+    assert len(chat.logprobs.content) == 8 or chat.finish_reason == "stop"
+    for entry in chat.logprobs.content:
+        assert len(entry.top_logprobs) == 2 and entry.top_logprobs[0].logprob >= entry.top_logprobs[1].logprob
+        assert entry.bytes == list(entry.token.encode())

@@ -58,6 +58,7 @@ class Output:
 
     token_ids: tuple[int, ...]
     logprobs: tuple[float, ...] | None  # when the request asked for logprobs
+    top_logprobs: tuple[dict[int, float], ...] | None = None  # with logprobs=N: N alternatives per token
 
 
 @dataclass(frozen=True)
@@ -86,10 +87,10 @@ class RequestStream:
     of a refused request, or ``EngineStepError``. ``abort()`` is thread-safe.
     """
 
-    def __init__(self, engine: "AsyncEngine", prompt, params: SamplingParams, loop: asyncio.AbstractEventLoop):
+    def __init__(self, engine: "AsyncEngine", params: SamplingParams, sample: int, loop: asyncio.AbstractEventLoop):
         self._engine = engine
-        self.prompt = prompt
         self.params = params
+        self.sample = sample  # which of the prompt's ``params.n`` samples
         self.loop = loop
         self.completion: Completion | None = None
         self._queue: asyncio.Queue = asyncio.Queue()
@@ -190,26 +191,39 @@ class AsyncEngine:
 
     def submit(self, prompt, params: SamplingParams | None = None, *,
                loop: asyncio.AbstractEventLoop | None = None) -> RequestStream:
-        """Queue one request; its ``RequestStream`` delivers on ``loop`` (default: the running loop)."""
+        """Queue one request (``params.n`` must be 1: see ``submit_all``); its ``RequestStream`` delivers
+        on ``loop`` (default: the running loop)."""
+        params = SamplingParams() if params is None else params
+        if params.n != 1:
+            raise ValueError(f"SamplingParams.n is {params.n}: submit() queues one request; use submit_all()")
         return self.submit_all([prompt], [params], loop=loop)[0]
 
     def submit_all(self, prompts: Sequence, params: Sequence[SamplingParams | None], *,
                    loop: asyncio.AbstractEventLoop | None = None) -> list[RequestStream]:
-        """Queue requests that stand or fall together: if one is refused, none runs (all streams raise)."""
+        """Queue requests that stand or fall together: if one is refused, none runs (all streams raise).
+
+        A prompt whose params have ``n > 1`` gets n streams, one per sample (seeded as
+        ``DVRGenerator.submit_samples`` seeds them), one after another in the result.
+        """
         if len(prompts) != len(params):
             raise ValueError(f"params has {len(params)} entries for {len(prompts)} prompts")
         loop = asyncio.get_running_loop() if loop is None else loop
         params = [SamplingParams() if p is None else p for p in params]
+        for p in params:
+            if not isinstance(p, SamplingParams):
+                raise TypeError(f"params must be SamplingParams, got {type(p).__name__}")
+        num_requests = sum(p.n for p in params)
         with self._lock:
             if self._is_closing or not self._thread.is_alive():
                 raise EngineClosedError("the engine is shutting down")
-            if self._num_pending + len(prompts) > self.max_pending:
+            if self._num_pending + num_requests > self.max_pending:
                 raise EngineFullError(f"the engine already holds {self._num_pending} requests "
                                       f"(max_pending={self.max_pending})")
-            self._num_pending += len(prompts)
-        streams = [RequestStream(self, prompt, p, loop) for prompt, p in zip(prompts, params)]
-        self._post(("submit", streams))
-        return streams
+            self._num_pending += num_requests
+        groups = [(prompt, p, [RequestStream(self, p, i, loop) for i in range(p.n)])
+                  for prompt, p in zip(prompts, params)]
+        self._post(("submit", groups))
+        return [stream for _, _, streams in groups for stream in streams]
 
     def abort(self, stream: RequestStream) -> None:
         """Abort a request (thread-safe): ``stream.abort()``."""
@@ -271,22 +285,24 @@ class AsyncEngine:
             drain_deadline = time.monotonic() + max(0.0, arg)
         return drain_deadline
 
-    def _accept(self, streams: list[RequestStream]) -> None:
+    def _accept(self, groups: list) -> None:
         gen, accepted = self.generator, []
-        for stream in streams:
+        for prompt, params, streams in groups:
             try:
-                rid = gen.submit(stream.prompt, stream.params)
+                rids = gen.submit_samples(prompt, params)
             except Exception as exc:  # noqa: BLE001 - handed to the caller, who asked for this request
                 for taken in accepted:  # all or nothing: none of them has been stepped yet
                     del self._streams[taken.rid]
                     gen.abort(taken.rid)
-                for s in streams:
-                    s._accepted.set_exception(exc)
-                    self._end(s, None, exc)
+                for _, _, refused in groups:
+                    for s in refused:
+                        s._accepted.set_exception(exc)
+                        self._end(s, None, exc)
                 return
-            stream._accepted.set_result(rid)
-            self._streams[rid] = stream
-            accepted.append(stream)
+            for stream, rid in zip(streams, rids):
+                stream._accepted.set_result(rid)
+                self._streams[rid] = stream
+                accepted.append(stream)
 
     def _abort(self, stream: RequestStream) -> None:
         rid = stream.rid
@@ -313,10 +329,12 @@ class AsyncEngine:
             stream = self._streams.get(rid)
             if stream is None or not tokens:
                 continue
-            logprobs = None
-            if stream.params.logprobs:
+            logprobs = top = None
+            if stream.params.wants_logprobs:
                 logprobs = tuple(gen.committed_logprobs(rid)[-len(tokens):])
-            by_loop.setdefault(stream.loop, []).append((stream, Output(tuple(tokens), logprobs)))
+                if stream.params.num_top_logprobs:
+                    top = tuple(gen.committed_top_logprobs(rid)[-len(tokens):])
+            by_loop.setdefault(stream.loop, []).append((stream, Output(tuple(tokens), logprobs, top)))
         for loop, items in by_loop.items():
             self._call(loop, _deliver_all, items)
         for rid in [rid for rid in self._streams if gen.is_finished(rid)]:
@@ -375,9 +393,10 @@ class AsyncEngine:
                 break
             if kind == "submit":
                 error = EngineClosedError("the engine shut down")
-                for stream in arg:
-                    stream._accepted.set_exception(error)
-                    self._end(stream, None, error)
+                for _, _, streams in arg:
+                    for stream in streams:
+                        stream._accepted.set_exception(error)
+                        self._end(stream, None, error)
         self._publish()
         close = getattr(gen, "close", None)
         if callable(close):

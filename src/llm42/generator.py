@@ -899,5 +899,19 @@ class DVRGenerator:
             return []
         raise KeyError(f"the Completion of request {rid} was already taken")
 
+    def committed_top_logprobs(self, rid: int) -> list[dict[int, float]]:
+        """With ``logprobs=N``: the top-N alternatives of each token committed so far (else [])."""
+        pool = self._pool
+        state = self._state_of(rid)
+        if state == "finished":
+            return list(pool.finished[rid].top_logprobs or ())
+        if state == "running":
+            req = pool.running[rid]
+            num_top = req.params.num_top_logprobs
+            return [dict(list(top.items())[:num_top]) for top in req.top_logprobs] if num_top else []
+        if state == "waiting":
+            return []
+        raise KeyError(f"the Completion of request {rid} was already taken")
+
 
 __all__ = ["DVRGenerator"]

@@ -16,7 +16,7 @@ import time
 import uuid
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 from fastapi import FastAPI, Request
 from starlette.background import BackgroundTask
@@ -87,6 +87,18 @@ async def _wait_for_disconnect(request: Request) -> None:
         pass
 
 
+@dataclass(frozen=True)
+class _Tokens:
+    """Committed tokens with their log-probs and (with logprobs=N) top alternatives."""
+
+    ids: list[int]
+    logprobs: list[float]
+    top_logprobs: list[dict[int, float]]
+
+
+_NO_TOKENS = _Tokens([], [], [])
+
+
 class _Choice:
     """One answer (a prompt's sample): its stream, text so far, tokens and log-probs."""
 
@@ -96,21 +108,27 @@ class _Choice:
         self.text = text
         self.token_ids: list[int] = []
         self.logprobs: list[float] = []
+        self.top_logprobs: list[dict[int, float]] = []
         self.finish_reason: str | None = None
 
-    def add(self, output: Output) -> tuple[str, list[int], list[float]]:
-        """The text delta, tokens and log-probs ``output`` adds (nothing after a stop sequence)."""
+    def add(self, output: Output) -> tuple[str, _Tokens]:
+        """The text delta and the tokens ``output`` adds (nothing after a stop sequence)."""
         before = self.text.num_tokens
         delta = self.text.add(output.token_ids)
         num_new = self.text.num_tokens - before
-        tokens = list(output.token_ids[:num_new])
-        logprobs = list(output.logprobs[:num_new]) if output.logprobs is not None else []
-        self.token_ids += tokens
-        self.logprobs += logprobs
+        tokens = _Tokens(list(output.token_ids[:num_new]), list((output.logprobs or ())[:num_new]),
+                         list((output.top_logprobs or ())[:num_new]))
+        self.token_ids += tokens.ids
+        self.logprobs += tokens.logprobs
+        self.top_logprobs += tokens.top_logprobs
         if self.text.is_stopped:
             self.finish_reason = "stop"
             self.stream.abort()
-        return delta, tokens, logprobs
+        return delta, tokens
+
+    @property
+    def tokens(self) -> _Tokens:
+        return _Tokens(self.token_ids, self.logprobs, self.top_logprobs)
 
     def end(self) -> str:
         """The held-back rest of the text; sets ``finish_reason``."""
@@ -191,14 +209,12 @@ class _Server:
             raise APIError(400, f"max_tokens: this model's maximum context length is {self.context} tokens, but "
                                 f"{len(ids) + max_tokens} were requested ({len(ids)} in the prompt, {max_tokens} for "
                                 "the completion)", param="max_tokens")
-        return replace(req.params, max_new_tokens=max_tokens)
+        # n samples, each seeded by the engine from ``seed`` (llm42.params.sample_seed)
+        logprobs = False if req.logprobs is None else (req.logprobs or True)
+        return replace(req.params, max_new_tokens=max_tokens, n=req.n, logprobs=logprobs)
 
     async def start(self, req: GenerationRequest) -> tuple[list[list[int]], list[_Choice]]:
         """Validate, encode and submit every sample of every prompt (all or none); the choices."""
-        if req.n > 1:
-            raise APIError(400, "n: more than one sample per prompt is not supported by this build", param="n")
-        if req.logprobs:
-            raise APIError(400, "logprobs: top alternatives are not supported by this build", param="logprobs")
         encoded = await asyncio.to_thread(self._encode, req)
         params = [self._params_for(req, ids) for ids in encoded]
         try:
@@ -221,18 +237,25 @@ class _Server:
     def _token_text(self, token: int) -> str:
         return "" if self.tokenizer is None else self.tokenizer.decode([token])
 
-    def logprobs_body(self, req: GenerationRequest, tokens: list[int], logprobs: list[float], offset: int):
+    def logprobs_body(self, req: GenerationRequest, tokens: _Tokens, offset: int):
+        """``logprobs`` as OpenAI returns it: chat's ``content`` list, or the completions' four arrays."""
         if req.logprobs is None:
             return None
-        texts = [self._token_text(t) for t in tokens]
+        texts = [self._token_text(t) for t in tokens.ids]
+        tops = tokens.top_logprobs or [{} for _ in texts]
         if req.kind == "chat":
-            return {"content": [{"token": text, "logprob": lp, "bytes": list(text.encode()), "top_logprobs": []}
-                                for text, lp in zip(texts, logprobs)]}
+            return {"content": [
+                {"token": text, "logprob": lp, "bytes": list(text.encode()),
+                 "top_logprobs": [{"token": self._token_text(t), "logprob": v, "bytes": list(self._token_text(t).encode())}
+                                  for t, v in top.items()]}
+                for text, lp, top in zip(texts, tokens.logprobs, tops)]}
         offsets, position = [], offset
         for text in texts:
             offsets.append(position)
             position += len(text)
-        return {"tokens": texts, "token_logprobs": logprobs, "top_logprobs": None, "text_offset": offsets}
+        top_logprobs = [{self._token_text(t): v for t, v in top.items()} for top in tops] if req.logprobs else None
+        return {"tokens": texts, "token_logprobs": tokens.logprobs, "top_logprobs": top_logprobs,
+                "text_offset": offsets}
 
     def usage(self, encoded: list[list[int]], choices: Sequence[_Choice]) -> dict:
         prompt_tokens = sum(map(len, encoded))
@@ -270,7 +293,7 @@ class _Server:
         header = self.header(req, is_chunk=False)
         body_choices = []
         for choice, text in zip(choices, texts):
-            logprobs = self.logprobs_body(req, choice.token_ids, choice.logprobs, 0)
+            logprobs = self.logprobs_body(req, choice.tokens, 0)
             if req.kind == "chat":
                 entry = {"index": choice.index, "message": {"role": "assistant", "content": text},
                          "logprobs": logprobs, "finish_reason": choice.finish_reason}
@@ -308,31 +331,31 @@ class _Server:
         def event(entries: list[dict], **extra) -> str:
             return f"data: {json.dumps({**header, 'choices': entries, **usage_field, **extra})}\n\n"
 
-        def entry(choice: _Choice, text: str, tokens, logprobs, finish_reason, *, is_first: bool = False) -> dict:
+        def entry(choice: _Choice, text: str, tokens: _Tokens, finish_reason, *, is_first: bool = False) -> dict:
             body = {"index": choice.index}
             if req.kind == "chat":
                 delta = {"role": "assistant", "content": text} if is_first else ({"content": text} if text else {})
                 body["delta"] = delta
             else:
                 body["text"] = text
-            body["logprobs"] = self.logprobs_body(req, tokens, logprobs, offsets[choice.index])
+            body["logprobs"] = self.logprobs_body(req, tokens, offsets[choice.index])
             body["finish_reason"] = finish_reason
             if req.return_token_ids:
-                body["token_ids"] = tokens
+                body["token_ids"] = tokens.ids
             offsets[choice.index] += len(text)
             return body
 
         try:
             if req.kind == "chat":
-                yield event([entry(c, "", [], [], None, is_first=True) for c in choices])
+                yield event([entry(c, "", _NO_TOKENS, None, is_first=True) for c in choices])
             async for choice, output in _outputs(choices):
                 if output is None:
                     rest = choice.end()
-                    yield event([entry(choice, rest, [], [], choice.finish_reason)])
+                    yield event([entry(choice, rest, _NO_TOKENS, choice.finish_reason)])
                     continue
-                text, tokens, logprobs = choice.add(output)
-                if text or (tokens and (req.logprobs is not None or req.return_token_ids)):
-                    yield event([entry(choice, text, tokens, logprobs, None)])
+                text, tokens = choice.add(output)
+                if text or (tokens.ids and (req.logprobs is not None or req.return_token_ids)):
+                    yield event([entry(choice, text, tokens, None)])
             self.metrics.completion_tokens += sum(len(c.token_ids) for c in choices)
             if req.include_usage:
                 yield event([], usage=self.usage(encoded, choices))
