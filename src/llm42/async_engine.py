@@ -261,7 +261,10 @@ class AsyncEngine:
                 except queue.Empty:
                     command = None
                 while command is not None:
-                    drain_deadline = self._apply(command, drain_deadline)
+                    try:
+                        drain_deadline = self._apply(command, drain_deadline)
+                    except Exception:  # noqa: BLE001 - one bad command must not stop the loop
+                        _log.exception("engine command %r failed", command[0])
                     try:
                         command = self._commands.get_nowait()
                     except queue.Empty:
@@ -286,23 +289,22 @@ class AsyncEngine:
         return drain_deadline
 
     def _accept(self, groups: list) -> None:
-        gen, accepted = self.generator, []
-        for prompt, params, streams in groups:
-            try:
-                rids = gen.submit_samples(prompt, params)
-            except Exception as exc:  # noqa: BLE001 - handed to the caller, who asked for this request
-                for taken in accepted:  # all or nothing: none of them has been stepped yet
-                    del self._streams[taken.rid]
-                    gen.abort(taken.rid)
-                for _, _, refused in groups:
-                    for s in refused:
-                        s._accepted.set_exception(exc)
-                        self._end(s, None, exc)
-                return
+        gen, taken = self.generator, []
+        try:
+            for prompt, params, _ in groups:
+                taken.append(gen.submit_samples(prompt, params))
+        except Exception as exc:  # noqa: BLE001 - handed to the caller, who asked for these requests
+            for rid in (rid for rids in taken for rid in rids):  # all or nothing: none has been stepped yet
+                gen.abort(rid)
+            for _, _, streams in groups:
+                for stream in streams:
+                    stream._accepted.set_exception(exc)
+                    self._end(stream, None, exc)
+            return
+        for (_, _, streams), rids in zip(groups, taken):
             for stream, rid in zip(streams, rids):
-                stream._accepted.set_result(rid)
                 self._streams[rid] = stream
-                accepted.append(stream)
+                stream._accepted.set_result(rid)
 
     def _abort(self, stream: RequestStream) -> None:
         rid = stream.rid
