@@ -57,7 +57,7 @@ def test_clients_on_many_threads_get_every_token_and_deterministic_outputs_equal
             thread.start()
         for thread in threads:
             thread.join(120)
-        assert engine.snapshot.num_pending == 0
+        assert engine.num_pending == 0
     for i, reference in enumerate(references):
         tokens, logprobs, completion = results[i]
         assert tokens == completion.token_ids and logprobs == completion.logprobs  # nothing lost on the way

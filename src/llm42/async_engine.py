@@ -186,6 +186,12 @@ class AsyncEngine:
         return self._thread.is_alive() and not self._is_closing
 
     @property
+    def num_pending(self) -> int:
+        """Requests in the engine now (the snapshot's count lags by up to one iteration)."""
+        with self._lock:
+            return self._num_pending
+
+    @property
     def snapshot(self) -> EngineSnapshot:
         return self._snapshot
 
