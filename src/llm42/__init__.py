@@ -5,6 +5,7 @@
     out = gen.generate(["Once upon a time"], SamplingParams(max_new_tokens=32, deterministic=True))
 """
 
+from llm42.async_engine import AsyncEngine, EngineClosedError, EngineFullError, RequestStream
 from llm42.generator import DVRGenerator
 from llm42.kv_store import KVStore, KVStoreProtocol
 from llm42.model import CheckpointError, ModelConfig, UnsupportedModelError
@@ -25,7 +26,7 @@ from llm42.verify import CanonicalConfig, Verifier
 __version__ = "0.1.0"
 
 __all__ = [
-    "DVRGenerator", "SamplingParams", "Completion", "KVStore", "KVStoreProtocol", "ModelConfig",
+    "DVRGenerator", "AsyncEngine", "RequestStream", "EngineFullError", "EngineClosedError", "SamplingParams", "Completion", "KVStore", "KVStoreProtocol", "ModelConfig",
     "CheckpointError", "UnsupportedModelError", "CanonicalConfig", "Verifier", "Scheduler", "DefaultScheduler",
     "SchedulerState", "RequestView", "Plan", "PrefillChunk", "InvalidPlanError", "validate_plan",
     "fast_prefill_chunks", "__version__",

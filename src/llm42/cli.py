@@ -7,6 +7,7 @@ Subcommands:
   same tokens alone, inside random batches, and under a noisy fast path;
 - ``check``: the same determinism check for any checkpoint and settings;
   exit status 1 when a deterministic request diverges;
+- ``serve``: an OpenAI-compatible HTTP API (``llm42.server``, the ``serve`` extra);
 - ``convert``: write a GGUF file as a Hugging Face safetensors directory;
 - ``bench``: the benchmark harness (``llm42.bench``), on the GPU where there is one;
 - ``doctor``: check on this device the premises the contract rests on (``llm42.doctor``);
@@ -36,14 +37,13 @@ from llm42.model.gguf import convert_gguf
 from llm42.model.loader import Checkpoint, embedded_model_path, load_checkpoint
 from llm42.params import Completion, SamplingParams
 from llm42.policies import NoisyFastPolicy
-from llm42.prompts import has_chat_template, render_chat
-from llm42.testing.assertions import Divergence, first_divergence, run_schedule
+from llm42.prompts import has_chat_template
+from llm42.testing.harness import describe, filler_prompts, random_token_prompts, run_random_batches, stat_line
 
 EXIT_OK, EXIT_DIVERGED, EXIT_USAGE = 0, 1, 2
 
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 _CHECK_PROMPTS = ("Once upon a time", "The weather today is", "She opened the box and found")
-_FILLER_TEXTS = ("Tom had a red ball", "One day, a cat", "The sun was hot", "Mom said", "A big bird")
 
 
 class CLIError(Exception):
@@ -159,6 +159,34 @@ def build_parser() -> argparse.ArgumentParser:
     doctor.add_argument("--json", metavar="FILE", help="also write the full report as JSON to FILE")
     doctor.add_argument("--seed", type=int, default=0, help="seed for the probe rows and fillers (default: 0)")
     doctor.set_defaults(handler=_cmd_doctor)
+
+    serve = sub.add_parser("serve", help="serve an OpenAI-compatible HTTP API (needs the 'serve' extra)",
+                           description="Serves /v1/completions, /v1/chat/completions (streaming or not), /v1/models, "
+                                       "/health and /metrics on one engine loop; every request may ask for "
+                                       "'deterministic': true. See docs/serving.md.")
+    _add_model_args(serve)
+    serve.add_argument("--host", default="127.0.0.1", help="address to bind (default: 127.0.0.1, this machine only)")
+    serve.add_argument("--port", type=int, default=8000, help="port (default: 8000)")
+    serve.add_argument("--api-key", metavar="KEY", default=None,
+                       help="require 'Authorization: Bearer KEY' on every /v1 request (401 otherwise)")
+    serve.add_argument("--served-model-name", metavar="NAME", default=None,
+                       help="the model id /v1/models lists and answers carry (default: the checkpoint's name)")
+    serve.add_argument("--max-pending", type=int, default=1024,
+                       help="requests the engine holds, queued or running; beyond it: HTTP 429 (default: 1024)")
+    serve.add_argument("--max-num-seqs", type=int, default=256, help="requests decoded at once (default: 256)")
+    serve.add_argument("--max-n", type=int, default=16, help="largest n (samples per prompt) (default: 16)")
+    serve.add_argument("--max-tokens", type=int, default=None,
+                       help="largest max_tokens a request may ask for (default: the model's context)")
+    serve.add_argument("--max-prompt-tokens", type=int, default=None,
+                       help="longest prompt in tokens (default: the model's context)")
+    serve.add_argument("--max-body-bytes", type=int, default=1 << 20,
+                       help="largest request body; beyond it: HTTP 413 (default: 1 MiB)")
+    serve.add_argument("--shutdown-timeout", type=float, default=30.0,
+                       help="seconds in-flight requests may finish after SIGINT/SIGTERM before they are aborted "
+                            "(default: 30)")
+    serve.add_argument("--log-level", choices=("critical", "error", "warning", "info", "debug"), default="info",
+                       help="uvicorn's log level (default: info)")
+    serve.set_defaults(handler=_cmd_serve)
 
     convert = sub.add_parser("convert", help="write a GGUF file as a Hugging Face safetensors directory",
                              description="Dequantizes SRC (through transformers' GGUF support) and writes DST_DIR: "
@@ -305,109 +333,6 @@ def _settle(bar: tqdm, params: Sequence[SamplingParams], outs: Sequence[Completi
         bar.refresh()
 
 
-def _describe(d: Divergence) -> str:
-    if d.kind == "logprob":
-        return (f"same token at output position {d.position}, but its log-prob differs: "
-                f"reference {d.reference_logprob!r}, got {d.actual_logprob!r}")
-    if d.kind == "token":
-        return (f"diverges at output position {d.position}: reference token {d.reference_token}, "
-                f"got {d.actual_token}")
-    return (f"{d.kind} differs at output position {d.position}: reference has {len(d.reference.token_ids)} "
-            f"tokens ({d.reference.finish_reason}), got {len(d.actual.token_ids)} ({d.actual.finish_reason})")
-
-
-@dataclass(frozen=True)
-class _Batch:
-    """One random batch: requests, the step before which each arrives, and which are checked."""
-
-    prompts: list
-    params: list[SamplingParams]
-    schedule: list[int]
-    targets: list[int | None]  # index into the checked requests, None for filler traffic
-
-    @property
-    def num_free(self) -> int:
-        return sum(t is None for t in self.targets)
-
-
-def _random_batch(rng: random.Random, targets: Sequence[tuple[object, SamplingParams]],
-                  filler_prompts: Sequence[list[int]], *, max_context: int, max_arrival: int = 12) -> _Batch:
-    """The checked requests plus 2-8 non-deterministic fillers, shuffled, with random arrival steps.
-
-    Filler prompts are token ids shorter than ``max_context``.
-    """
-    rows = [(prompt, params, i) for i, (prompt, params) in enumerate(targets)]
-    for _ in range(rng.randint(2, 8)):
-        prompt = rng.choice(filler_prompts)
-        params = SamplingParams(
-            max_new_tokens=rng.randint(1, min(48, max_context - len(prompt))),
-            temperature=rng.choice((0.0, 0.7, 1.0)),
-            top_k=rng.choice((0, 20)),
-            seed=rng.getrandbits(32),
-            deterministic=False,
-            ignore_eos=rng.random() < 0.5,
-        )
-        rows.append((prompt, params, None))
-    rng.shuffle(rows)
-    schedule = [rng.randint(0, max_arrival) for _ in rows]
-    return _Batch([r[0] for r in rows], [r[1] for r in rows], schedule, [r[2] for r in rows])
-
-
-def _filler_prompts(rng: random.Random, gen: DVRGenerator, *, is_chat: bool = False) -> list[list[int]]:
-    """Random token-id prompts, plus a few short texts when the model has a tokenizer (as chat
-    messages too when ``is_chat``)."""
-    fillers = _random_token_prompts(rng, gen, 6)
-    if gen.tokenizer is not None:
-        fillers += [gen.tokenizer(text)["input_ids"] for text in _FILLER_TEXTS]
-    if is_chat:
-        fillers += [render_chat(gen.tokenizer, _user_message(text)) for text in _FILLER_TEXTS]
-    return fillers
-
-
-def _random_token_prompts(rng: random.Random, gen: DVRGenerator, count: int) -> list[list[int]]:
-    longest = max(1, min(16, gen.cfg.max_position_embeddings // 8))
-    return [[rng.randrange(gen.vocab_size) for _ in range(rng.randint(1, longest))] for _ in range(count)]
-
-
-def _stat_line(stats: dict[str, int]) -> str:
-    keys = ("steps", "fast_steps", "canonical_passes", "committed_tokens", "accepted_tokens",
-            "rollbacks", "recomputed_tokens")
-    return ", ".join(f"{k}={stats[k]}" for k in keys)
-
-
-def _batch_runs(args, gen: DVRGenerator, targets, filler_prompts, references: list[Completion], *,
-                seed: int, desc: str, on_batch) -> list[str]:
-    """Run ``args.num_batches`` random batches on ``gen``; returns divergence descriptions.
-
-    ``on_batch(index, batch, stats_delta, problems)`` reports each batch as it finishes.
-    """
-    rng = random.Random(seed)
-    max_context = gen.cfg.max_position_embeddings
-    batches = [_random_batch(rng, targets, filler_prompts, max_context=max_context)
-               for _ in range(args.num_batches)]
-    problems = []
-    with _progress(args, desc, sum(sum(p.max_new_tokens for p in b.params) for b in batches)) as bar:
-        for b, batch in enumerate(batches):
-            before = dict(gen.stats)
-            outs = run_schedule(gen, batch.prompts, batch.params, batch.schedule,
-                                on_step=lambda _, events: bar.update(sum(map(len, events.values()))))
-            _settle(bar, batch.params, outs)
-            batch_problems = []
-            for target, out in zip(batch.targets, outs):
-                divergence = None if target is None else first_divergence(references[target], out)
-                if divergence is not None:
-                    batch_problems.append(f"batch {b + 1}, request {target}: {_describe(divergence)}")
-            delta = {k: gen.stats[k] - before.get(k, 0) for k in gen.stats}
-            on_batch(b, batch, delta, batch_problems)
-            problems += batch_problems
-    return problems
-
-
-def _check_sizes(args: argparse.Namespace) -> None:
-    if args.num_batches < 1:
-        raise CLIError(f"--num-batches must be >= 1, got {args.num_batches}")
-
-
 # -- generate ---------------------------------------------------------------------------------------
 def _cmd_generate(args: argparse.Namespace) -> int:
     prompts = _read_prompts(args)
@@ -432,8 +357,8 @@ def _cmd_generate(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-# -- demo -------------------------------------------------------------------------------------------
-# (label, sampling fields) of the three demo requests, and their prompts: stories for the embedded
+# -- check, and demo as a preset of it ------------------------------------------------------------
+# the demo's three requests (label, sampling fields), and their prompts: stories for the embedded
 # model, user messages for an instruct model (--model with a chat template)
 _DEMO_SAMPLING = (
     ("greedy", {}),
@@ -445,71 +370,105 @@ _DEMO_CHATS = ("What is the capital of France?", "Write a short poem about the s
                "Give me three tips for learning to cook.")
 
 
-def _cmd_demo(args: argparse.Namespace) -> int:
-    _check_sizes(args)
+@dataclass(frozen=True)
+class _Target:
+    prompt: object
+    params: SamplingParams
+    label: str
+
+
+@dataclass(frozen=True)
+class _Phase:
+    """One run of random batches: its name in the stats, a heading, a fast path, the batches' seed."""
+
+    name: str
+    heading: str
+    fast_policy: object | None
+    seed: int
+
+
+def _run_check(args: argparse.Namespace, loader: _Loader, reference_gen: DVRGenerator, targets: list[_Target],
+               phases: list[_Phase], fillers: list) -> int:
+    """The determinism check both commands run: references alone, then each phase's random batches."""
+    print("\neach deterministic request alone (the batch-size-1 reference)")
+    references = []
+    with _progress(args, "alone", sum(t.params.max_new_tokens for t in targets)) as bar:
+        for target in targets:
+            references += _run(reference_gen, [target.prompt], [target.params], bar)
+    for i, (target, ref) in enumerate(zip(targets, references)):
+        shown = ref.text if ref.text is not None else ref.token_ids
+        print(f"  #{i} [{target.label}] {_short(target.prompt, 60)} -> {shown!r}")
+    pairs = [(t.prompt, t.params) for t in targets]
+    runs, problems = [("alone", reference_gen)], []
+    for phase in phases:
+        print(f"\n{phase.heading}")
+        gen = loader(**({} if phase.fast_policy is None else {"fast_policy": phase.fast_policy}))
+        total = args.num_batches * sum(t.params.max_new_tokens for t in targets)
+        phase_problems = []
+        with _progress(args, phase.name, total) as bar:
+            on_step = lambda _, events: bar.update(sum(map(len, events.values())))  # noqa: E731
+            for outcome in run_random_batches(gen, pairs, references, fillers, num_batches=args.num_batches,
+                                              seed=phase.seed, on_step=on_step):
+                batch, delta = outcome.batch, outcome.stats_delta
+                lines = [f"batch {outcome.index + 1}, request {t}: {describe(d)}" for t, d in outcome.divergences]
+                verdict = "identical" if not lines else f"{len(lines)} MISMATCH(ES)"
+                print(f"  batch {outcome.index + 1}: {len(targets)} deterministic + {batch.num_free} free requests "
+                      f"arriving over steps 0-{max(batch.schedule)}: {verdict}; rollbacks={delta['rollbacks']}, "
+                      f"recomputed={delta['recomputed_tokens']}")
+                for line in lines:
+                    print(f"    {line}")
+                phase_problems += lines
+        if not phase_problems:
+            print(f"  PASS: {len(targets)} prompt(s) x {args.num_batches} batch(es) matched the reference bit for bit")
+        problems += phase_problems
+        runs.append((phase.name, gen))
+    totals = {k: sum(gen.stats.get(k, 0) for _, gen in runs) for k in runs[0][1].stats}
+    print(f"\nstats: {stat_line(totals)}")
+    for name, gen in runs:
+        print(f"  {name:8s} {stat_line(gen.stats)}")
+    if problems:
+        print(f"\nFAIL: {len(problems)} deterministic run(s) differ from the batch-size-1 reference")
+        return EXIT_DIVERGED
+    repaired = sum(gen.stats["rollbacks"] for _, gen in runs[1:])
+    print(f"\nPASS: {len(targets)} deterministic requests gave bit-identical tokens and log-probs alone and in "
+          f"{len(phases) * args.num_batches} random batches; the fast path's {repaired} rollbacks were all repaired")
+    return EXIT_OK
+
+
+def _check_noise(args: argparse.Namespace) -> None:
+    if args.num_batches < 1:
+        raise CLIError(f"--num-batches must be >= 1, got {args.num_batches}")
     if not args.noise_scale > 0:
         raise CLIError(f"--noise-scale must be > 0, got {args.noise_scale}")
+
+
+def _cmd_demo(args: argparse.Namespace) -> int:
+    """``check``'s preset: three sampling configurations, then the same batches under a noisy fast path."""
+    _check_noise(args)
     if args.model is None and args.threads is None:
         torch.set_num_threads(1)  # the embedded model is tiny: one thread is fastest
     loader = _Loader(args, args.model)
     reference_gen = loader()
-    is_chat = args.model is not None and has_chat_template(reference_gen.tokenizer)
     if args.model is not None and reference_gen.tokenizer is None:
         raise CLIError(f"--model {args.model}: the demo needs a checkpoint with a tokenizer")
-    requests = [(text, label, extra) for text, (label, extra) in zip(_DEMO_CHATS if is_chat else _DEMO_STORIES,
-                                                                     _DEMO_SAMPLING)]
-    targets = [(_user_message(text) if is_chat else text,
-                _params(max_new_tokens=args.max_new_tokens, deterministic=True, logprobs=True, **extra))
-               for text, _, extra in requests]
+    is_chat = args.model is not None and has_chat_template(reference_gen.tokenizer)
+    targets = [_Target(_user_message(text) if is_chat else text,
+                       _params(max_new_tokens=args.max_new_tokens, deterministic=True, logprobs=True, **extra), label)
+               for text, (label, extra) in zip(_DEMO_CHATS if is_chat else _DEMO_STORIES, _DEMO_SAMPLING)]
     name = "embedded stories260K" if args.model is None else str(loader.path)
-    kind = "chat prompts" if is_chat else "story prompts"
-    print(f"llm42 demo: {name} on {args.device}, {kind}; canonical pass R = {args.window} x {args.group} "
-          f"= {args.window * args.group} rows")
-
-    print("\n[1/3] each deterministic request alone (the batch-size-1 reference)")
-    references = []
-    with _progress(args, "alone", args.max_new_tokens * len(targets)) as bar:
-        for prompt, params in targets:
-            references += _run(reference_gen, [prompt], [params], bar)
-    for i, ((text, label, _), ref) in enumerate(zip(requests, references)):
-        print(f"  #{i} [{label}] {text!r} -> {ref.text!r}")
-
-    def report(b: int, batch: _Batch, delta: dict[str, int], problems: list[str]) -> None:
-        verdict = "identical" if not problems else f"{len(problems)} MISMATCH(ES)"
-        print(f"  batch {b + 1}: {len(targets)} deterministic + {batch.num_free} free requests arriving over "
-              f"steps 0-{max(batch.schedule)}: {verdict}; rollbacks={delta['rollbacks']}, "
-              f"recomputed={delta['recomputed_tokens']}")
-        for problem in problems:
-            print(f"    {problem}")
-
-    print(f"\n[2/3] the same requests inside {args.num_batches} random batches (FastPolicy)")
-    batched_gen = loader()
-    fillers = _filler_prompts(random.Random(args.seed), batched_gen, is_chat=is_chat)
-    problems = _batch_runs(args, batched_gen, targets, fillers, references, seed=args.seed,
-                           desc="batches", on_batch=report)
-
-    print(f"\n[3/3] forced divergence: NoisyFastPolicy(scale={args.noise_scale}) perturbs every fast-path logit")
-    noisy_gen = loader(fast_policy=NoisyFastPolicy(scale=args.noise_scale, seed=args.seed))
-    problems += _batch_runs(args, noisy_gen, targets, fillers, references, seed=args.seed + 1,
-                            desc="noisy", on_batch=report)
-
-    print("\nstats")
-    for name, gen in (("alone", reference_gen), ("batched", batched_gen), ("noisy", noisy_gen)):
-        print(f"  {name:8s} {_stat_line(gen.stats)}")
-    if problems:
-        print(f"\nFAIL: {len(problems)} deterministic run(s) differ from the batch-size-1 reference")
-        return EXIT_DIVERGED
-    print(f"\nPASS: {len(targets)} deterministic requests gave bit-identical tokens and log-probs alone and in "
-          f"{2 * args.num_batches} random batches; the noisy fast path's {noisy_gen.stats['rollbacks']} "
-          "rollbacks were all repaired")
-    return EXIT_OK
+    print(f"llm42 demo: {name} on {args.device}, {'chat' if is_chat else 'story'} prompts; canonical pass "
+          f"R = {args.window} x {args.group} = {args.window * args.group} rows")
+    phases = [
+        _Phase("batched", f"the same requests inside {args.num_batches} random batches (FastPolicy)", None, args.seed),
+        _Phase("noisy", f"forced divergence: NoisyFastPolicy(scale={args.noise_scale}) perturbs every fast-path logit",
+               NoisyFastPolicy(scale=args.noise_scale, seed=args.seed), args.seed + 1),
+    ]
+    fillers = filler_prompts(random.Random(args.seed), reference_gen, is_chat=is_chat)
+    return _run_check(args, loader, reference_gen, targets, phases, fillers)
 
 
-# -- check ------------------------------------------------------------------------------------------
 def _cmd_check(args: argparse.Namespace) -> int:
-    _check_sizes(args)
-    if not args.noise_scale > 0:
-        raise CLIError(f"--noise-scale must be > 0, got {args.noise_scale}")
+    _check_noise(args)
     params = _sampling_params(args, deterministic=True, logprobs=True)
     prompts = _read_prompts(args)
     loader = _Loader(args, args.model)
@@ -517,34 +476,20 @@ def _cmd_check(args: argparse.Namespace) -> int:
     rng = random.Random(args.batch_seed)
     if not prompts:
         has_tokenizer = reference_gen.tokenizer is not None
-        prompts = list(_CHECK_PROMPTS) if has_tokenizer else _random_token_prompts(rng, reference_gen, 3)
+        prompts = list(_CHECK_PROMPTS) if has_tokenizer else random_token_prompts(rng, reference_gen, 3)
         if args.chat:
             prompts = [_user_message(p) for p in prompts]
     _check_chat(args, "check", reference_gen, prompts)
-    targets = [(prompt, params) for prompt in prompts]
     noise = f", NoisyFastPolicy(scale={args.noise_scale})" if args.noisy else ""
     print(f"llm42 check: {loader.path} on {args.device}; {len(prompts)} prompt(s), {args.num_batches} random "
           f"batch(es), R = {args.window} x {args.group} rows{noise}")
-    with _progress(args, "reference", params.max_new_tokens * len(prompts)) as bar:
-        references = [_run(reference_gen, [prompt], [params], bar)[0] for prompt in prompts]
-
-    def report(b: int, batch: _Batch, delta: dict[str, int], problems: list[str]) -> None:
-        verdict = "ok" if not problems else f"{len(problems)} divergence(s)"
-        print(f"  batch {b + 1}: {len(batch.prompts)} requests ({batch.num_free} free), {verdict}; "
-              f"rollbacks={delta['rollbacks']}, recomputed={delta['recomputed_tokens']}")
-        for problem in problems:
-            print(f"    {problem}")
-
-    policy = {"fast_policy": NoisyFastPolicy(scale=args.noise_scale, seed=args.batch_seed)} if args.noisy else {}
-    gen = loader(**policy)
-    problems = _batch_runs(args, gen, targets, _filler_prompts(rng, gen), references, seed=args.batch_seed + 1,
-                           desc="batches", on_batch=report)
-    print(f"stats: {_stat_line(gen.stats)}")
-    if problems:
-        print(f"FAIL: {len(problems)} divergence(s) from the batch-size-1 reference")
-        return EXIT_DIVERGED
-    print(f"PASS: {len(prompts)} prompt(s) x {args.num_batches} batch(es) matched the reference bit for bit")
-    return EXIT_OK
+    label = f"temperature {params.temperature}" + (f", seed {params.seed}" if params.seed is not None else "")
+    policy = NoisyFastPolicy(scale=args.noise_scale, seed=args.batch_seed) if args.noisy else None
+    phase = _Phase("noisy" if args.noisy else "batched",
+                   f"inside {args.num_batches} random batches ({'NoisyFastPolicy' if args.noisy else 'FastPolicy'})",
+                   policy, args.batch_seed + 1)
+    targets = [_Target(prompt, params, label) for prompt in prompts]
+    return _run_check(args, loader, reference_gen, targets, [phase], filler_prompts(rng, reference_gen))
 
 
 # -- doctor -----------------------------------------------------------------------------------------
@@ -567,6 +512,33 @@ def _cmd_doctor(args: argparse.Namespace) -> int:
         except OSError as exc:
             raise CLIError(f"cannot write --json file {args.json!r}: {exc.strerror or exc}") from None
     return EXIT_OK if report.is_ok else EXIT_DIVERGED
+
+
+# -- serve ------------------------------------------------------------------------------------------
+def _cmd_serve(args: argparse.Namespace) -> int:
+    try:
+        from llm42 import server
+    except ModuleNotFoundError as exc:
+        raise CLIError(f"llm42 serve needs {exc.name!r}, which is not installed (pip install 'llm42[serve]')") from None
+    if not 0 <= args.port <= 65535:
+        raise CLIError(f"--port must be in [0, 65535], got {args.port}")
+    if not args.shutdown_timeout >= 0:
+        raise CLIError(f"--shutdown-timeout must be >= 0, got {args.shutdown_timeout}")
+    if args.max_pending < 1:
+        raise CLIError(f"--max-pending must be >= 1, got {args.max_pending}")
+    try:
+        limits = server.Limits(max_body_bytes=args.max_body_bytes, max_n=args.max_n, max_tokens=args.max_tokens,
+                               max_prompt_tokens=args.max_prompt_tokens)
+    except ValueError as exc:
+        raise CLIError(str(exc).replace("Limits.", "--").replace("_", "-")) from None
+    loader = _Loader(args, args.model)
+    gen = loader(max_num_seqs=args.max_num_seqs)
+    name = args.served_model_name or (loader.path.stem if loader.path.is_file() else loader.path.name)
+    print(f"llm42 serve: {loader.path} on {args.device} as {name!r}; canonical pass R = {args.window} x "
+          f"{args.group} rows; http://{args.host}:{args.port}/v1", file=sys.stderr)
+    server.serve(gen, host=args.host, port=args.port, model_name=name, api_key=args.api_key, limits=limits,
+                 max_pending=args.max_pending, shutdown_timeout=args.shutdown_timeout, log_level=args.log_level)
+    return EXIT_OK
 
 
 # -- convert ----------------------------------------------------------------------------------------

@@ -18,6 +18,7 @@ still the intended shape (docs/engine.md, "Threads").
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import random
 import threading
@@ -32,18 +33,20 @@ from llm42.cuda_graphs import DecodeGraphs
 from llm42.engine.config import EngineConfig
 from llm42.engine.decode_state import DecodeState
 from llm42.engine.prefill import FastPrefill
-from llm42.engine.requests import Request, RequestPool, seed_to_int64
+from llm42.engine.requests import Request, RequestPool
 from llm42.defaults import default_canonical_size
 from llm42.kv_store import KVStore, KVStoreProtocol
 from llm42.model.config import ModelConfig
-from llm42.model.loader import embedded_model_path, load_checkpoint
-from llm42.model.weights import Weights, random_weights
-from llm42.params import Completion, SamplingParams
+from llm42.model.loader import check_state_dict, embedded_model_path, load_checkpoint, load_state_dict
+from llm42.model.weights import Weights, random_weights, weight_views
+from llm42.params import Completion, SamplingParams, sample_seed
 from llm42.policies import FastPolicy, FixedShapePolicy
 from llm42.policies.base import ReductionPolicy
 from llm42.prompts import Tokenizer, encode_prompt
 from llm42.runner import ModelRunner, Segment
 from llm42.scheduler import DefaultScheduler, Plan, Scheduler, SchedulerState, validate_plan
+from llm42.scoring import ScoreJob, score_jobs
+from llm42.verify.canonical_pass import top_dicts
 from llm42.verify import CanonicalConfig, CanonicalWork, Commit, LaunchedPass, Verifier
 
 
@@ -71,13 +74,24 @@ class _FastRecord:
     host_tokens: torch.Tensor | None = None
     host_logprobs: torch.Tensor | None = None
     event: torch.cuda.Event | None = None
+    tops: list[tuple[int, tuple[torch.Tensor, torch.Tensor] | None]] = field(default_factory=list)
 
-    def add(self, requests: list[Request], tokens: torch.Tensor, logprobs: torch.Tensor) -> None:
+    def add(self, requests: list[Request], tokens: torch.Tensor, logprobs: torch.Tensor,
+            top: tuple[torch.Tensor, torch.Tensor] | None = None) -> None:
+        """``top``: the rows' top-N alternatives (ids, log-probs) [len(requests), N], when computed."""
         for req in requests:
             req.num_pending += 1
         self.requests += requests
         self.device_tokens.append(tokens)
         self.device_logprobs.append(logprobs)
+        self.tops.append((len(requests), top))
+
+    def top_logprobs(self) -> list[dict[int, float] | None]:
+        """Per request row, its top-N alternatives (None where not computed); after ``wait``."""
+        rows: list[dict[int, float] | None] = []
+        for num, top in self.tops:
+            rows += [None] * num if top is None else top_dicts(top[0][:num], top[1][:num])
+        return rows
 
     def copy_out(self, host_tokens: torch.Tensor, host_logprobs: torch.Tensor) -> None:
         """Start the device -> host copy of every sampled row (asynchronous on CUDA)."""
@@ -299,13 +313,29 @@ class DVRGenerator:
     # -- online API -----------------------------------------------------------------------------
     @_serialised
     def submit(self, prompt, params: SamplingParams | None = None) -> int:
-        """Queue one request; returns its id. Bad input raises before anything is queued."""
+        """Queue one request; returns its id. Bad input raises before anything is queued.
+
+        ``params.n > 1`` needs one id per sample: use :meth:`submit_samples`.
+        """
+        params = SamplingParams() if params is None else params
+        if isinstance(params, SamplingParams) and params.n > 1:
+            raise ValueError(f"SamplingParams.n is {params.n}: submit() queues one request; "
+                             "submit_samples() queues the n samples and returns their ids")
+        return self.submit_samples(prompt, params)[0]
+
+    @_serialised
+    def submit_samples(self, prompt, params: SamplingParams | None = None) -> list[int]:
+        """Queue ``params.n`` samples of one prompt; returns their ids, sample 0 first.
+
+        Sample i is seeded with ``llm42.params.sample_seed(seed, i)`` (``seed``: ``params.seed``, else
+        0 for a deterministic request, else a draw from the generator's RNG).
+        """
         params = SamplingParams() if params is None else params
         ids = self._encode(prompt)
         self._check(ids, params)
         return self._enqueue(ids, params)
 
-    def _enqueue(self, ids: list[int], params: SamplingParams) -> int:
+    def _enqueue(self, ids: list[int], params: SamplingParams) -> list[int]:
         if params.seed is not None:
             seed = params.seed
         elif params.deterministic:
@@ -315,14 +345,27 @@ class DVRGenerator:
         stop_ids = set(params.stop_token_ids)
         if not params.ignore_eos:
             stop_ids |= set(self.cfg.eos_token_ids)
-        rid = self._num_ids
-        self._num_ids += 1
-        self._pool.enqueue(Request(rid, ids, params, seed_to_int64(seed), frozenset(stop_ids)))
-        return rid
+        rids = []
+        for index in range(params.n):
+            rid = self._num_ids
+            self._num_ids += 1
+            self._pool.enqueue(Request(rid, ids, params, sample_seed(seed, index), frozenset(stop_ids)))
+            rids.append(rid)
+        return rids
 
     @_serialised
     def has_unfinished(self) -> bool:
         return self._pool.has_unfinished()
+
+    @property
+    def num_running(self) -> int:
+        """Requests admitted (holding K/V and a seat) and not finished."""
+        return len(self._pool.running)
+
+    @property
+    def num_waiting(self) -> int:
+        """Requests queued for admission."""
+        return len(self._pool.waiting)
 
     def _state_of(self, rid: int) -> str:
         """The pool's state, or 'taken' for an id whose Completion was handed over; KeyError if never issued."""
@@ -447,8 +490,10 @@ class DVRGenerator:
 
     def stream(self, prompts: Sequence, params: SamplingParams | Sequence[SamplingParams] | None = None
                ) -> Iterator[tuple[int, list[int]]]:
-        """Submit ``prompts`` and yield (index into prompts, newly committed tokens) as they commit.
+        """Submit ``prompts`` and yield (index, newly committed tokens) as they commit.
 
+        The index is the position in ``generate``'s result list: the prompt's index when every
+        ``n`` is 1; with ``n`` samples, a prompt's samples take consecutive indices.
         Every committed token reaches the stream, also when another caller steps the
         generator. When the consumer stops early (``close()``, ``break``, an exception) the
         stream's unfinished requests are aborted; its Completions are not kept.
@@ -475,6 +520,7 @@ class DVRGenerator:
                  ) -> list[Completion]:
         """Run ``prompts`` to completion; results come back in the order of ``prompts``.
 
+        A prompt whose params have ``n > 1`` gives its n Completions one after another, sample 0 first.
         Interrupted (KeyboardInterrupt, any exception), it aborts its unfinished requests.
         """
         rids = self._submit_owned(prompts, params, _Owner(is_stream=False))
@@ -514,21 +560,117 @@ class DVRGenerator:
     def _submit_all(self, prompts: Sequence, params) -> list[int]:
         if isinstance(prompts, (str, bytes)) or not isinstance(prompts, Sequence):
             raise TypeError("prompts must be a list of prompts (token-id lists or strings)")
-        if params is None:
-            params = SamplingParams()
-        if isinstance(params, SamplingParams):
-            params_list = [params] * len(prompts)
-        elif isinstance(params, Sequence) and not isinstance(params, (str, bytes)):
-            params_list = list(params)
-            if len(params_list) != len(prompts):
-                raise ValueError(f"params has {len(params_list)} entries for {len(prompts)} prompts")
-        else:
-            raise TypeError(f"params must be a SamplingParams or a list of them, got {type(params).__name__}")
+        params_list = self._params_list(params, len(prompts))
         # validate everything before queueing anything
         encoded = [self._encode(p) for p in prompts]
         for ids, p in zip(encoded, params_list):
             self._check(ids, p)
-        return [self._enqueue(ids, p) for ids, p in zip(encoded, params_list)]
+        return [rid for ids, p in zip(encoded, params_list) for rid in self._enqueue(ids, p)]
+
+    def _params_list(self, params, num: int) -> list[SamplingParams]:
+        if params is None:
+            params = SamplingParams()
+        if isinstance(params, SamplingParams):
+            return [params] * num
+        if not isinstance(params, Sequence) or isinstance(params, (str, bytes)):
+            raise TypeError(f"params must be a SamplingParams or a list of them, got {type(params).__name__}")
+        params_list = list(params)
+        if len(params_list) != num:
+            raise ValueError(f"params has {len(params_list)} entries for {num} prompts")
+        for p in params_list:
+            if not isinstance(p, SamplingParams):
+                raise TypeError(f"params must be a SamplingParams, got {type(p).__name__}")
+        return params_list
+
+    # -- RL and evaluation ------------------------------------------------------------------------
+    @_serialised
+    def score(self, prompts: Sequence, completions: Sequence[Sequence[int]],
+              params: SamplingParams | Sequence[SamplingParams] | None = None) -> list[list[float]]:
+        """The canonical log-prob of every completion token given its prompt and the tokens before it.
+
+        Bit-identical to ``Completion.logprobs`` of a ``deterministic=True`` generation that committed
+        that completion (same weights, canonical config and ``logprobs_mode``), whatever else is scored
+        with it and however it is chunked: prompt and completion are prefilled through the canonical
+        pass, batched and chunked into its R rows, with canonical prefixes from the prefix cache.
+        ``params``: one SamplingParams or one per prompt; its ``logprobs_mode`` picks raw or processed
+        log-probs and its temperature / top_k / top_p define the processed distribution (seed,
+        ``n`` and the length fields play no part). Requests may be running meanwhile: their state is
+        untouched. Returns one list of floats per completion (empty for an empty completion).
+        """
+        if isinstance(prompts, (str, bytes)) or not isinstance(prompts, Sequence):
+            raise TypeError("prompts must be a list of prompts (token-id lists or strings)")
+        if isinstance(completions, (str, bytes)) or not isinstance(completions, Sequence):
+            raise TypeError("completions must be a list of token-id lists, one per prompt")
+        if len(completions) != len(prompts):
+            raise ValueError(f"completions has {len(completions)} entries for {len(prompts)} prompts")
+        params_list = self._params_list(params, len(prompts))
+        canonical_pass = getattr(self.verifier, "canonical_pass", None)
+        if canonical_pass is None:
+            raise TypeError(f"score() needs the library Verifier's canonical pass; "
+                            f"verifier {type(self.verifier).__name__} has no canonical_pass")
+        jobs = []
+        for prompt, completion, p in zip(prompts, completions, params_list):
+            ids = self._encode(prompt)
+            tokens = self._check_completion(completion)
+            self._check(ids, dataclasses.replace(p, max_new_tokens=max(1, len(tokens))))
+            jobs.append(ScoreJob(-1, ids + tokens, len(ids), p, 0))
+        if self._canonical_in_flight is not None:  # its static buffers are the ones scoring uses
+            self._finish_canonical(self._events)
+        for job in jobs:
+            job.rid = self._num_ids
+            self._num_ids += 1
+        counts = score_jobs(canonical_pass, self.kv, jobs)
+        for name, value in counts.items():
+            self.stats[name] += value
+        return [job.logprobs for job in jobs]
+
+    def _check_completion(self, completion) -> list[int]:
+        if isinstance(completion, (str, bytes)) or not isinstance(completion, Sequence):
+            raise TypeError(f"a completion must be a list of token ids, got {type(completion).__name__}")
+        tokens = list(completion)
+        for token in tokens:
+            if not isinstance(token, int) or isinstance(token, bool):
+                raise TypeError(f"completion token ids must be ints, got {token!r}")
+            if not 0 <= token < self.cfg.vocab_size:
+                raise ValueError(f"completion token id {token} is outside the vocabulary [0, {self.cfg.vocab_size})")
+        return tokens
+
+    @_serialised
+    def update_weights(self, weights, *, strict: bool = True) -> None:
+        """Copy new weights into this generator's weight tensors, in place (the shapes stay).
+
+        ``weights``: a state dict with Hugging Face names (e.g. a trainer's ``model.state_dict()``),
+        in the generator's dtype (TypeError naming the tensor otherwise), or a checkpoint path as
+        ``from_pretrained`` takes (cast to the generator's dtype). ``strict=False`` lets a state dict
+        name only some tensors. Everything is checked before anything is copied. Drops the prefix
+        cache (its K/V came from the old weights); the CPU canonical pass's weight slices are keyed
+        on the tensors' versions and so recompute; CUDA graphs keep reading the same buffers.
+        Refused while requests are unfinished. Afterwards, deterministic output equals that of a fresh
+        generator built from the new weights.
+        """
+        if self.has_unfinished():
+            raise RuntimeError("update_weights() while requests are unfinished: let them finish first")
+        drop_prefix_cache = getattr(self.kv, "drop_prefix_cache", None)
+        if drop_prefix_cache is None:
+            raise TypeError(f"update_weights() needs a K/V store with drop_prefix_cache(); "
+                            f"{type(self.kv).__name__} has none")
+        if isinstance(weights, (str, Path)):
+            tensors = load_state_dict(weights, self.cfg, dtype=self.weights.dtype, device=self.device)
+        else:
+            tensors = check_state_dict(weights, self.cfg, dtype=self.weights.dtype, strict=strict)
+        self._drain()
+        views = weight_views(self.cfg, self.weights)
+        with torch.inference_mode() if self.weights.embed.is_inference() else torch.no_grad():
+            for name, tensor in tensors.items():
+                views[name].copy_(tensor)
+        drop_prefix_cache()
+
+    def _drain(self) -> None:
+        """Apply the fast step and canonical pass still in flight (no request runs: nothing is committed)."""
+        previous, self._fast_in_flight = self._fast_in_flight, None
+        self._read_fast(previous, self._events)
+        if self._canonical_in_flight is not None:
+            self._finish_canonical(self._events)
 
     # -- life cycle -----------------------------------------------------------------------------
     def close(self) -> None:
@@ -587,13 +729,19 @@ class DVRGenerator:
             state.flush()
             num = len(decode)
             graphs = self.decode_graphs
-            use_graph = graphs is not None and num <= graphs.max_batch_size
+            details = self._fast_details(decode)
+            use_graph = graphs is not None and num <= graphs.max_batch_size and details is None
             variant = state.stage_batch([r.slot for r in decode], graphs.bucket_for(num) if use_graph else num)
+            top = None
             if use_graph:
                 tokens, logprobs = graphs.run(num, variant)
+            elif details is not None:
+                tokens, logprobs, top = state.decode_with_details(
+                    num, variant=variant, max_context_len=max_position + 1, is_processed=details[0],
+                    num_top=details[1])
             else:
                 tokens, logprobs = state.decode(num, variant=variant, max_context_len=max_position + 1)
-            record.add(decode, tokens, logprobs)
+            record.add(decode, tokens, logprobs, top)
         is_prefilled = False
         try:
             if plan.fast_prefill:
@@ -619,13 +767,19 @@ class DVRGenerator:
             state.sync_table(req.slot, req.rid)
             segments.append(seg)
         num_rows = sum(len(s.tokens) for s in segments)
+        details = self._fast_details([running[s.rid] for s in segments])
+        top = None
         # on the CPU the varlen layout below is cheaper (padded SDPA per sequence, not per row)
-        if self.device.type == "cuda" and self.fast_prefill.can_run(num_rows, len(segments)):
+        if self.device.type == "cuda" and self.fast_prefill.can_run(num_rows, len(segments)) and details is None:
             tokens, logprobs = self.fast_prefill.run(segments, self.kv)
         else:
             rows = self.runner.sampling_rows([(s.params, s.seed, s.end) for s in segments], len(segments))
-            tokens, logprobs = self.runner.forward_sample(self.runner.fast_inputs(segments, self.kv), self.kv,
-                                                          self.fast_policy, rows)
+            inputs = self.runner.fast_inputs(segments, self.kv)
+            if details is None:
+                tokens, logprobs = self.runner.forward_sample(inputs, self.kv, self.fast_policy, rows)
+            else:
+                tokens, logprobs, top = self.runner.forward_sample_details(inputs, self.kv, self.fast_policy, rows,
+                                                                           *details)
         for i, seg in enumerate(segments):
             req = running[seg.rid]
             req.num_prefilled = seg.end
@@ -637,19 +791,33 @@ class DVRGenerator:
             state.set_first_tokens(torch.tensor([r.slot for r in reqs], device=self.device), tokens[index])
             for req in reqs:
                 state.set_next(req.slot, None, len(req.prompt))
-            record.add(reqs, tokens[index], logprobs[index])
+            record.add(reqs, tokens[index], logprobs[index], None if top is None else (top[0][index], top[1][index]))
+
+    def _fast_details(self, reqs: list[Request]) -> tuple[torch.Tensor, int] | None:
+        """(is_processed [rows], N) when a free request among ``reqs`` wants processed or top-N log-probs.
+
+        Deterministic requests' fast-path log-probs are never committed, so they never ask.
+        """
+        wanted = [not r.is_deterministic and (r.params.is_processed_logprobs or r.params.num_top_logprobs > 0)
+                  for r in reqs]
+        if not any(wanted):
+            return None
+        is_processed = [not r.is_deterministic and r.params.is_processed_logprobs for r in reqs]
+        num_top = max(r.params.num_top_logprobs for r, w in zip(reqs, wanted) if w)
+        return torch.tensor(is_processed, device=self.device), num_top
 
     def _read_fast(self, record: _FastRecord | None, events: dict[int, list[int]]) -> None:
         """Read a fast step's tokens back: candidates of deterministic requests, commits of the others."""
         if record is None:
             return
         tokens, logprobs = record.wait()
+        tops = record.top_logprobs()
         running = self._pool.running
-        for req, token, logprob in zip(record.requests, tokens, logprobs):
+        for req, token, logprob, top in zip(record.requests, tokens, logprobs, tops):
             req.num_pending -= 1
             if running.get(req.rid) is not req:
                 continue  # finished while this token was in flight: it is past the request's end
-            if self._pool.apply_fast(req, token, logprob, events):
+            if self._pool.apply_fast(req, token, logprob, events, top):
                 self._finish(req)
 
     def _launch_canonical(self, plan: Plan) -> None:
@@ -715,6 +883,32 @@ class DVRGenerator:
             return list(pool.finished[rid].token_ids)
         if state == "running":
             return list(pool.running[rid].token_ids)
+        if state == "waiting":
+            return []
+        raise KeyError(f"the Completion of request {rid} was already taken")
+
+    def committed_logprobs(self, rid: int) -> list[float]:
+        """Log-probs of the tokens committed so far (as ``committed_tokens``; also without ``logprobs=True``)."""
+        pool = self._pool
+        state = self._state_of(rid)
+        if state == "finished":
+            return list(pool.finished[rid].logprobs or ())
+        if state == "running":
+            return list(pool.running[rid].logprobs)
+        if state == "waiting":
+            return []
+        raise KeyError(f"the Completion of request {rid} was already taken")
+
+    def committed_top_logprobs(self, rid: int) -> list[dict[int, float]]:
+        """With ``logprobs=N``: the top-N alternatives of each token committed so far (else [])."""
+        pool = self._pool
+        state = self._state_of(rid)
+        if state == "finished":
+            return list(pool.finished[rid].top_logprobs or ())
+        if state == "running":
+            req = pool.running[rid]
+            num_top = req.params.num_top_logprobs
+            return [dict(list(top.items())[:num_top]) for top in req.top_logprobs] if num_top else []
         if state == "waiting":
             return []
         raise KeyError(f"the Completion of request {rid} was already taken")

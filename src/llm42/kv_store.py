@@ -232,6 +232,18 @@ class KVStore:
                 self._children.setdefault(parent, set()).add(block)
             self._published[rid] = i + 1
 
+    def drop_prefix_cache(self) -> None:
+        """Forget every indexed prefix (after a weight update its K/V is stale): cached blocks become free.
+
+        Blocks held by requests stay theirs; they are no longer offered to newcomers, and ``publish``
+        stops a request's chain at its first block whose parent is no longer indexed.
+        """
+        self._free.extend(self._cached)
+        self._cached.clear()
+        self._index.clear()
+        self._key_of.clear()
+        self._children.clear()
+
     def _unindex(self, block: int) -> None:
         # a block leaving the index takes its descendants with it: their keys name it as parent
         key = self._key_of.pop(block)

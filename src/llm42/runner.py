@@ -13,7 +13,7 @@ from llm42.model.forward import forward
 from llm42.model.weights import Weights
 from llm42.params import SamplingParams
 from llm42.policies.base import ReductionPolicy
-from llm42.sampler import SamplingRows, sample, sampling_variant
+from llm42.sampler import SamplingRows, logprob_details, sample, sampling_variant
 
 
 @dataclass(frozen=True)
@@ -106,3 +106,12 @@ class ModelRunner:
                        rows: SamplingRows) -> tuple[torch.Tensor, torch.Tensor]:
         """Forward + sampler, results left on the device: (tokens [L], log-probs [L])."""
         return sample(forward(self.weights, self.cfg, inputs, kv.layers(), policy), rows)
+
+    def forward_sample_details(self, inputs: StepInputs, kv: KVStoreProtocol, policy: ReductionPolicy,
+                               rows: SamplingRows, is_processed: torch.Tensor, num_top: int
+                               ) -> tuple[torch.Tensor, torch.Tensor, tuple[torch.Tensor, torch.Tensor] | None]:
+        """``forward_sample`` with log-probs in each row's mode and top-N alternatives (``logprob_details``)."""
+        logits = forward(self.weights, self.cfg, inputs, kv.layers(), policy)
+        tokens, _ = sample(logits, rows)
+        logprobs, top_ids, top_logprobs = logprob_details(logits, tokens, rows, is_processed, num_top)
+        return tokens, logprobs, (top_ids, top_logprobs) if num_top else None

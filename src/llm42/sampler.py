@@ -140,6 +140,31 @@ def _draw(scaled: torch.Tensor, threshold: torch.Tensor | None, rows: SamplingRo
     return torch.argmax(scaled + gumbel_noise(rows.seeds, rows.positions, scaled.shape[-1]), dim=-1)
 
 
+def _scaled(logits: torch.Tensor, rows: SamplingRows, row_max: torch.Tensor) -> torch.Tensor:
+    """``logits / temperature`` [N, V] float32 (greedy rows scaled by 1).
+
+    A tiny temperature (1e-40) overflows logits / T to inf: such a row takes
+    (logits - max) / T, the same draw kept finite; every other row keeps its
+    bits. Division is monotone, so a row overflows exactly when its largest
+    |logit| does: decided from [N] values, with no [N, V] test.
+    """
+    temperature = torch.where(rows.temperature > 0, rows.temperature, 1.0)[:, None]
+    scaled = logits / temperature
+    max32 = row_max.float()[:, None]  # a float32 logit (held in float64 on the CPU), exactly
+    abs_max = torch.maximum(max32, -logits.amin(-1, keepdim=True))
+    is_overflow = torch.isinf(abs_max / temperature) & torch.isfinite(abs_max)
+    return torch.where(is_overflow, (logits - max32) / temperature, scaled)
+
+
+def _processed_scores(logits: torch.Tensor, rows: SamplingRows) -> torch.Tensor:
+    """``logits / temperature`` restricted to the top-k / top-p support ([N, V] float32, -inf outside it).
+
+    Greedy rows are scaled by 1; the sampler never reads them from here.
+    """
+    scaled = _scaled(logits, rows, logits.amax(-1))
+    return torch.where(scaled >= _filter_threshold(scaled, rows.top_k, rows.top_p), scaled, float("-inf"))
+
+
 def sample(logits: torch.Tensor, rows: SamplingRows) -> tuple[torch.Tensor, torch.Tensor]:
     """Pick one token per row; returns (tokens [N] int64, log-probs [N] float32 of the raw distribution).
 
@@ -152,15 +177,7 @@ def sample(logits: torch.Tensor, rows: SamplingRows) -> tuple[torch.Tensor, torc
     is_sampled = rows.temperature > 0
     is_any_sampled = rows.is_any_sampled if rows.is_any_sampled is not None else bool(is_sampled.any())
     if is_any_sampled:
-        temperature = torch.where(is_sampled, rows.temperature, 1.0)[:, None]
-        scaled = logits / temperature
-        # a tiny temperature (1e-40) overflows logits / T to inf: such a row takes (logits - max) / T,
-        # the same draw kept finite; every other row keeps its bits. Division is monotone, so a row
-        # overflows exactly when its largest |logit| does: decided from [N] values, no [N, V] test.
-        max32 = row_max.float()[:, None]  # a float32 logit (float64 on the CPU), exactly
-        abs_max = torch.maximum(max32, -logits.amin(-1, keepdim=True))
-        is_overflow = torch.isinf(abs_max / temperature) & torch.isfinite(abs_max)
-        scaled = torch.where(is_overflow, (logits - max32) / temperature, scaled)
+        scaled = _scaled(logits, rows, row_max)
         is_any_filtered = rows.is_any_filtered
         if is_any_filtered is None:
             is_any_filtered = bool(((rows.top_k > 0) | (rows.top_p < 1.0)).any())
@@ -172,3 +189,34 @@ def sample(logits: torch.Tensor, rows: SamplingRows) -> tuple[torch.Tensor, torc
     if logits.is_cuda:
         return tokens, (chosen - row_max) - log_sum
     return tokens, ((chosen.double() - row_max) - log_sum).float()
+
+
+def logprob_details(logits: torch.Tensor, tokens: torch.Tensor, rows: SamplingRows, is_processed: torch.Tensor,
+                    num_top: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Log-probs of ``tokens`` and each row's ``num_top`` most likely tokens, raw or processed per row.
+
+    logits: [N, V]; tokens: [N] int64 (sampled, or given when scoring); is_processed: [N] bool.
+    A raw row's distribution is ``log_softmax(logits)`` (the bits ``sample`` returns); a processed
+    row's is the one ``sample`` draws from: ``log_softmax`` over the top-k / top-p support of
+    ``logits / temperature``, or for a greedy row probability 1 on ``tokens`` (log-prob 0) and 0
+    elsewhere. Returns (log-probs [N] float32, top ids [N, num_top] int64, top log-probs
+    [N, num_top] float32), the top ones ordered by log-prob, then by token id (a stable sort, so the
+    order is a function of the row alone); entries of probability 0 hold -inf.
+    """
+    logits = logits.float()
+    _, row_max, log_sum = _greedy_and_logprob_parts(logits)
+    if logits.is_cuda:  # the raw log-probs, elementwise as ``sample`` computes the chosen one
+        logprobs_all = (logits - row_max[:, None]) - log_sum[:, None]
+    else:
+        logprobs_all = ((logits.double() - row_max[:, None]) - log_sum[:, None]).float()
+    if bool(is_processed.any()):
+        processed = exact.log_softmax(_processed_scores(logits, rows))
+        vocab = torch.arange(logits.shape[-1], device=logits.device)
+        point_mass = torch.where(vocab[None, :] == tokens[:, None], 0.0, float("-inf"))
+        processed = torch.where((rows.temperature > 0)[:, None], processed, point_mass)
+        logprobs_all = torch.where(is_processed[:, None], processed, logprobs_all)
+    chosen = logprobs_all.gather(1, tokens[:, None]).squeeze(1)
+    if num_top == 0:
+        return chosen, tokens.new_zeros((len(tokens), 0)), chosen.new_zeros((len(tokens), 0))
+    top_logprobs, top_ids = torch.sort(logprobs_all, dim=-1, descending=True, stable=True)
+    return chosen, top_ids[:, :num_top], top_logprobs[:, :num_top]

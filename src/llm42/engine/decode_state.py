@@ -21,7 +21,7 @@ from llm42.model.config import ModelConfig
 from llm42.model.forward import forward
 from llm42.model.weights import Weights
 from llm42.policies.base import ReductionPolicy
-from llm42.sampler import SamplingRows, sample, sampling_variant
+from llm42.sampler import SamplingRows, logprob_details, sample, sampling_variant
 
 
 class DecodeState:
@@ -134,6 +134,23 @@ class DecodeState:
     def decode(self, num_rows: int, *, variant: tuple[bool, bool], max_context_len: int | None
                ) -> tuple[torch.Tensor, torch.Tensor]:
         """One decode row per staged slot; returns (tokens [num_rows], log-probs [num_rows])."""
+        idx, positions, logits, rows = self._forward(num_rows, variant, max_context_len)
+        new_tokens, logprobs = sample(logits, rows)
+        self._advance(idx, positions, new_tokens)
+        return new_tokens, logprobs
+
+    def decode_with_details(self, num_rows: int, *, variant: tuple[bool, bool], max_context_len: int | None,
+                            is_processed: torch.Tensor, num_top: int
+                            ) -> tuple[torch.Tensor, torch.Tensor, tuple[torch.Tensor, torch.Tensor] | None]:
+        """``decode`` with log-probs in each row's mode (``is_processed`` [num_rows] bool) and the top
+        ``num_top`` alternatives ((ids, log-probs) [num_rows, num_top], None for 0); eager only."""
+        idx, positions, logits, rows = self._forward(num_rows, variant, max_context_len)
+        new_tokens, _ = sample(logits, rows)
+        logprobs, top_ids, top_logprobs = logprob_details(logits, new_tokens, rows, is_processed, num_top)
+        self._advance(idx, positions, new_tokens)
+        return new_tokens, logprobs, (top_ids, top_logprobs) if num_top else None
+
+    def _forward(self, num_rows: int, variant: tuple[bool, bool], max_context_len: int | None):
         idx = self.batch[:num_rows]
         tokens = self.tokens[idx]
         positions = self.positions[idx]
@@ -156,12 +173,13 @@ class DecodeState:
         rows = SamplingRows(temperature=self.temperature[idx], top_k=self.top_k[idx], top_p=self.top_p[idx],
                             seeds=self.seeds[idx], positions=positions + 1,
                             is_any_sampled=variant[0], is_any_filtered=variant[1])
-        new_tokens, logprobs = sample(logits, rows)
+        return idx, positions, logits, rows
+
+    def _advance(self, idx: torch.Tensor, positions: torch.Tensor, new_tokens: torch.Tensor) -> None:
         self.tokens.index_copy_(0, idx, new_tokens)
         self.positions.index_copy_(0, idx, positions + 1)
         self.tokens[self.pad_slot:].zero_()  # padding rows always read token 0 at position 0
         self.positions[self.pad_slot:].zero_()
-        return new_tokens, logprobs
 
     def set_first_tokens(self, slots: torch.Tensor, tokens: torch.Tensor) -> None:
         """Feed tokens sampled on the device (a finished prompt's first output) into the next decode step."""

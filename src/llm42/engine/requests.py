@@ -13,22 +13,15 @@ import warnings
 from collections import deque
 from dataclasses import dataclass, field
 
-from llm42.params import Completion, SamplingParams
+from llm42.params import Completion, SamplingParams, seed_to_int64
 from llm42.scheduler import RequestView
 from llm42.verify.windows import Commit
-
-_INT64_SPAN = 1 << 64
 
 STAT_NAMES = (
     "steps", "fast_steps", "fast_tokens", "canonical_passes", "canonical_rows", "canonical_rows_used",
     "committed_tokens", "accepted_tokens", "rollbacks", "recomputed_tokens", "prefix_cached_tokens",
+    "score_passes", "scored_tokens",
 )
-
-
-def seed_to_int64(seed: int) -> int:
-    """Any Python int as the int64 the sampler hashes (two's complement wrap)."""
-    value = seed % _INT64_SPAN
-    return value - _INT64_SPAN if value >= 1 << 63 else value
 
 
 @dataclass
@@ -42,6 +35,7 @@ class Request:
     slot: int | None = None  # row of the device-resident decode state; None while waiting
     token_ids: list[int] = field(default_factory=list)
     logprobs: list[float] = field(default_factory=list)
+    top_logprobs: list[dict[int, float]] = field(default_factory=list)  # with logprobs=N only
     candidates: list[int] = field(default_factory=list)
     num_pending: int = 0  # fast-path tokens launched but not yet read back
     is_verifying: bool = False  # in a canonical pass that has not been applied yet
@@ -125,10 +119,12 @@ class Request:
             self.draft_limit = min(window - 1, max(1, limit) * 2)
 
     def completion(self, text: str | None) -> Completion:
+        num_top = self.params.num_top_logprobs
         return Completion(
             request_id=self.rid, prompt_token_ids=list(self.prompt), token_ids=list(self.token_ids), text=text,
-            finish_reason=self.finish_reason, logprobs=list(self.logprobs) if self.params.logprobs else None,
+            finish_reason=self.finish_reason, logprobs=list(self.logprobs) if self.params.wants_logprobs else None,
             num_rollbacks=self.num_rollbacks, num_recomputed=self.num_recomputed,
+            top_logprobs=[dict(list(top.items())[:num_top]) for top in self.top_logprobs] if num_top else None,
         )
 
 
@@ -195,7 +191,8 @@ class RequestPool:
         return tuple(r.view(window) for r in self.running.values()
                      if not r.is_verifying and r.num_generated < r.max_new_tokens)
 
-    def apply_fast(self, req: Request, token: int, logprob: float, events: dict[int, list[int]]) -> bool:
+    def apply_fast(self, req: Request, token: int, logprob: float, events: dict[int, list[int]],
+                   top_logprobs: dict[int, float] | None = None) -> bool:
         """One fast-path token read back: a candidate (deterministic) or committed (free). True if it finished."""
         stats = self.stats
         stats["fast_tokens"] += 1
@@ -204,6 +201,8 @@ class RequestPool:
             return False
         req.token_ids.append(token)
         req.logprobs.append(logprob)
+        if top_logprobs is not None:
+            req.top_logprobs.append(top_logprobs)
         stats["committed_tokens"] += 1
         if req.rid in events:
             events[req.rid].append(token)
@@ -232,16 +231,19 @@ class RequestPool:
         # index the now-canonical full blocks before the request may finish and release them
         kv.publish(req.rid, req.prompt + req.token_ids + list(commit.token_ids))
         if commit.token_ids:
-            return self.commit_tokens(req, list(commit.token_ids), list(commit.logprobs), events)
+            return self.commit_tokens(req, list(commit.token_ids), list(commit.logprobs), events,
+                                      list(commit.top_logprobs))
         return False
 
     def commit_tokens(self, req: Request, tokens: list[int], logprobs: list[float],
-                      events: dict[int, list[int]]) -> bool:
+                      events: dict[int, list[int]], top_logprobs: list[dict[int, float]] | None = None) -> bool:
         """Append committed tokens, deciding stops on committed tokens only. True if the request finished."""
         accepted: list[int] = []
-        for token, logprob in zip(tokens, logprobs):
+        for i, (token, logprob) in enumerate(zip(tokens, logprobs)):
             req.token_ids.append(token)
             req.logprobs.append(logprob)
+            if top_logprobs:
+                req.top_logprobs.append(top_logprobs[i])
             accepted.append(token)
             if token in req.stop_ids:
                 req.finish_reason = "stop"

@@ -20,7 +20,7 @@ from safetensors import SafetensorError, safe_open
 
 from llm42.model.config import CheckpointError, ModelConfig
 from llm42.model.gguf import find_gguf_file, read_gguf
-from llm42.model.weights import Weights, assemble, meta_tensors
+from llm42.model.weights import Weights, assemble, hf_tensor_shapes, meta_tensors
 
 
 @dataclass(frozen=True)
@@ -149,11 +149,71 @@ def _safetensors_entries(directory: Path) -> Iterator[tuple[str, str, torch.Tens
                 yield file.name, name, tensor
 
 
+def load_state_dict(path: str | Path, cfg: ModelConfig, *, dtype: torch.dtype,
+                    device: torch.device | str) -> dict[str, torch.Tensor]:
+    """A checkpoint's tensors by Hugging Face name, checked against ``cfg`` and cast to ``dtype``.
+
+    ``path`` as for ``load_checkpoint``; the checkpoint's own config must describe the same
+    model (``update_weights`` uses this to load new weights for a running generator).
+    """
+    path = Path(path)
+    gguf_file = find_gguf_file(path)
+    if gguf_file is not None:
+        model = read_gguf(gguf_file, with_tokenizer=False)
+        entries = ((gguf_file.name, name, tensor) for name, tensor in model.state_dict.items())
+        return _checked_tensors(entries, cfg, dtype=dtype, device=device, source=gguf_file,
+                                implied_by="the generator's model")
+    load_config(path)  # a readable config.json, or a clear error
+    return _checked_tensors(_safetensors_entries(path), cfg, dtype=dtype, device=device, source=path,
+                            implied_by="the generator's model")
+
+
+def check_state_dict(state_dict, cfg: ModelConfig, *, dtype: torch.dtype, strict: bool = True
+                     ) -> dict[str, torch.Tensor]:
+    """A user's state dict (Hugging Face names) checked against ``cfg``: names, shapes, dtype ``dtype``.
+
+    Raises TypeError for a value that is not a tensor or has another dtype, ValueError for an unknown
+    name, a wrong shape or (``strict``) a missing tensor; each error names the tensor.
+    """
+    if not hasattr(state_dict, "items"):
+        raise TypeError(f"update_weights takes a state dict or a checkpoint path, got {type(state_dict).__name__}")
+    shapes = hf_tensor_shapes(cfg)
+    tensors: dict[str, torch.Tensor] = {}
+    for name, tensor in state_dict.items():
+        if name not in shapes:
+            if _is_ignorable(name, cfg):
+                continue
+            raise ValueError(f"state dict tensor {name!r} is not a tensor of this model")
+        if not isinstance(tensor, torch.Tensor):
+            raise TypeError(f"state dict entry {name!r} is a {type(tensor).__name__}, not a tensor")
+        if tuple(tensor.shape) != shapes[name]:
+            raise ValueError(f"state dict tensor {name!r} has shape {tuple(tensor.shape)}, the model's is "
+                             f"{shapes[name]}")
+        if tensor.dtype != dtype:
+            raise TypeError(f"state dict tensor {name!r} has dtype {tensor.dtype}, the model's weights are {dtype} "
+                            "(cast it first: update_weights copies bits, it does not convert)")
+        tensors[name] = tensor
+    missing = [name for name in shapes if name not in tensors]
+    if strict and missing:
+        shown = ", ".join(repr(m) for m in missing[:5])
+        more = f" (and {len(missing) - 5} more)" if len(missing) > 5 else ""
+        raise ValueError(f"state dict lacks tensor(s) {shown}{more} (pass strict=False to update only some)")
+    return tensors
+
+
 def _checked_weights(
     entries: Iterable[tuple[str, str, torch.Tensor]], cfg: ModelConfig, *, dtype: torch.dtype,
     device: torch.device | str, source: Path, implied_by: str,
 ) -> Weights:
     """Weights from (file name, tensor name, tensor) entries, each checked against the config's skeleton."""
+    return assemble(cfg, _checked_tensors(entries, cfg, dtype=dtype, device=device, source=source,
+                                          implied_by=implied_by))
+
+
+def _checked_tensors(
+    entries: Iterable[tuple[str, str, torch.Tensor]], cfg: ModelConfig, *, dtype: torch.dtype,
+    device: torch.device | str, source: Path, implied_by: str,
+) -> dict[str, torch.Tensor]:
     skeleton = meta_tensors(cfg, dtype)
     tensors: dict[str, torch.Tensor] = {}
     for where, name, tensor in entries:
@@ -182,7 +242,7 @@ def _checked_weights(
         shown = ", ".join(repr(m) for m in missing[:5])
         more = f" (and {len(missing) - 5} more)" if len(missing) > 5 else ""
         raise CheckpointError(f"checkpoint {str(source)!r} lacks tensor(s) {shown}{more}")
-    return assemble(cfg, tensors)
+    return tensors
 
 
 # the class names transformers writes for a plain tokenizer.json (v4, v5)

@@ -138,6 +138,40 @@ def assemble(cfg: ModelConfig, tensors: dict[str, torch.Tensor]) -> Weights:
     )
 
 
+def weight_views(cfg: ModelConfig, weights: Weights) -> dict[str, torch.Tensor]:
+    """Each Hugging Face tensor name -> the view of ``weights`` holding it (the inverse of ``assemble``).
+
+    Fused projections give row slices ([q; k; v], [gate; up]); writing into a view writes the
+    weights themselves (``update_weights``).
+    """
+    views = {"model.embed_tokens.weight": weights.embed, "model.norm.weight": weights.norm}
+    if not cfg.tie_word_embeddings:
+        views["lm_head.weight"] = weights.lm_head
+
+    def split(names: list[str], weight: torch.Tensor, bias: torch.Tensor | None, sizes: list[int]) -> None:
+        begin = 0
+        for name, size in zip(names, sizes):
+            views[name + ".weight"] = weight[begin: begin + size]
+            if bias is not None:
+                views[name + ".bias"] = bias[begin: begin + size]
+            begin += size
+
+    q, kv, i, h = cfg.q_size, cfg.kv_size, cfg.intermediate_size, cfg.hidden_size
+    for n, lw in enumerate(weights.layers):
+        p = f"model.layers.{n}."
+        attn = p + "self_attn."
+        views[p + "input_layernorm.weight"] = lw.input_norm
+        views[p + "post_attention_layernorm.weight"] = lw.post_norm
+        split([attn + f"{x}_proj" for x in "qkv"], lw.qkv, lw.qkv_bias, [q, kv, kv])
+        split([attn + "o_proj"], lw.o_proj, lw.o_proj_bias, [h])
+        if lw.q_norm is not None:
+            views[attn + "q_norm.weight"] = lw.q_norm
+            views[attn + "k_norm.weight"] = lw.k_norm
+        split([p + "mlp.gate_proj", p + "mlp.up_proj"], lw.gate_up, lw.gate_up_bias, [i, i])
+        split([p + "mlp.down_proj"], lw.down, lw.down_bias, [h])
+    return views
+
+
 def random_weights(
     cfg: ModelConfig,
     *,

@@ -7,6 +7,9 @@
 - :mod:`llm42.testing.assertions` (``assert_matches_reference``,
   ``check_against_reference``, ``run_schedule``, ``first_divergence``) needs
   llm42 only.
+- :mod:`llm42.testing.harness` (``run_random_batches``, ``random_batch``,
+  ``filler_prompts``, ...): the random-batch harness ``llm42 check`` and
+  ``llm42 demo`` run; llm42 only.
 
 The strategies load on first use, so importing this package (or its pytest
 plugin) works without hypothesis installed.

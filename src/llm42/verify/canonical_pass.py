@@ -10,7 +10,10 @@ tensor's shape is a function of R and the model only (invariant 2).
 ``launch`` queues a staged pass (on the caller's stream, or with ``use_stream=True`` on its
 own stream after the work already queued, so it sees every K/V write before it), copies the
 sampled tokens and log-probs to pinned host memory and records an event; the caller applies
-the result when ``is_ready``.
+the result when ``is_ready``. Where a row asks for processed log-probs or top-N alternatives,
+or the caller gives the tokens to score (``targets``), ``llm42.sampler.logprob_details`` runs
+on the pass's R logits rows after the sampler (eagerly, also on CUDA: its ops give a row the
+same bits at any shape).
 """
 
 from __future__ import annotations
@@ -25,16 +28,21 @@ from llm42.model.config import ModelConfig
 from llm42.model.forward import forward
 from llm42.model.weights import Weights
 from llm42.policies.base import ReductionPolicy
-from llm42.sampler import SamplingRows, sample, sampling_variant
+from llm42.sampler import SamplingRows, logprob_details, sample, sampling_variant
 
 
 class PassResult:
-    """Tokens and log-probs of one launched pass, readable once its event has completed."""
+    """Tokens and log-probs of one launched pass, readable once its event has completed.
 
-    def __init__(self, tokens: torch.Tensor, logprobs: torch.Tensor, event: torch.cuda.Event | None):
+    ``top`` (device tensors, ids [R, K] and log-probs [R, K]) when the pass computed top-N alternatives.
+    """
+
+    def __init__(self, tokens: torch.Tensor, logprobs: torch.Tensor, event: torch.cuda.Event | None,
+                 top: tuple[torch.Tensor, torch.Tensor] | None = None):
         self._tokens = tokens
         self._logprobs = logprobs
         self._event = event
+        self._top = top
 
     def is_ready(self) -> bool:
         return self._event is None or self._event.query()
@@ -43,6 +51,18 @@ class PassResult:
         if self._event is not None:
             self._event.synchronize()
         return self._tokens.tolist(), self._logprobs.tolist()
+
+    def top_logprobs(self) -> list[dict[int, float]] | None:
+        """Per row, its most likely tokens (id -> log-prob, most likely first, probability-0 entries left out)."""
+        if self._top is None:
+            return None
+        return top_dicts(*self._top)
+
+
+def top_dicts(ids: torch.Tensor, logprobs: torch.Tensor) -> list[dict[int, float]]:
+    """ids, logprobs: [N, K] -> per row {id: log-prob} in rank order, without -inf entries."""
+    return [{i: lp for i, lp in zip(row_ids, row_lps) if lp != float("-inf")}
+            for row_ids, row_lps in zip(ids.tolist(), logprobs.tolist())]
 
 
 class CanonicalPass:
@@ -144,35 +164,62 @@ class CanonicalPass:
 
     def run(self, inputs: StepInputs) -> tuple[torch.Tensor, torch.Tensor]:
         """Forward + sampler on the staged pass; returns (tokens [R], log-probs [R])."""
+        tokens, logprobs, _ = self._run(inputs)
+        return tokens, logprobs
+
+    def _run(self, inputs: StepInputs) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(tokens [R], log-probs [R], logits [R, V]); on CUDA the logits are the graph's static output."""
         if self.is_graphed:
             self._forward_graph.replay()
-            graph, outputs = self._sampler()
+            graph, (tokens, logprobs) = self._sampler()
             graph.replay()
-            return outputs
+            return tokens, logprobs, self._logits
         logits = forward(self.weights, self.cfg, inputs, self._kv.layers(), self.policy)
-        return sample(logits, self._sampling_rows())
+        tokens, logprobs = sample(logits, self._sampling_rows())
+        return tokens, logprobs, logits
 
-    def launch(self, segments, kv, per_row) -> PassResult:
-        """Stage and run one pass, on its own stream on CUDA; the result is read with ``PassResult.wait``."""
+    def _run_with_details(self, inputs: StepInputs, per_row, targets: list[int] | None
+                          ) -> tuple[torch.Tensor, torch.Tensor, tuple[torch.Tensor, torch.Tensor] | None]:
+        """Run the pass; log-probs in each row's mode, of ``targets`` (first rows) where given, and top-N."""
+        tokens, logprobs, logits = self._run(inputs)
+        params = [p for p, _, _ in per_row]
+        num_top = max((p.num_top_logprobs for p in params), default=0)
+        is_any_processed = any(p.is_processed_logprobs for p in params)
+        if targets is None and num_top == 0 and not is_any_processed:
+            return tokens, logprobs, None
+        pad = self.num_rows - len(params)
+        is_processed = torch.tensor([p.is_processed_logprobs for p in params] + [False] * pad, device=self.device)
+        scored = tokens
+        if targets is not None:
+            scored = tokens.clone()
+            scored[: len(targets)] = torch.tensor(targets, dtype=torch.int64, device=self.device)
+        chosen, top_ids, top_logprobs = logprob_details(logits, scored, self._sampling_rows(), is_processed, num_top)
+        return tokens, chosen, (top_ids, top_logprobs) if num_top else None
+
+    def launch(self, segments, kv, per_row, *, targets: list[int] | None = None) -> PassResult:
+        """Stage and run one pass, on its own stream on CUDA; the result is read with ``PassResult.wait``.
+
+        ``targets``: tokens to take the log-probs of, one per leading real row, instead of the sampled ones.
+        """
         if self._pending is not None and not self._pending.is_ready():
             self._pending.wait()  # the static buffers are still in use by the previous pass
         if self._stream is None:
-            tokens, logprobs = self.run(self.stage(segments, kv, per_row))
+            tokens, logprobs, top = self._run_with_details(self.stage(segments, kv, per_row), per_row, targets)
             if tokens.is_cuda:
                 self._host_tokens.copy_(tokens, non_blocking=True)
                 self._host_logprobs.copy_(logprobs, non_blocking=True)
                 event = torch.cuda.Event()
                 event.record()
-                self._pending = PassResult(self._host_tokens, self._host_logprobs, event)
+                self._pending = PassResult(self._host_tokens, self._host_logprobs, event, top)
             else:
-                self._pending = PassResult(tokens, logprobs, None)
+                self._pending = PassResult(tokens, logprobs, None, top)
             return self._pending
         self._stream.wait_stream(torch.cuda.current_stream(self.device))
         with torch.cuda.stream(self._stream):
-            tokens, logprobs = self.run(self.stage(segments, kv, per_row))
+            tokens, logprobs, top = self._run_with_details(self.stage(segments, kv, per_row), per_row, targets)
             self._host_tokens.copy_(tokens, non_blocking=True)
             self._host_logprobs.copy_(logprobs, non_blocking=True)
             event = torch.cuda.Event()
             event.record()
-        self._pending = PassResult(self._host_tokens, self._host_logprobs, event)
+        self._pending = PassResult(self._host_tokens, self._host_logprobs, event, top)
         return self._pending

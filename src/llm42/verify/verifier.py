@@ -70,18 +70,21 @@ class Verifier:
 
     def finish(self, launched: LaunchedPass, kv) -> list[Commit]:
         tokens, logprobs = launched.result.wait()
+        tops = launched.result.top_logprobs()
         commits = []
         row = 0
         for w in launched.work:
             seg = w.segment
             sampled = tokens[row: row + len(seg.tokens)]
             lps = logprobs[row: row + len(seg.tokens)]
+            top = None if tops is None else tops[row: row + len(seg.tokens)]
             row += len(seg.tokens)
             if w.is_prefill:
                 last = (sampled[-1],) if w.is_last_chunk else ()
-                commit = Commit(seg.rid, last, tuple(lps[-1:]) if last else (), 0, 0, seg.end, True)
+                commit = Commit(seg.rid, last, tuple(lps[-1:]) if last else (), 0, 0, seg.end, True,
+                                tuple(top[-1:]) if last and top is not None else ())
             else:
-                commit = commit_window(seg, sampled, lps)
+                commit = commit_window(seg, sampled, lps, top)
             kv.truncate(seg.rid, commit.num_kv_valid)
             kv.mark_canonical(seg.rid, commit.num_kv_valid)
             commits.append(commit)

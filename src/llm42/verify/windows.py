@@ -37,7 +37,9 @@ class Commit:
 
     ``token_ids`` are final (before stop handling): the accepted candidates
     followed by the first canonical token after them. ``num_kv_valid`` is the
-    number of leading positions whose K/V is now canonical.
+    number of leading positions whose K/V is now canonical. ``logprobs`` are in
+    the request's ``logprobs_mode``; ``top_logprobs`` (one dict per committed token)
+    only when the pass computed top-N alternatives.
     """
 
     rid: int
@@ -47,9 +49,11 @@ class Commit:
     num_rejected: int
     num_kv_valid: int
     is_prefill: bool
+    top_logprobs: tuple[dict[int, float], ...] = ()
 
 
-def commit_window(segment: Segment, sampled: list[int], logprobs: list[float]) -> Commit:
+def commit_window(segment: Segment, sampled: list[int], logprobs: list[float],
+                  top_logprobs: list[dict[int, float]] | None = None) -> Commit:
     """Apply the commit rule to one verify window.
 
     ``segment.tokens`` = [last committed token, candidate 1, ..., candidate c];
@@ -69,4 +73,5 @@ def commit_window(segment: Segment, sampled: list[int], logprobs: list[float]) -
         num_rejected=len(candidates) - num_accepted,
         num_kv_valid=segment.start + num_accepted + 1,
         is_prefill=False,
+        top_logprobs=tuple(top_logprobs[: num_accepted + 1]) if top_logprobs is not None else (),
     )
