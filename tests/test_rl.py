@@ -14,6 +14,7 @@ from llm42.model.loader import embedded_model_path
 from llm42.model.weights import hf_tensor_shapes, weight_views
 from llm42.ops import exact
 from llm42.params import sample_seed
+from llm42.rl import differentiable_score, policy_logprobs, state_dict, trainable_parameters, trainable_weights
 
 PROMPTS = [[1, 403, 407, 261, 378], [1, 66, 286, 312], [1, 403, 407, 261, 378, 11, 60]]
 SAMPLED = SamplingParams(max_new_tokens=12, temperature=0.9, top_k=40, top_p=0.9, seed=7, deterministic=True,
@@ -233,3 +234,33 @@ def test_update_weights_is_refused_while_requests_run():
     with pytest.raises(RuntimeError, match="unfinished"):
         gen.update_weights(dict(weight_views(gen.cfg, gen.weights)))
     assert set(hf_tensor_shapes(gen.cfg)) == set(weight_views(gen.cfg, gen.weights))
+
+
+# -- the differentiable scoring path ---------------------------------------------------------
+@pytest.mark.parametrize("mode", ["raw", "processed"])
+def test_differentiable_score_has_the_exact_values_and_the_float_models_gradient(gen, mode):
+    params = SamplingParams(**{**SAMPLED.__dict__, "logprobs_mode": mode})
+    outs = gen.generate(PROMPTS[:2], params)
+    trainer = trainable_weights(gen.weights)
+    completions = [o.token_ids for o in outs]
+    exact_lps = differentiable_score(gen, trainer, PROMPTS[:2], completions, params)
+    assert [hexes(lp.tolist()) for lp in exact_lps] == [hexes(o.logprobs) for o in outs]
+    sum(lp.sum() for lp in exact_lps).backward()
+    exact_grads = [t.grad.clone() for t in trainable_parameters(trainer)]
+    for t in trainable_parameters(trainer):
+        t.grad = None
+    float_lps = policy_logprobs(trainer, gen.cfg, PROMPTS[:2], completions, params)
+    assert all(torch.allclose(f, e, atol=1e-4) for f, e in zip(float_lps, exact_lps))  # close, not equal
+    sum(lp.sum() for lp in float_lps).backward()
+    for exact_grad, t in zip(exact_grads, trainable_parameters(trainer)):
+        assert torch.equal(exact_grad, t.grad)  # the same graph: the exact values only replace the forward
+    assert any(g.abs().sum() > 0 for g in exact_grads)
+
+
+def test_state_dict_round_trips_through_update_weights():
+    gen = new_gen()
+    trainer = trainable_weights(gen.weights)
+    with torch.no_grad():
+        trainer.norm.mul_(1.5)
+    gen.update_weights(state_dict(gen.cfg, trainer))
+    assert torch.equal(gen.weights.norm, trainer.norm.detach()) and not gen.weights.norm.requires_grad

@@ -85,7 +85,7 @@ def _filter_top_k_top_p(scaled: torch.Tensor, top_k: torch.Tensor, top_p: torch.
     return torch.where(scaled >= threshold, scaled, float("-inf"))
 
 
-def _processed_scores(logits: torch.Tensor, rows: SamplingRows) -> torch.Tensor:
+def processed_scores(logits: torch.Tensor, rows: SamplingRows) -> torch.Tensor:
     """``logits / temperature`` restricted to the top-k / top-p support ([N, V] float32, -inf outside it).
 
     Greedy rows are scaled by 1; the sampler never reads them from here.
@@ -102,7 +102,7 @@ def sample(logits: torch.Tensor, rows: SamplingRows) -> tuple[torch.Tensor, torc
     is_sampled = rows.temperature > 0
     is_any_sampled = rows.is_any_sampled if rows.is_any_sampled is not None else bool(is_sampled.any())
     if is_any_sampled:
-        scaled = _processed_scores(logits, rows)
+        scaled = processed_scores(logits, rows)
         noise = gumbel_noise(rows.seeds, rows.positions, logits.shape[-1])
         drawn = torch.argmax(scaled + noise, dim=-1)
         tokens = torch.where(is_sampled, drawn, greedy)
@@ -126,7 +126,7 @@ def logprob_details(logits: torch.Tensor, tokens: torch.Tensor, rows: SamplingRo
     logits = logits.float()
     logprobs_all = exact.log_softmax(logits)
     if bool(is_processed.any()):
-        processed = exact.log_softmax(_processed_scores(logits, rows))
+        processed = exact.log_softmax(processed_scores(logits, rows))
         vocab = torch.arange(logits.shape[-1], device=logits.device)
         point_mass = torch.where(vocab[None, :] == tokens[:, None], 0.0, float("-inf"))
         processed = torch.where((rows.temperature > 0)[:, None], processed, point_mass)
