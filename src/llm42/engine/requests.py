@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass, field
 
-from llm42.params import Completion, SamplingParams, seed_to_int64
+from llm42.params import Completion, SamplingParams
 from llm42.scheduler import RequestView
 from llm42.verify.windows import Commit
 
