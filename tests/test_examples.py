@@ -40,9 +40,17 @@ def test_custom_scheduler_example_matches_its_references(capsys):
     assert len(lines) == 2 and all("identical to its batch-size-1 reference: True" in line for line in lines)
 
 
+def test_rl_parity_example_sees_bit_identical_log_probs_every_step(capsys):
+    out = run_example("rl_parity.py", capsys)
+    steps = [line for line in out.splitlines() if line.startswith("step ")]
+    assert len(steps) == 3 and all("bit for bit: True; max |ratio - 1| = 0.0;" in line for line in steps)
+    assert "after update_weights == a fresh generator on the new weights: True" in out
+
+
 @pytest.mark.parametrize("name", sorted(p.name for p in EXAMPLES.glob("*.py")))
 def test_every_example_script_is_covered(name):
-    assert name in {"quickstart.py", "mixed_traffic.py", "custom_scheduler.py"}, f"add a smoke test for {name}"
+    assert name in {"quickstart.py", "mixed_traffic.py", "custom_scheduler.py", "rl_parity.py"}, \
+        f"add a smoke test for {name}"
 
 
 def test_determinism_suite_passes_with_the_plugin_fixture(tmp_path):

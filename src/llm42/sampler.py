@@ -156,7 +156,7 @@ def _scaled(logits: torch.Tensor, rows: SamplingRows, row_max: torch.Tensor) -> 
     return torch.where(is_overflow, (logits - max32) / temperature, scaled)
 
 
-def _processed_scores(logits: torch.Tensor, rows: SamplingRows) -> torch.Tensor:
+def processed_scores(logits: torch.Tensor, rows: SamplingRows) -> torch.Tensor:
     """``logits / temperature`` restricted to the top-k / top-p support ([N, V] float32, -inf outside it).
 
     Greedy rows are scaled by 1; the sampler never reads them from here.
@@ -210,7 +210,7 @@ def logprob_details(logits: torch.Tensor, tokens: torch.Tensor, rows: SamplingRo
     else:
         logprobs_all = ((logits.double() - row_max[:, None]) - log_sum[:, None]).float()
     if bool(is_processed.any()):
-        processed = exact.log_softmax(_processed_scores(logits, rows))
+        processed = exact.log_softmax(processed_scores(logits, rows))
         vocab = torch.arange(logits.shape[-1], device=logits.device)
         point_mass = torch.where(vocab[None, :] == tokens[:, None], 0.0, float("-inf"))
         processed = torch.where((rows.temperature > 0)[:, None], processed, point_mass)

@@ -13,7 +13,7 @@ import warnings
 from collections import deque
 from dataclasses import dataclass, field
 
-from llm42.params import Completion, SamplingParams, seed_to_int64
+from llm42.params import Completion, SamplingParams
 from llm42.scheduler import RequestView
 from llm42.verify.windows import Commit
 
