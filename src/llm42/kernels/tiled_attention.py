@@ -59,9 +59,17 @@ _BIG = 2147483647
 
 
 @triton.jit
+def _dot(a, b, DOT_PRECISION: tl.constexpr, UPCAST: tl.constexpr):
+    # UPCAST: Triton's interpreter (CPU) multiplies 16-bit floats wrongly; fp32 copies hold the same values
+    if UPCAST:
+        return tl.dot(a.to(tl.float32), b.to(tl.float32), input_precision="ieee")
+    return tl.dot(a, b, input_precision=DOT_PRECISION)
+
+
+@triton.jit
 def _masked_step(acc, m_i, l_i, q, k_head_ptr, v_head_ptr, table_row_ptr, key_start, row_lo, row_hi, qk_scale,
                  stride_k_slot, stride_v_slot, offs_d, d_mask,
-                 PAGE: tl.constexpr, BLOCK_N: tl.constexpr, DOT_PRECISION: tl.constexpr):
+                 PAGE: tl.constexpr, BLOCK_N: tl.constexpr, DOT_PRECISION: tl.constexpr, UPCAST: tl.constexpr):
     # Keys [key_start, key_start + BLOCK_N); M-row i sees keys [row_lo[i], row_hi[i]) (empty for rows outside
     # the pass's group). A row that sees none of these keys keeps its state exactly.
     key_pos = key_start + tl.arange(0, BLOCK_N)
@@ -72,7 +80,7 @@ def _masked_step(acc, m_i, l_i, q, k_head_ptr, v_head_ptr, table_row_ptr, key_st
     slot = page.to(tl.int64) * PAGE + key_pos % PAGE
     kv_mask = key_any[:, None] & d_mask[None, :]
     k = tl.load(k_head_ptr + slot[:, None] * stride_k_slot + offs_d[None, :], mask=kv_mask, other=0.0)
-    s = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION) * qk_scale  # [M, N], log2 domain
+    s = _dot(q, tl.trans(k), DOT_PRECISION, UPCAST) * qk_scale  # [M, N], log2 domain
     s = tl.where(vis, s, float("-inf"))
     m_new = tl.where(row_any, tl.maximum(m_i, tl.max(s, 1)), m_i)
     m_sub = tl.where(row_any, m_new, 0.0)  # finite: rows that see nothing compute on zeros, then are not updated
@@ -80,7 +88,7 @@ def _masked_step(acc, m_i, l_i, q, k_head_ptr, v_head_ptr, table_row_ptr, key_st
     p = tl.exp2(s - m_sub[:, None])  # exactly +0 wherever a row cannot see the key
     l_new = l_i * alpha + tl.sum(p, 1)
     v = tl.load(v_head_ptr + slot[:, None] * stride_v_slot + offs_d[None, :], mask=kv_mask, other=0.0)
-    acc_new = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=DOT_PRECISION)
+    acc_new = acc * alpha[:, None] + _dot(p.to(v.dtype), v, DOT_PRECISION, UPCAST)
     acc = tl.where(row_any[:, None], acc_new, acc)
     l_i = tl.where(row_any, l_new, l_i)
     return acc, m_new, l_i
@@ -89,7 +97,7 @@ def _masked_step(acc, m_i, l_i, q, k_head_ptr, v_head_ptr, table_row_ptr, key_st
 @triton.jit
 def _full_step(acc, m_i, l_i, q, k_head_ptr, v_head_ptr, table_row_ptr, key_start, qk_scale,
                stride_k_slot, stride_v_slot, offs_d, d_mask,
-               PAGE: tl.constexpr, BLOCK_N: tl.constexpr, DOT_PRECISION: tl.constexpr):
+               PAGE: tl.constexpr, BLOCK_N: tl.constexpr, DOT_PRECISION: tl.constexpr, UPCAST: tl.constexpr):
     # A key block every row of the group sees in full (fast path only): no masks. Rows outside the group
     # compute garbage here; they are never stored by this pass.
     key_pos = key_start + tl.arange(0, BLOCK_N)
@@ -97,13 +105,13 @@ def _full_step(acc, m_i, l_i, q, k_head_ptr, v_head_ptr, table_row_ptr, key_star
     slot = page.to(tl.int64) * PAGE + key_pos % PAGE
     kv_mask = d_mask[None, :]
     k = tl.load(k_head_ptr + slot[:, None] * stride_k_slot + offs_d[None, :], mask=kv_mask, other=0.0)
-    s = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION) * qk_scale
+    s = _dot(q, tl.trans(k), DOT_PRECISION, UPCAST) * qk_scale
     m_new = tl.maximum(m_i, tl.max(s, 1))
     alpha = tl.exp2(m_i - m_new)
     p = tl.exp2(s - m_new[:, None])
     l_i = l_i * alpha + tl.sum(p, 1)
     v = tl.load(v_head_ptr + slot[:, None] * stride_v_slot + offs_d[None, :], mask=kv_mask, other=0.0)
-    acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=DOT_PRECISION)
+    acc = acc * alpha[:, None] + _dot(p.to(v.dtype), v, DOT_PRECISION, UPCAST)
     return acc, m_new, l_i
 
 
@@ -115,7 +123,7 @@ def _tiled_attention_kernel(
     qk_scale, window,
     GROUPS: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr, PAGE: tl.constexpr, HAS_WINDOW: tl.constexpr, DOT_PRECISION: tl.constexpr,
-    IS_CANONICAL: tl.constexpr,
+    IS_CANONICAL: tl.constexpr, UPCAST: tl.constexpr,
 ):
     tile = num_tiles - 1 - tl.program_id(0)  # the tiles with the longest key ranges (usually the last) first
     kv_head = tl.program_id(1)
@@ -158,7 +166,7 @@ def _tiled_attention_kernel(
             for key_start in range(first, grp_hi, BLOCK_N):
                 acc, m_i, l_i = _masked_step(
                     acc, m_i, l_i, q, k_head_ptr, v_head_ptr, table_row_ptr, key_start, row_lo, row_hi, qk_scale,
-                    stride_k_slot, stride_v_slot, offs_d, d_mask, PAGE, BLOCK_N, DOT_PRECISION,
+                    stride_k_slot, stride_v_slot, offs_d, d_mask, PAGE, BLOCK_N, DOT_PRECISION, UPCAST,
                 )
         else:
             # blocks [full_lo, full_hi) are seen in full by every row of the group: no masks there
@@ -167,17 +175,17 @@ def _tiled_attention_kernel(
             for key_start in range(first, tl.minimum(full_lo, grp_hi), BLOCK_N):
                 acc, m_i, l_i = _masked_step(
                     acc, m_i, l_i, q, k_head_ptr, v_head_ptr, table_row_ptr, key_start, row_lo, row_hi, qk_scale,
-                    stride_k_slot, stride_v_slot, offs_d, d_mask, PAGE, BLOCK_N, DOT_PRECISION,
+                    stride_k_slot, stride_v_slot, offs_d, d_mask, PAGE, BLOCK_N, DOT_PRECISION, UPCAST,
                 )
             for key_start in range(full_lo, full_hi, BLOCK_N):
                 acc, m_i, l_i = _full_step(
                     acc, m_i, l_i, q, k_head_ptr, v_head_ptr, table_row_ptr, key_start, qk_scale,
-                    stride_k_slot, stride_v_slot, offs_d, d_mask, PAGE, BLOCK_N, DOT_PRECISION,
+                    stride_k_slot, stride_v_slot, offs_d, d_mask, PAGE, BLOCK_N, DOT_PRECISION, UPCAST,
                 )
             for key_start in range(tl.maximum(full_lo, full_hi), grp_hi, BLOCK_N):
                 acc, m_i, l_i = _masked_step(
                     acc, m_i, l_i, q, k_head_ptr, v_head_ptr, table_row_ptr, key_start, row_lo, row_hi, qk_scale,
-                    stride_k_slot, stride_v_slot, offs_d, d_mask, PAGE, BLOCK_N, DOT_PRECISION,
+                    stride_k_slot, stride_v_slot, offs_d, d_mask, PAGE, BLOCK_N, DOT_PRECISION, UPCAST,
                 )
         out = acc / tl.where(in_grp, l_i, 1.0)[:, None]
         if IS_CANONICAL:
@@ -210,7 +218,7 @@ def _launch(q, k_cache, v_cache, positions, row_seq, block_tables, *, block_size
         scale * _LOG2E, window,
         GROUPS=groups, HEAD_DIM=head_dim, BLOCK_D=max(16, triton.next_power_of_2(head_dim)), BLOCK_M=block_m,
         BLOCK_N=block_n, PAGE=block_size, HAS_WINDOW=has_window, DOT_PRECISION=_dot_precision(k_cache.dtype),
-        IS_CANONICAL=is_canonical, num_warps=num_warps, num_stages=num_stages,
+        IS_CANONICAL=is_canonical, UPCAST=q.device.type != "cuda", num_warps=num_warps, num_stages=num_stages,
         enable_fp_fusion=not is_canonical,
     )
     return out
