@@ -61,12 +61,13 @@ class Cache:
                                    block_size=self.block_size, scale=self.scale, sliding_window=sliding_window)
 
 
-def mixed_rows(cache: Cache, rng: random.Random, *, num_chunks: int, num_decode: int) -> list[tuple[int, int]]:
+def mixed_rows(cache: Cache, rng: random.Random, *, num_chunks: int, num_decode: int,
+               max_chunk: int | None = None) -> list[tuple[int, int]]:
     """Prompt chunks (runs of consecutive positions of one sequence) and lone decode rows, shuffled by run."""
     runs = []
     for _ in range(num_chunks):
         seq = rng.randrange(cache.num_seqs)
-        length = rng.randint(1, max(1, cache.max_context // 3))
+        length = rng.randint(1, max(1, min(cache.max_context // 3, max_chunk or cache.max_context)))
         start = rng.randrange(cache.max_context - length + 1)
         runs.append([(seq, p) for p in range(start, start + length)])
     runs += [[(rng.randrange(cache.num_seqs), rng.randrange(cache.max_context))] for _ in range(num_decode)]
@@ -75,12 +76,12 @@ def mixed_rows(cache: Cache, rng: random.Random, *, num_chunks: int, num_decode:
 
 
 def check_matches_float64(cache: Cache, kernel, rows, *, sliding_window=None, **kwargs) -> None:
-    out = cache.run(kernel, rows, sliding_window=sliding_window, **kwargs)
-    assert out.dtype == cache.dtype and out.shape == (len(rows), cache.num_heads, cache.head_dim)
-    err = relative_error(out, cache.reference(rows, sliding_window=sliding_window))
-    assert err < TOLERANCE[cache.dtype], err
-    static = cache.run(kernel, rows, static=True, sliding_window=sliding_window, **kwargs)
-    assert relative_error(static, cache.reference(rows, sliding_window=sliding_window)) < TOLERANCE[cache.dtype]
+    ref = cache.reference(rows, sliding_window=sliding_window)
+    for static in (False, True):
+        out = cache.run(kernel, rows, static=static, sliding_window=sliding_window, **kwargs)
+        assert out.dtype == cache.dtype and out.shape == (len(rows), cache.num_heads, cache.head_dim)
+        err = relative_error(out, ref)
+        assert err < TOLERANCE[cache.dtype], (static, err)
 
 
 def _bits(t: torch.Tensor) -> bytes:

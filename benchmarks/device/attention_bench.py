@@ -21,11 +21,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 
 import torch
 import triton
 
+from llm42.bench import devicetime
 from llm42.kernels import canonical_attention, tiled_canonical_attention, tiled_prefill_attention
 from llm42.kernels import tiled_attention
 
@@ -35,18 +35,7 @@ SWEEP = [(64, 64, 4, 2), (64, 64, 4, 3), (128, 64, 8, 2), (128, 64, 8, 3), (128,
 
 
 def median_ms(fn, *, warmup: int, reps: int) -> float:
-    for _ in range(warmup):
-        fn()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(reps):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end))
-    return statistics.median(times)
+    return devicetime.median_ms(fn, torch.device("cuda"), warmup=warmup, reps=reps)
 
 
 def bench_length(length: int, *, warmup: int, reps: int, sweep: bool) -> dict:

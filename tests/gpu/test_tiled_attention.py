@@ -49,7 +49,7 @@ def cache_for(shape, dtype, seed, num_seqs=4):
 @pytest.mark.parametrize("config", [None, PREFILL_SMALL, PREFILL_LARGE, (32, 32, 4, 2)], ids=str)
 def test_tiled_prefill_matches_float64(config, dtype, shape):
     cache = cache_for(shape, dtype, seed=sum(v or 0 for v in shape))
-    rows = mixed_rows(cache, random.Random(1), num_chunks=4, num_decode=5)
+    rows = mixed_rows(cache, random.Random(1), num_chunks=3, num_decode=5, max_chunk=160)
     kernel = tiled_prefill_attention if config is None else prefill_kernel(config)
     check_matches_float64(cache, kernel, rows, sliding_window=shape[5])
 
@@ -59,7 +59,7 @@ def test_tiled_prefill_matches_float64(config, dtype, shape):
 @pytest.mark.parametrize("key_block", [16, 64])
 def test_tiled_canonical_matches_float64(key_block, dtype, shape):
     cache = cache_for(shape, dtype, seed=sum(v or 0 for v in shape) + key_block)
-    rows = mixed_rows(cache, random.Random(2), num_chunks=4, num_decode=5)
+    rows = mixed_rows(cache, random.Random(2), num_chunks=3, num_decode=5, max_chunk=160)
     check_matches_float64(cache, tiled_canonical_attention, rows, sliding_window=shape[5], key_block=key_block)
 
 
@@ -100,7 +100,7 @@ def test_canonical_kv_does_not_depend_on_chunking(window):
 def test_tiled_canonical_is_not_the_row_kernel_but_agrees_within_rounding(report):
     """The tiled kernel's bits are a new canonical config (docs/gpu.md): close to the row kernel's."""
     cache = cache_for(SHAPES[0], torch.bfloat16, seed=3)
-    rows = mixed_rows(cache, random.Random(3), num_chunks=4, num_decode=8)
+    rows = mixed_rows(cache, random.Random(3), num_chunks=3, num_decode=8, max_chunk=160)
     tiled = cache.run(tiled_canonical_attention, rows)
     old = cache.run(canonical_attention, rows)
     report("tiled_vs_row_kernel_equal_fraction", float((tiled == old).float().mean()))

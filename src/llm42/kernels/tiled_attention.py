@@ -50,12 +50,12 @@ from llm42.kernels.attention import _LOG2E, _check_shapes, _contiguous_rows, _do
 CANONICAL_TILE_M = 64
 CANONICAL_TILE_WARPS = 4
 CANONICAL_TILE_STAGES = 2
-# the fast path's configurations (block_m, block_n, warps, stages), small and large launches; not measured
-# against each other yet (benchmarks/device/attention_bench.py sweeps them)
+# the fast path's configurations (block_m, block_n, warps, stages), small and large launches: the fastest
+# of benchmarks/device/attention_bench.py's sweep on an H200 (8B shape) at 512 and at 2048-8192 rows
 PREFILL_SMALL = (64, 64, 4, 2)
-PREFILL_LARGE = (128, 64, 8, 2)
+PREFILL_LARGE = (128, 64, 4, 2)
 PREFILL_LARGE_MIN_M_ROWS = 4096  # query rows x group size from which the large tiles are used
-_BIG = 2147483647
+_BIG = tl.constexpr(2147483647)  # a global a Triton kernel reads must be a constexpr
 
 
 @triton.jit
