@@ -4,6 +4,10 @@ import pytest
 import torch
 from hypothesis import HealthCheck, settings
 
+from tests import triton_cpu
+
+triton_cpu.enable()  # before any Triton kernel is defined: without CUDA they run in Triton's interpreter
+
 settings.register_profile(
     "ci",
     derandomize=True,

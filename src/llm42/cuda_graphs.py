@@ -73,7 +73,8 @@ class Staging:
 class StaticRows:
     """Static per-row inputs of a captured pass: one int64 block and one block-table buffer."""
 
-    FIELDS = ("token_ids", "positions", "slot_mapping", "context_lens")
+    # table_rows: each row's first row with the same block table (one value per sequence: StepInputs.table_rows)
+    FIELDS = ("token_ids", "positions", "slot_mapping", "context_lens", "table_rows")
 
     def __init__(self, num_rows: int, max_blocks: int, kv, device: torch.device):
         self.num_rows = num_rows
@@ -117,13 +118,15 @@ class StaticRows:
         host[1] = torch.tensor(positions, dtype=torch.int64)
         host[2] = torch.tensor(slots + [kv.scratch_slot(i) for i in pad], dtype=torch.int64)
         host[3] = host[1] + 1
-        self._staging.copy()  # the whole (small) buffer: rows past num_rows are not read
 
         scratch = kv.scratch_block
         width = max([len(t) for t in row_tables] + [1])
         padded = [table + [scratch] * (width - len(table)) for table in row_tables] + [[scratch] * width]
         tables = np.array(padded, dtype=np.int64)  # [tables + 1, width], the last one the scratch table
         rows = np.array(table_of_row + [len(row_tables)] * len(pad), dtype=np.int64)
+        _, first_row, which = np.unique(rows, return_index=True, return_inverse=True)
+        host[4] = torch.from_numpy(first_row[which].astype(np.int64))  # padding rows: the first padding row
+        self._staging.copy()  # the whole (small) buffer: rows past num_rows are not read
         host_tables = self._table_staging.host().view(-1)[: num_rows * width].view(num_rows, width)
         np.take(tables, rows, axis=0, out=host_tables.numpy())
         # columns past `width` keep stale (valid) block ids: no row attends to a position past its own

@@ -23,6 +23,16 @@ class StepInputs:
     seq_starts: tuple[int, ...]  # S + 1 host offsets: rows of sequence s are [seq_starts[s], seq_starts[s+1])
     max_context_len: int  # host copy of context_lens.max()
     logits_rows: torch.Tensor | None = None  # [L] rows whose logits are wanted; None = every row
+    # [N] int64 or None: the block-table row each row reads, one index per sequence (the layouts that give
+    # every row its own copy of its sequence's table set it to the sequence's first row), so that a tiled
+    # attention kernel knows which rows share keys; it must select the same table contents as row_seq.
+    # None: row_seq already does (the varlen layout).
+    table_rows: torch.Tensor | None = None
+
+    @property
+    def shared_table_rows(self) -> torch.Tensor:
+        """Each row's block-table row, equal for the rows of one sequence (``table_rows``, else ``row_seq``)."""
+        return self.row_seq if self.table_rows is None else self.table_rows
 
     @property
     def num_rows(self) -> int:

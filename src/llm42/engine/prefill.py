@@ -83,6 +83,7 @@ class FastPrefill:
             seq_starts=tuple(range(num_rows + 1)),
             max_context_len=self.cfg.max_position_embeddings if max_context_len is None else max_context_len,
             logits_rows=self._logits_rows,
+            table_rows=rows.view("table_rows", num_rows),
         )
         logits = forward(self.weights, self.cfg, inputs, self.kv.layers(), self.policy)
         ints, floats = self._sampling_ints, self._sampling_floats

@@ -17,7 +17,8 @@ class FastPolicy(FusedRowOps):
 
     On the CPU: padded SDPA. On CUDA: the Triton split-KV decode kernel when
     every sequence has one query row (its split count follows the batch and
-    context), otherwise the Triton row kernel; RMSNorm and the row ops (residual
+    context), otherwise the Triton tiled prefill kernel (``tiled_prefill_attention``:
+    query tiles of one sequence, each key block loaded once per tile); RMSNorm and the row ops (residual
     add + RMSNorm, RoPE + K/V write, SwiGLU) are fused Triton kernels.
 
     ``attention_backend``: ``"auto"`` sends decode steps to flash-attn's
@@ -60,8 +61,9 @@ class FastPolicy(FusedRowOps):
                     q, k_cache, v_cache, inputs.block_tables, inputs.context_lens, block_size=block_size,
                     scale=scale, sliding_window=sliding_window, max_context_len=inputs.max_context_len,
                 )
-            return kernels.canonical_attention(
-                q, k_cache, v_cache, inputs.positions, inputs.row_seq, inputs.block_tables,
+            # prompt chunks (and mixed steps): query tiles of one sequence share each key block's loads
+            return kernels.tiled_prefill_attention(
+                q, k_cache, v_cache, inputs.positions, inputs.shared_table_rows, inputs.block_tables,
                 block_size=block_size, scale=scale, sliding_window=sliding_window,
             )
         return padded_attention(

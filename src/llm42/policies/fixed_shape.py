@@ -11,6 +11,8 @@ from llm42.ops import exact, flash
 from llm42.ops.attention import blocked_attention
 from llm42.policies.base import ExactRowOps, FusedRowOps
 
+ATTENTION_KERNELS = ("tiled", "rows")  # the Triton canonical attention kernels (CUDA; part of the canonical config)
+
 
 class FixedShapePolicy(ExactRowOps, FusedRowOps):
     """Kernels for the canonical pass.
@@ -32,8 +34,11 @@ class FixedShapePolicy(ExactRowOps, FusedRowOps):
 
     On CUDA: library GEMMs at M = R rows, relying on position invariance
     (observation O2: at a fixed shape cuBLAS gives a row the same bits wherever
-    it sits), the Triton canonical attention kernel (``key_block`` a power of
-    two >= 16), the fused row-per-program RMSNorm and the fused row ops
+    it sits), the Triton tiled canonical attention kernel
+    (``tiled_canonical_attention``: query tiles of one sequence share each key
+    block's loads, a row's bits are its own; ``key_block`` a power of two >= 16;
+    ``attention_kernel="rows"`` takes the one-program-per-row kernel of earlier
+    versions instead, whose committed bits differ), the fused row-per-program RMSNorm and the fused row ops
     (residual add + RMSNorm, RoPE + K/V write, SwiGLU: row-wise, launched over
     the R rows, each row's arithmetic fixed by the feature sizes alone).
 
@@ -53,8 +58,11 @@ class FixedShapePolicy(ExactRowOps, FusedRowOps):
     is_shape_closed = True
     is_graph_safe = True
 
-    def __init__(self, key_block: int = 64, *, attention_backend: str = "triton"):
+    def __init__(self, key_block: int = 64, *, attention_backend: str = "triton", attention_kernel: str = "tiled"):
         self.key_block = positive_int("FixedShapePolicy", "key_block", key_block)
+        if attention_kernel not in ATTENTION_KERNELS:
+            raise ValueError(f"attention_kernel must be one of {ATTENTION_KERNELS}, got {attention_kernel!r}")
+        self.attention_kernel = attention_kernel
         self.attention_backend = flash.check_backend(attention_backend)
         self.slices = exact.SHARED_WEIGHT_SLICES
 
@@ -78,8 +86,13 @@ class FixedShapePolicy(ExactRowOps, FusedRowOps):
         if q.is_cuda:
             from llm42 import kernels
 
-            return kernels.canonical_attention(
-                q, k_cache, v_cache, inputs.positions, inputs.row_seq, inputs.block_tables,
+            if self.attention_kernel == "rows":
+                return kernels.canonical_attention(
+                    q, k_cache, v_cache, inputs.positions, inputs.row_seq, inputs.block_tables,
+                    block_size=block_size, scale=scale, key_block=self.key_block, sliding_window=sliding_window,
+                )
+            return kernels.tiled_canonical_attention(
+                q, k_cache, v_cache, inputs.positions, inputs.shared_table_rows, inputs.block_tables,
                 block_size=block_size, scale=scale, key_block=self.key_block, sliding_window=sliding_window,
             )
         return blocked_attention(
@@ -92,4 +105,5 @@ class FixedShapePolicy(ExactRowOps, FusedRowOps):
 
     def __repr__(self) -> str:
         backend = "" if self.attention_backend == "triton" else f", attention_backend={self.attention_backend!r}"
-        return f"FixedShapePolicy(key_block={self.key_block}{backend})"
+        kernel = "" if self.attention_kernel == "tiled" else f", attention_kernel={self.attention_kernel!r}"
+        return f"FixedShapePolicy(key_block={self.key_block}{backend}{kernel})"

@@ -110,6 +110,7 @@ class CanonicalPass:
             seq_starts=tuple(range(num_rows + 1)),
             max_context_len=cfg.max_position_embeddings,  # a bound; CUDA kernels never read it
             logits_rows=None,
+            table_rows=self._rows.view("table_rows", num_rows),
         )
         self._kv = kv
         self._samplers.clear()

@@ -1,0 +1,279 @@
+"""Tiled paged attention (FlashAttention-2 style): query tiles of one sequence share each key block's loads.
+
+The row kernel (``canonical_attention``) runs one program per (row, kv head), so
+the n rows of one prompt chunk each read every key: n times the K/V traffic.
+Here a program owns a *tile* of consecutive query rows (``BLOCK_M`` M-rows =
+``BLOCK_M // G`` query rows x the G query heads of one kv head, GQA packing),
+loads each key block once and multiplies it with the whole tile.
+
+Rows with the same ``row_seq`` (the same block-table row: one sequence) form a
+*group*. A tile normally holds one group; where it holds several (the ends of
+two prompt chunks, decode rows next to prefill rows, padding rows), the
+program runs one pass per group, in the order of their ``row_seq``, each pass
+with its own online-softmax state and its own key range, and stores only that
+group's rows. The static layouts (the canonical pass, the fast prefill graphs)
+give every row its own copy of its sequence's block table; they pass
+``StepInputs.table_rows`` (each row's first row of the same sequence) so that
+one sequence's rows form one group there too.
+
+Two launches of one kernel:
+
+- ``tiled_prefill_attention`` (fast path). Per group: key blocks that some
+  row of the group cannot fully see are masked; the blocks every row of the
+  group sees in full run without masks. The launch configuration follows the
+  number of rows. Results may drift with the batch.
+- ``tiled_canonical_attention`` (canonical pass). One fixed launch
+  configuration (``CANONICAL_TILE_M`` M-rows, ``key_block`` keys per block,
+  ``CANONICAL_TILE_WARPS`` warps, ``CANONICAL_TILE_STAGES`` stages, no FMA
+  contraction): it is part of the canonical config. Every key block goes
+  through the same masked step, in order from the block holding the group's
+  first visible key, aligned at absolute position 0. For a row that sees no
+  key of a block the step keeps the row's state as it was (m, l and acc are
+  selected, not recomputed: bit-for-bit unchanged); for a row that does, the
+  step's arithmetic reads that row's query, its visible scores (the others are
+  exactly -inf, so p = +0 there) and the keys alone. So a row's bits depend
+  on its own query, position and keys only: not on which rows share its tile,
+  how far their key ranges reach, where it sits, or how many rows the launch
+  has. An output that is exactly zero is stored as +0 (a zero product's sign
+  may follow a neighbour's V entry).
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from llm42.kernels.attention import _LOG2E, _check_shapes, _contiguous_rows, _dot_precision, _window
+
+# the canonical launch configuration: part of the canonical config (changing it changes committed bits)
+CANONICAL_TILE_M = 64
+CANONICAL_TILE_WARPS = 4
+CANONICAL_TILE_STAGES = 2
+# the fast path's configurations (block_m, block_n, warps, stages), small and large launches: the fastest
+# of benchmarks/device/attention_bench.py's sweep on an H200 (8B shape) at 512 and at 2048-8192 rows
+PREFILL_SMALL = (64, 64, 4, 2)
+PREFILL_LARGE = (128, 64, 4, 2)
+PREFILL_LARGE_MIN_M_ROWS = 4096  # query rows x group size from which the large tiles are used
+_BIG = tl.constexpr(2147483647)  # a global a Triton kernel reads must be a constexpr
+
+
+@triton.jit
+def _dot(a, b, DOT_PRECISION: tl.constexpr, UPCAST: tl.constexpr):
+    # UPCAST: Triton's interpreter (CPU) multiplies 16-bit floats wrongly; fp32 copies hold the same values
+    if UPCAST:
+        return tl.dot(a.to(tl.float32), b.to(tl.float32), input_precision="ieee")
+    return tl.dot(a, b, input_precision=DOT_PRECISION)
+
+
+@triton.jit
+def _masked_step(acc, m_i, l_i, q, k_head_ptr, v_head_ptr, table_row_ptr, key_start, row_lo, row_hi, qk_scale,
+                 stride_k_slot, stride_v_slot, offs_d, d_mask,
+                 PAGE: tl.constexpr, BLOCK_N: tl.constexpr, DOT_PRECISION: tl.constexpr, UPCAST: tl.constexpr):
+    # Keys [key_start, key_start + BLOCK_N); M-row i sees keys [row_lo[i], row_hi[i]) (empty for rows outside
+    # the pass's group). A row that sees none of these keys keeps its state exactly.
+    key_pos = key_start + tl.arange(0, BLOCK_N)
+    vis = (key_pos[None, :] >= row_lo[:, None]) & (key_pos[None, :] < row_hi[:, None])  # [M, N]
+    row_any = tl.max(vis.to(tl.int32), 1) > 0  # [M]
+    key_any = tl.max(vis.to(tl.int32), 0) > 0  # [N]: keys some row sees; the others are never read
+    page = tl.load(table_row_ptr + key_pos // PAGE, mask=key_any, other=0)
+    slot = page.to(tl.int64) * PAGE + key_pos % PAGE
+    kv_mask = key_any[:, None] & d_mask[None, :]
+    k = tl.load(k_head_ptr + slot[:, None] * stride_k_slot + offs_d[None, :], mask=kv_mask, other=0.0)
+    s = _dot(q, tl.trans(k), DOT_PRECISION, UPCAST) * qk_scale  # [M, N], log2 domain
+    s = tl.where(vis, s, float("-inf"))
+    m_new = tl.where(row_any, tl.maximum(m_i, tl.max(s, 1)), m_i)
+    m_sub = tl.where(row_any, m_new, 0.0)  # finite: rows that see nothing compute on zeros, then are not updated
+    alpha = tl.exp2(m_i - m_sub)
+    p = tl.exp2(s - m_sub[:, None])  # exactly +0 wherever a row cannot see the key
+    l_new = l_i * alpha + tl.sum(p, 1)
+    v = tl.load(v_head_ptr + slot[:, None] * stride_v_slot + offs_d[None, :], mask=kv_mask, other=0.0)
+    acc_new = acc * alpha[:, None] + _dot(p.to(v.dtype), v, DOT_PRECISION, UPCAST)
+    acc = tl.where(row_any[:, None], acc_new, acc)
+    l_i = tl.where(row_any, l_new, l_i)
+    return acc, m_new, l_i
+
+
+@triton.jit
+def _full_step(acc, m_i, l_i, q, k_head_ptr, v_head_ptr, table_row_ptr, key_start, qk_scale,
+               stride_k_slot, stride_v_slot, offs_d, d_mask,
+               PAGE: tl.constexpr, BLOCK_N: tl.constexpr, DOT_PRECISION: tl.constexpr, UPCAST: tl.constexpr):
+    # A key block every row of the group sees in full (fast path only): no masks. Rows outside the group
+    # compute garbage here; they are never stored by this pass.
+    key_pos = key_start + tl.arange(0, BLOCK_N)
+    page = tl.load(table_row_ptr + key_pos // PAGE)
+    slot = page.to(tl.int64) * PAGE + key_pos % PAGE
+    kv_mask = d_mask[None, :]
+    k = tl.load(k_head_ptr + slot[:, None] * stride_k_slot + offs_d[None, :], mask=kv_mask, other=0.0)
+    s = _dot(q, tl.trans(k), DOT_PRECISION, UPCAST) * qk_scale
+    m_new = tl.maximum(m_i, tl.max(s, 1))
+    alpha = tl.exp2(m_i - m_new)
+    p = tl.exp2(s - m_new[:, None])
+    l_i = l_i * alpha + tl.sum(p, 1)
+    v = tl.load(v_head_ptr + slot[:, None] * stride_v_slot + offs_d[None, :], mask=kv_mask, other=0.0)
+    acc = acc * alpha[:, None] + _dot(p.to(v.dtype), v, DOT_PRECISION, UPCAST)
+    return acc, m_new, l_i
+
+
+@triton.jit(do_not_specialize=["num_rows", "num_tiles", "window"])
+def _tiled_attention_kernel(
+    q_ptr, k_ptr, v_ptr, out_ptr, pos_ptr, row_seq_ptr, tables_ptr, num_rows, num_tiles,
+    stride_q_row, stride_q_head, stride_o_row, stride_o_head,
+    stride_k_slot, stride_k_head, stride_v_slot, stride_v_head, stride_table,
+    qk_scale, window,
+    GROUPS: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr, PAGE: tl.constexpr, HAS_WINDOW: tl.constexpr, DOT_PRECISION: tl.constexpr,
+    IS_CANONICAL: tl.constexpr, UPCAST: tl.constexpr,
+):
+    tile = num_tiles - 1 - tl.program_id(0)  # the tiles with the longest key ranges (usually the last) first
+    kv_head = tl.program_id(1)
+    ROWS: tl.constexpr = BLOCK_M // GROUPS
+    offs_m = tl.arange(0, BLOCK_M)
+    offs_d = tl.arange(0, BLOCK_D)
+    d_mask = offs_d < HEAD_DIM
+    rows = tile * ROWS + offs_m // GROUPS
+    m_valid = (offs_m < ROWS * GROUPS) & (rows < num_rows)
+    rows = tl.where(m_valid, rows, 0)
+    heads = kv_head * GROUPS + offs_m % GROUPS
+    pos = tl.load(pos_ptr + rows, mask=m_valid, other=0).to(tl.int32)
+    seq = tl.load(row_seq_ptr + rows, mask=m_valid, other=0).to(tl.int32)
+    q_mask = m_valid[:, None] & d_mask[None, :]
+    q = tl.load(q_ptr + rows[:, None].to(tl.int64) * stride_q_row + heads[:, None] * stride_q_head
+                + offs_d[None, :], mask=q_mask, other=0.0)
+    hi = pos + 1
+    if HAS_WINDOW:
+        lo = tl.maximum(hi - window, 0)
+    else:
+        lo = hi * 0
+    k_head_ptr = k_ptr + kv_head * stride_k_head
+    v_head_ptr = v_ptr + kv_head * stride_v_head
+    done = m_valid == 0
+    while tl.min(done.to(tl.int32)) == 0:
+        # one pass per group (rows of one sequence), the smallest row_seq first
+        lead = tl.min(tl.where(done, _BIG, seq))
+        in_grp = (done == 0) & (seq == lead)
+        row_lo = tl.where(in_grp, lo, _BIG)
+        row_hi = tl.where(in_grp, hi, 0)
+        grp_lo = tl.min(row_lo)
+        grp_hi = tl.max(row_hi)
+        table_row_ptr = tables_ptr + lead.to(tl.int64) * stride_table
+        m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
+        l_i = tl.zeros([BLOCK_M], tl.float32)
+        acc = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)
+        first = (grp_lo // BLOCK_N) * BLOCK_N
+        if IS_CANONICAL:
+            # every block through the same masked step, aligned at 0, in order: a row's arithmetic is its own
+            for key_start in range(first, grp_hi, BLOCK_N):
+                acc, m_i, l_i = _masked_step(
+                    acc, m_i, l_i, q, k_head_ptr, v_head_ptr, table_row_ptr, key_start, row_lo, row_hi, qk_scale,
+                    stride_k_slot, stride_v_slot, offs_d, d_mask, PAGE, BLOCK_N, DOT_PRECISION, UPCAST,
+                )
+        else:
+            # blocks [full_lo, full_hi) are seen in full by every row of the group: no masks there
+            full_lo = tl.cdiv(tl.max(tl.where(in_grp, lo, 0)), BLOCK_N) * BLOCK_N
+            full_hi = (tl.min(tl.where(in_grp, hi, _BIG)) // BLOCK_N) * BLOCK_N
+            for key_start in range(first, tl.minimum(full_lo, grp_hi), BLOCK_N):
+                acc, m_i, l_i = _masked_step(
+                    acc, m_i, l_i, q, k_head_ptr, v_head_ptr, table_row_ptr, key_start, row_lo, row_hi, qk_scale,
+                    stride_k_slot, stride_v_slot, offs_d, d_mask, PAGE, BLOCK_N, DOT_PRECISION, UPCAST,
+                )
+            for key_start in range(full_lo, full_hi, BLOCK_N):
+                acc, m_i, l_i = _full_step(
+                    acc, m_i, l_i, q, k_head_ptr, v_head_ptr, table_row_ptr, key_start, qk_scale,
+                    stride_k_slot, stride_v_slot, offs_d, d_mask, PAGE, BLOCK_N, DOT_PRECISION, UPCAST,
+                )
+            for key_start in range(tl.maximum(full_lo, full_hi), grp_hi, BLOCK_N):
+                acc, m_i, l_i = _masked_step(
+                    acc, m_i, l_i, q, k_head_ptr, v_head_ptr, table_row_ptr, key_start, row_lo, row_hi, qk_scale,
+                    stride_k_slot, stride_v_slot, offs_d, d_mask, PAGE, BLOCK_N, DOT_PRECISION, UPCAST,
+                )
+        out = acc / tl.where(in_grp, l_i, 1.0)[:, None]
+        if IS_CANONICAL:
+            out = out + 0.0  # -0 -> +0: an exactly zero output never carries a neighbour's sign
+        tl.store(out_ptr + rows[:, None].to(tl.int64) * stride_o_row + heads[:, None] * stride_o_head
+                 + offs_d[None, :], out.to(out_ptr.dtype.element_ty), mask=in_grp[:, None] & d_mask[None, :])
+        done = done | in_grp
+
+
+def _launch(q, k_cache, v_cache, positions, row_seq, block_tables, *, block_size, scale, sliding_window,
+            block_m, block_n, num_warps, num_stages, is_canonical):
+    num_rows = q.shape[0]
+    num_heads, num_kv_heads, head_dim = _check_shapes(q, k_cache, v_cache)
+    groups = num_heads // num_kv_heads
+    if block_m < groups or block_m & (block_m - 1) or block_m < 16:
+        raise ValueError(f"block_m must be a power of two >= 16 and >= the group size {groups}, got {block_m}")
+    if block_n < 16 or block_n & (block_n - 1):
+        raise ValueError(f"the tiled attention kernels need key blocks of a power of two >= 16 keys, got {block_n}")
+    has_window, window = _window(sliding_window)
+    positions, row_seq, block_tables = _contiguous_rows(positions, row_seq, block_tables)
+    out = torch.empty_like(q)
+    if num_rows == 0:
+        return out
+    rows_per_tile = block_m // groups
+    num_tiles = -(-num_rows // rows_per_tile)
+    _tiled_attention_kernel[(num_tiles, num_kv_heads)](
+        q, k_cache, v_cache, out, positions, row_seq, block_tables, num_rows, num_tiles,
+        q.stride(0), q.stride(1), out.stride(0), out.stride(1),
+        k_cache.stride(0), k_cache.stride(1), v_cache.stride(0), v_cache.stride(1), block_tables.stride(0),
+        scale * _LOG2E, window,
+        GROUPS=groups, HEAD_DIM=head_dim, BLOCK_D=max(16, triton.next_power_of_2(head_dim)), BLOCK_M=block_m,
+        BLOCK_N=block_n, PAGE=block_size, HAS_WINDOW=has_window, DOT_PRECISION=_dot_precision(k_cache.dtype),
+        IS_CANONICAL=is_canonical, UPCAST=q.device.type != "cuda", num_warps=num_warps, num_stages=num_stages,
+        enable_fp_fusion=not is_canonical,
+    )
+    return out
+
+
+def prefill_config(num_rows: int, groups: int) -> tuple[int, int, int, int]:
+    """The fast path's (block_m, block_n, warps, stages) for ``num_rows`` query rows of group size ``groups``."""
+    config = PREFILL_LARGE if num_rows * groups >= PREFILL_LARGE_MIN_M_ROWS else PREFILL_SMALL
+    if config[0] < groups:  # more query heads per kv head than M-rows: one query row per tile at least
+        config = (triton.next_power_of_2(groups),) + config[1:]
+    return config
+
+
+def tiled_prefill_attention(
+    q: torch.Tensor,  # [N, Hq, D]
+    k_cache: torch.Tensor,  # [num_slots, Hkv, D]
+    v_cache: torch.Tensor,  # [num_slots, Hkv, D]
+    positions: torch.Tensor,  # [N] int64: each row sees keys [0, position] (or its window)
+    row_seq: torch.Tensor,  # [N] int64: the block-table row of each query row; equal values = one sequence
+    block_tables: torch.Tensor,  # [S, max_blocks] int64
+    *,
+    block_size: int,
+    scale: float,
+    sliding_window: int | None = None,
+    config: tuple[int, int, int, int] | None = None,
+) -> torch.Tensor:
+    """Fast tiled attention for prompt chunks (and any rows); returns [N, Hq, D].
+
+    ``config`` (block_m, block_n, warps, stages) defaults to :func:`prefill_config`.
+    """
+    groups = q.shape[1] // max(k_cache.shape[1], 1)
+    block_m, block_n, num_warps, num_stages = config or prefill_config(q.shape[0], groups)
+    return _launch(q, k_cache, v_cache, positions, row_seq, block_tables, block_size=block_size, scale=scale,
+                   sliding_window=sliding_window, block_m=block_m, block_n=block_n, num_warps=num_warps,
+                   num_stages=num_stages, is_canonical=False)
+
+
+def tiled_canonical_attention(
+    q: torch.Tensor,  # [N, Hq, D]
+    k_cache: torch.Tensor,  # [num_slots, Hkv, D]
+    v_cache: torch.Tensor,  # [num_slots, Hkv, D]
+    positions: torch.Tensor,  # [N] int64: each row sees keys [0, position] (or its window)
+    row_seq: torch.Tensor,  # [N] int64: the block-table row of each query row; equal values = one sequence
+    block_tables: torch.Tensor,  # [S, max_blocks] int64
+    *,
+    block_size: int,
+    scale: float,
+    key_block: int = 64,
+    sliding_window: int | None = None,
+) -> torch.Tensor:
+    """Canonical tiled attention: one fixed launch configuration, each row's bits its own; returns [N, Hq, D]."""
+    groups = q.shape[1] // max(k_cache.shape[1], 1)
+    if groups > CANONICAL_TILE_M:
+        raise ValueError(f"the canonical tiled kernel takes at most {CANONICAL_TILE_M} query heads per kv head, "
+                         f"got {groups}")
+    return _launch(q, k_cache, v_cache, positions, row_seq, block_tables, block_size=block_size, scale=scale,
+                   sliding_window=sliding_window, block_m=CANONICAL_TILE_M, block_n=key_block,
+                   num_warps=CANONICAL_TILE_WARPS, num_stages=CANONICAL_TILE_STAGES, is_canonical=True)

@@ -1,0 +1,153 @@
+"""The tiled attention kernels on CUDA at model shapes: accuracy against float64, the canonical kernel's
+row independence (alone, in other tiles, next to longer and shorter rows, in the canonical pass), and
+canonical K/V that does not depend on how a prompt is chunked. The checks are shared with the CPU suite
+(``tests/tiled_attention_checks.py``), which runs them through Triton's interpreter at small shapes.
+"""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+import torch
+
+pytest.importorskip("triton")
+
+from llm42 import KVStore, SamplingParams  # noqa: E402
+from llm42.kernels import canonical_attention, tiled_canonical_attention, tiled_prefill_attention  # noqa: E402
+from llm42.kernels.tiled_attention import PREFILL_LARGE, PREFILL_SMALL  # noqa: E402
+from llm42.model.config import llama31_8b_config  # noqa: E402
+from llm42.model.forward import forward  # noqa: E402
+from llm42.model.weights import random_weights  # noqa: E402
+from llm42.policies import FastPolicy, FixedShapePolicy  # noqa: E402
+from llm42.runner import ModelRunner, Segment  # noqa: E402
+from tests.tiled_attention_checks import (  # noqa: E402
+    Cache, check_canonical_rows_are_their_own, check_kv_independent_of_chunking, check_matches_float64,
+    mixed_rows, prefill_kernel,
+)
+
+pytestmark = pytest.mark.gpu
+DEVICE = "cuda"
+DTYPES = [torch.bfloat16, torch.float16, torch.float32]
+SHAPES = [
+    # (num_heads, num_kv_heads, head_dim, block_size, max_context, sliding_window)
+    (32, 8, 128, 16, 1500, None),  # Llama-3.1-8B
+    (16, 2, 128, 16, 700, 100),  # GQA 8:1, a window
+    (12, 4, 96, 32, 500, None),  # 3:1, head dim 96
+    (8, 8, 64, 16, 400, None),  # 1:1
+]
+
+
+def cache_for(shape, dtype, seed, num_seqs=4):
+    num_heads, num_kv_heads, head_dim, block_size, max_context, _ = shape
+    return Cache(num_seqs=num_seqs, max_context=max_context, num_heads=num_heads, num_kv_heads=num_kv_heads,
+                 head_dim=head_dim, block_size=block_size, dtype=dtype, device=DEVICE, seed=seed)
+
+
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(str(v) for v in s))
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("config", [None, PREFILL_SMALL, PREFILL_LARGE, (32, 32, 4, 2)], ids=str)
+def test_tiled_prefill_matches_float64(config, dtype, shape):
+    cache = cache_for(shape, dtype, seed=sum(v or 0 for v in shape))
+    rows = mixed_rows(cache, random.Random(1), num_chunks=3, num_decode=5, max_chunk=160)
+    kernel = tiled_prefill_attention if config is None else prefill_kernel(config)
+    check_matches_float64(cache, kernel, rows, sliding_window=shape[5])
+
+
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(str(v) for v in s))
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("key_block", [16, 64])
+def test_tiled_canonical_matches_float64(key_block, dtype, shape):
+    cache = cache_for(shape, dtype, seed=sum(v or 0 for v in shape) + key_block)
+    rows = mixed_rows(cache, random.Random(2), num_chunks=3, num_decode=5, max_chunk=160)
+    check_matches_float64(cache, tiled_canonical_attention, rows, sliding_window=shape[5], key_block=key_block)
+
+
+@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_canonical_row_bits_do_not_depend_on_the_launch(dtype, seed):
+    shape = SHAPES[seed % 2]
+    cache = cache_for(shape, dtype, seed=100 + seed)
+    compared = check_canonical_rows_are_their_own(cache, random.Random(seed), num_probes=6, num_launches=6,
+                                                  max_neighbours=60, key_block=64, sliding_window=shape[5])
+    assert compared >= 30
+
+
+def test_canonical_row_bits_at_1_7_64_256_rows_and_any_index(report, dtype=torch.bfloat16):
+    """The existing row kernel's invariance test, for the tiled kernel: a probe at rows 1..256, any index."""
+    cache = cache_for(SHAPES[0], dtype, seed=7, num_seqs=6)
+    rng = random.Random(7)
+    probe = (2, 911)
+    outputs = set()
+    for num_rows in (1, 7, 64, 256):
+        for index in sorted({0, num_rows // 2, num_rows - 1}):
+            rows = [(rng.randrange(6), rng.randrange(1200)) for _ in range(num_rows)]
+            rows[index] = probe
+            rows = list(dict.fromkeys(rows))
+            out = cache.run(tiled_canonical_attention, rows, static=bool(index % 2))
+            outputs.add(out[rows.index(probe)].cpu().view(torch.int16).numpy().tobytes())
+    assert len(outputs) == 1
+
+
+@pytest.mark.parametrize("window", [None, 100])
+def test_canonical_kv_does_not_depend_on_chunking(window):
+    shape = SHAPES[0]
+    cache = cache_for(shape, torch.bfloat16, seed=11, num_seqs=2)
+    check_kv_independent_of_chunking(cache, [[1024], [256] * 4, [100, 1, 400, 523], [31, 993]], key_block=64,
+                                     sliding_window=window)
+
+
+def test_tiled_canonical_is_not_the_row_kernel_but_agrees_within_rounding(report):
+    """The tiled kernel's bits are a new canonical config (docs/gpu.md): close to the row kernel's."""
+    cache = cache_for(SHAPES[0], torch.bfloat16, seed=3)
+    rows = mixed_rows(cache, random.Random(3), num_chunks=3, num_decode=8, max_chunk=160)
+    tiled = cache.run(tiled_canonical_attention, rows)
+    old = cache.run(canonical_attention, rows)
+    report("tiled_vs_row_kernel_equal_fraction", float((tiled == old).float().mean()))
+    torch.testing.assert_close(tiled.float(), old.float(), atol=2e-2, rtol=2e-2)
+
+
+# -- through the policies and the canonical pass -------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def small_model():
+    cfg = llama31_8b_config(max_position_embeddings=2048, num_layers=2)
+    return cfg, random_weights(cfg, seed=0, dtype=torch.bfloat16, device=DEVICE, lm_head_std=0.2)
+
+
+def _canonical_logits_and_kv(cfg, weights, layout, needle, num_rows, policy):
+    runner = ModelRunner(weights, cfg)
+    kv = KVStore(cfg, num_blocks=256, block_size=16, num_scratch_slots=num_rows, device=DEVICE,
+                 dtype=torch.bfloat16)
+    segments = []
+    for rid, prompt in enumerate(layout):
+        kv.allocate(rid, len(prompt) + 1)
+        kv.append(rid, len(prompt))
+        segments.append(Segment(rid, tuple(prompt), 0, SamplingParams(), 0))
+    inputs = runner.canonical_inputs(segments, kv, num_rows)
+    logits = forward(weights, cfg, inputs, kv.layers(), policy)
+    start = sum(len(p) for p in layout[:needle])
+    slots = torch.tensor(kv.slots(needle, 0, len(layout[needle])), device=DEVICE)
+    return logits[start:start + len(layout[needle])], kv.layers().k[1][slots].clone()
+
+
+def test_canonical_pass_row_bits_do_not_depend_on_the_pass(small_model):
+    """FixedShapePolicy on CUDA (the tiled kernel): a prompt's logits and K/V alone and among others."""
+    cfg, weights = small_model
+    rng = random.Random(0)
+    needle = [rng.randrange(cfg.vocab_size) for _ in range(37)]
+    alone = _canonical_logits_and_kv(cfg, weights, [needle], 0, 256, FixedShapePolicy())
+    for before in ([5], [40, 3], [100, 17, 1]):
+        others = [[rng.randrange(cfg.vocab_size) for _ in range(n)] for n in before]
+        mixed = _canonical_logits_and_kv(cfg, weights, others + [needle, [7] * 9], len(others), 256,
+                                         FixedShapePolicy())
+        assert torch.equal(alone[0], mixed[0]) and torch.equal(alone[1], mixed[1])
+
+
+def test_fast_policy_prefill_matches_the_canonical_pass_within_rounding(small_model):
+    cfg, weights = small_model
+    rng = random.Random(1)
+    layout = [[rng.randrange(cfg.vocab_size) for _ in range(n)] for n in (300, 45, 1)]
+    fast = _canonical_logits_and_kv(cfg, weights, layout, 0, 512, FastPolicy(attention_backend="triton"))
+    canonical = _canonical_logits_and_kv(cfg, weights, layout, 0, 512, FixedShapePolicy())
+    torch.testing.assert_close(fast[0].float(), canonical[0].float(), atol=0.3, rtol=0.05)

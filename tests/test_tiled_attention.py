@@ -1,0 +1,100 @@
+"""The tiled attention kernels on the CPU, through Triton's interpreter, at small shapes.
+
+Runs where Triton imports and there is no CUDA device (``tests/triton_cpu.py``); on a GPU machine the
+same checks run at model shapes in ``tests/gpu/test_tiled_attention.py``.
+"""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+import torch
+
+pytest.importorskip("triton")
+
+from tests import triton_cpu  # noqa: E402
+
+if not triton_cpu.is_interpreted():
+    pytest.skip("Triton kernels are not interpreted here (a CUDA device: tests/gpu covers them)",
+                allow_module_level=True)
+
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+from llm42.kernels import tiled_canonical_attention, tiled_prefill_attention  # noqa: E402
+from llm42.kernels.tiled_attention import PREFILL_LARGE, PREFILL_SMALL, prefill_config  # noqa: E402
+from tests.tiled_attention_checks import (  # noqa: E402
+    Cache, check_canonical_rows_are_their_own, check_kv_independent_of_chunking, check_matches_float64,
+    mixed_rows, prefill_kernel,
+)
+
+DTYPES = [torch.bfloat16, torch.float16, torch.float32]
+# (num_heads, num_kv_heads, head_dim, block_size, sliding_window): GQA 2:1 with a window, 3:1 with a head dim
+# that is not a power of two, 1:1
+SHAPES = [(4, 2, 16, 8, 11), (6, 2, 24, 4, None), (2, 2, 32, 16, None)]
+
+
+def small_cache(shape, dtype, seed, *, num_seqs=3, max_context=48):
+    num_heads, num_kv_heads, head_dim, block_size, _ = shape
+    return Cache(num_seqs=num_seqs, max_context=max_context, num_heads=num_heads, num_kv_heads=num_kv_heads,
+                 head_dim=head_dim, block_size=block_size, dtype=dtype, device="cpu", seed=seed)
+
+
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(str(v) for v in s))
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("kernel", ["prefill", "canonical"])
+def test_tiled_kernels_match_float64(kernel, dtype, shape):
+    cache = small_cache(shape, dtype, seed=len(shape) + DTYPES.index(dtype))
+    rows = mixed_rows(cache, random.Random(3), num_chunks=3, num_decode=3)
+    if kernel == "prefill":  # 16 M-rows and 16 keys: several tiles, groups and unmasked interior blocks
+        check_matches_float64(cache, prefill_kernel((16, 16, 4, 2)), rows, sliding_window=shape[4])
+    else:
+        check_matches_float64(cache, tiled_canonical_attention, rows, sliding_window=shape[4], key_block=16)
+
+
+def test_prefill_default_config_matches_float64():
+    cache = small_cache(SHAPES[0], torch.float32, seed=9)
+    rows = mixed_rows(cache, random.Random(4), num_chunks=2, num_decode=2)
+    check_matches_float64(cache, tiled_prefill_attention, rows)
+
+
+def test_prefill_config_follows_the_launch():
+    assert prefill_config(16, 4) == PREFILL_SMALL
+    assert prefill_config(8192, 4) == PREFILL_LARGE
+    assert prefill_config(1, 128)[0] == 128  # at least one query row per tile
+
+
+@settings(max_examples=4)
+@given(seed=st.integers(0, 10_000), window=st.sampled_from([None, 9]), key_block=st.sampled_from([16, 32]))
+def test_canonical_row_bits_do_not_depend_on_the_launch(seed, window, key_block):
+    """A row alone and next to longer and shorter rows of its sequence, other sequences, at any index,
+    in any tile, varlen or static layout: the same bits."""
+    cache = small_cache((4, 2, 16, 8, window), torch.bfloat16, seed=seed, max_context=80)
+    compared = check_canonical_rows_are_their_own(cache, random.Random(seed), num_probes=3, num_launches=2,
+                                                  max_neighbours=12, key_block=key_block, sliding_window=window)
+    assert compared >= 2
+
+
+@pytest.mark.parametrize("window", [None, 7])
+def test_canonical_kv_does_not_depend_on_chunking(window):
+    cache = small_cache((4, 2, 16, 8, window), torch.bfloat16, seed=21, num_seqs=2, max_context=40)
+    check_kv_independent_of_chunking(cache, [[40], [5, 13, 22], [17, 1, 22]], key_block=16, sliding_window=window)
+
+
+def test_prefill_rows_of_a_tile_with_several_groups():
+    """Rows of three sequences in one 64-M-row tile (and a sequence split across tiles) all get their own keys."""
+    cache = small_cache(SHAPES[1], torch.float32, seed=5)
+    rows = [(0, 40), (1, 3), (0, 41), (2, 0), (1, 4), (1, 5)] + [(2, p) for p in range(1, 30)]
+    check_matches_float64(cache, tiled_prefill_attention, rows)
+    check_matches_float64(cache, tiled_canonical_attention, rows, key_block=16)
+
+
+def test_canonical_kernel_rejects_bad_configs():
+    cache = small_cache(SHAPES[0], torch.float32, seed=1)
+    with pytest.raises(ValueError, match="power of two"):
+        cache.run(tiled_canonical_attention, [(0, 3)], key_block=24)
+    with pytest.raises(ValueError, match="block_m"):
+        cache.run(prefill_kernel((8, 16, 4, 2)), [(0, 3)])
+    empty = cache.run(tiled_canonical_attention, [(0, 3)])[:0]
+    assert empty.shape[0] == 0

@@ -1,0 +1,164 @@
+"""Checks of the tiled attention kernels, shared by the CPU suite (Triton's interpreter, small shapes) and
+the GPU suite (CUDA, model shapes): accuracy against float64, and the canonical kernel's row independence.
+
+A *launch* is a list of rows ``(sequence, position, query)``. It is laid out either "varlen" (one
+block-table row per sequence, ``row_seq`` = the sequence) or "static" (each row its own copy of its
+sequence's table, ``row_seq`` = the sequence's first row in the launch: ``StepInputs.table_rows``).
+"""
+
+from __future__ import annotations
+
+import random
+
+import torch
+
+from llm42.kernels import tiled_canonical_attention, tiled_prefill_attention
+from tests.gpu.test_kernels import TOLERANCE, random_paged_cache, reference_attention, relative_error
+
+
+class Cache:
+    """A random paged K/V cache of ``num_seqs`` sequences, and random queries per (sequence, position)."""
+
+    def __init__(self, *, num_seqs, max_context, num_heads, num_kv_heads, head_dim, block_size, dtype, device,
+                 seed):
+        self.generator = torch.Generator().manual_seed(seed)
+        self.k, self.v, self.tables = random_paged_cache(
+            num_seqs=num_seqs, max_context=max_context, num_kv_heads=num_kv_heads, head_dim=head_dim,
+            block_size=block_size, dtype=dtype, device=device, generator=self.generator)
+        self.num_seqs, self.max_context, self.block_size = num_seqs, max_context, block_size
+        self.num_heads, self.head_dim, self.dtype, self.device = num_heads, head_dim, dtype, device
+        self.scale = head_dim ** -0.5
+        self._queries: dict[tuple[int, int], torch.Tensor] = {}
+
+    def query(self, seq: int, pos: int) -> torch.Tensor:
+        """The same query for (seq, pos) every time it is asked for: a row is identified by it."""
+        if (seq, pos) not in self._queries:
+            self._queries[(seq, pos)] = torch.randn(self.num_heads, self.head_dim, generator=self.generator)
+        return self._queries[(seq, pos)]
+
+    def layout(self, rows: list[tuple[int, int]], *, static: bool):
+        """(q, positions, row_seq, tables) of a launch of ``rows`` = [(seq, pos)]."""
+        q = torch.stack([self.query(s, p) for s, p in rows]).to(device=self.device, dtype=self.dtype)
+        positions = torch.tensor([p for _, p in rows], dtype=torch.int64)
+        seqs = torch.tensor([s for s, _ in rows], dtype=torch.int64)
+        if static:
+            first = {}
+            row_seq = torch.tensor([first.setdefault(s, i) for i, (s, _) in enumerate(rows)], dtype=torch.int64)
+            tables = self.tables[seqs.to(self.tables.device)]
+        else:
+            row_seq, tables = seqs, self.tables
+        return q, positions.to(self.device), row_seq.to(self.device), tables
+
+    def run(self, kernel, rows, *, static=False, **kwargs) -> torch.Tensor:
+        q, positions, row_seq, tables = self.layout(rows, static=static)
+        return kernel(q, self.k, self.v, positions, row_seq, tables, block_size=self.block_size, scale=self.scale,
+                      **kwargs)
+
+    def reference(self, rows, *, sliding_window=None) -> torch.Tensor:
+        q, positions, _, _ = self.layout(rows, static=False)
+        seqs = torch.tensor([s for s, _ in rows])
+        return reference_attention(q, self.k, self.v, self.tables, seqs, positions.cpu(),
+                                   block_size=self.block_size, scale=self.scale, sliding_window=sliding_window)
+
+
+def mixed_rows(cache: Cache, rng: random.Random, *, num_chunks: int, num_decode: int,
+               max_chunk: int | None = None) -> list[tuple[int, int]]:
+    """Prompt chunks (runs of consecutive positions of one sequence) and lone decode rows, shuffled by run."""
+    runs = []
+    for _ in range(num_chunks):
+        seq = rng.randrange(cache.num_seqs)
+        length = rng.randint(1, max(1, min(cache.max_context // 3, max_chunk or cache.max_context)))
+        start = rng.randrange(cache.max_context - length + 1)
+        runs.append([(seq, p) for p in range(start, start + length)])
+    runs += [[(rng.randrange(cache.num_seqs), rng.randrange(cache.max_context))] for _ in range(num_decode)]
+    rng.shuffle(runs)
+    return [row for run in runs for row in run]
+
+
+def check_matches_float64(cache: Cache, kernel, rows, *, sliding_window=None, **kwargs) -> None:
+    ref = cache.reference(rows, sliding_window=sliding_window)
+    for static in (False, True):
+        out = cache.run(kernel, rows, static=static, sliding_window=sliding_window, **kwargs)
+        assert out.dtype == cache.dtype and out.shape == (len(rows), cache.num_heads, cache.head_dim)
+        err = relative_error(out, ref)
+        assert err < TOLERANCE[cache.dtype], (static, err)
+
+
+def _bits(t: torch.Tensor) -> bytes:
+    return t.detach().cpu().contiguous().view(torch.uint8).numpy().tobytes()
+
+
+def check_canonical_rows_are_their_own(cache: Cache, rng: random.Random, *, num_probes: int, num_launches: int,
+                                       max_neighbours: int, key_block: int, sliding_window=None) -> int:
+    """Each probe row alone (one-row launch) and inside random launches: next to longer and shorter rows of
+    its own sequence, other sequences' rows, at any index and tile, varlen or static: the same bits.
+    Returns the number of (probe, launch) comparisons made."""
+    kwargs = dict(key_block=key_block, sliding_window=sliding_window)
+    probes = [(rng.randrange(cache.num_seqs), rng.randrange(cache.max_context)) for _ in range(num_probes)]
+    probes = list(dict.fromkeys(probes))
+    alone = {p: _bits(cache.run(tiled_canonical_attention, [p], **kwargs)[0]) for p in probes}
+    compared = 0
+    for _ in range(num_launches):
+        rows = []
+        for probe in probes:
+            seq, pos = probe
+            longer = [(seq, rng.randrange(pos, cache.max_context)) for _ in range(rng.randint(0, 3))]
+            shorter = [(seq, rng.randrange(0, pos + 1)) for _ in range(rng.randint(0, 3))]
+            run = sorted({*longer, *shorter} - {probe}, key=lambda r: r[1])
+            run.insert(rng.randint(0, len(run)), probe)
+            rows += run
+            rows += [(rng.randrange(cache.num_seqs), rng.randrange(cache.max_context))
+                     for _ in range(rng.randint(0, max_neighbours))]
+        rows = [(rng.randrange(cache.num_seqs), rng.randrange(cache.max_context))
+                for _ in range(rng.randint(0, max_neighbours))] + rows
+        # a row appears once per launch (duplicates would be the same row anyway)
+        rows = list(dict.fromkeys(rows))
+        out = cache.run(tiled_canonical_attention, rows, static=rng.random() < 0.5, **kwargs)
+        for probe in probes:
+            assert _bits(out[rows.index(probe)]) == alone[probe], (probe, rows)
+            compared += 1
+    return compared
+
+
+def _toy_layer2_kv(out1: torch.Tensor, groups: int) -> tuple[torch.Tensor, torch.Tensor]:
+    # a row-wise (elementwise) stand-in for the next layer's K/V projection: one head of each group
+    return out1[:, ::groups] * 1.5, out1[:, groups - 1::groups] - 0.25
+
+
+def check_kv_independent_of_chunking(cache: Cache, chunkings: list[list[int]], *, key_block: int,
+                                     sliding_window=None) -> None:
+    """Two toy layers over one prompt (sequence 0, positions [0, L)), canonical-prefilled in chunks: the
+    second layer's K/V (written from the first layer's attention output) and its output are the same bits
+    however the prompt is chunked."""
+    length = sum(chunkings[0])
+    groups = cache.num_heads // cache.k.shape[1]
+    results = []
+    for chunks in chunkings:
+        assert sum(chunks) == length
+        k2, v2 = torch.zeros_like(cache.k), torch.zeros_like(cache.v)
+        outs, start = [], 0
+        for n in chunks:
+            rows = [(0, p) for p in range(start, start + n)]
+            out1 = cache.run(tiled_canonical_attention, rows, key_block=key_block, sliding_window=sliding_window)
+            pos = torch.arange(start, start + n)
+            slots = (cache.tables[0].cpu()[pos // cache.block_size] * cache.block_size
+                     + pos % cache.block_size).to(cache.device)
+            k_rows, v_rows = _toy_layer2_kv(out1, groups)
+            k2[slots], v2[slots] = k_rows, v_rows
+            q, positions, row_seq, tables = cache.layout([(1, p) for p in range(start, start + n)], static=False)
+            outs.append(tiled_canonical_attention(q, k2, v2, positions, torch.zeros_like(row_seq), cache.tables,
+                                                  block_size=cache.block_size, scale=cache.scale,
+                                                  key_block=key_block, sliding_window=sliding_window))
+            start += n
+        pos = torch.arange(length)
+        slots = (cache.tables[0].cpu()[pos // cache.block_size] * cache.block_size + pos % cache.block_size)
+        results.append((_bits(k2[slots.to(cache.device)]), _bits(v2[slots.to(cache.device)]),
+                        _bits(torch.cat(outs))))
+    assert all(r == results[0] for r in results[1:])
+
+
+def prefill_kernel(config):
+    """``tiled_prefill_attention`` with a fixed ``config`` (block_m, block_n, warps, stages)."""
+    def kernel(*args, **kwargs):
+        return tiled_prefill_attention(*args, config=config, **kwargs)
+    return kernel
