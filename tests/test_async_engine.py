@@ -11,6 +11,8 @@ import threading
 
 import pytest
 
+pytest.importorskip("fastapi", reason="llm42.server (its text streams) needs the serve extra")
+
 from llm42 import AsyncEngine, DVRGenerator, EngineClosedError, EngineFullError, SamplingParams
 from llm42.async_engine import EngineStepError
 from llm42.server.detokenizer import TextStream

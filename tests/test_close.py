@@ -133,17 +133,26 @@ def test_close_while_a_stream_is_open_ends_the_stream_with_an_error():
 
 @pytest.mark.gpu
 def test_deleting_a_cuda_generator_with_captured_graphs_frees_its_memory():
+    """Build, use and drop a generator three times: device memory must not grow after the first.
+
+    The first one may leave per-process state behind (cuBLAS workspaces per stream, Triton's
+    compiled kernels), which is why the comparison starts after it; a cycle holding the K/V store,
+    the weights or a graph pool would add its bytes at every round.
+    """
     def allocated() -> int:
         torch.cuda.synchronize()
         return torch.cuda.memory_allocated()
 
-    gc.collect()
-    baseline = allocated()
-    gen = used_generator("cuda")
-    gen.generate([[1, 2, 3, 4] * 5], FREE)  # a fast prefill: its graphs are captured
-    assert gen.decode_graphs is not None and gen.fast_prefill.graphs is not None
-    assert allocated() > baseline
-    box = [gen]
-    del gen
-    assert tensors_die_with(box), "a reference cycle keeps the generator's tensors alive"
-    assert allocated() == baseline
+    after = []
+    for _ in range(3):
+        gc.collect()
+        before = allocated()
+        gen = used_generator("cuda")
+        gen.generate([[1, 2, 3, 4] * 5], FREE)  # a fast prefill: its graphs are captured
+        assert gen.decode_graphs is not None and gen.fast_prefill.graphs is not None
+        assert allocated() > before
+        box = [gen]
+        del gen
+        assert tensors_die_with(box), "a reference cycle keeps the generator's tensors alive"
+        after.append(allocated())
+    assert after[1] == after[0] and after[2] == after[0], after

@@ -13,15 +13,16 @@ import threading
 import time
 from dataclasses import replace
 
-import httpx
-import openai
 import pytest
+
+httpx = pytest.importorskip("httpx", reason="the server tests need the dev extra (httpx, openai)")
+openai = pytest.importorskip("openai", reason="the server tests need the dev extra (httpx, openai)")
+pytest.importorskip("fastapi", reason="llm42 serve needs the serve extra (fastapi, uvicorn)")
 
 from llm42 import DVRGenerator, SamplingParams
 from llm42.params import sample_seed
 from tests.server_process import ServerProcess, chat_checkpoint
 
-pytest.importorskip("fastapi")
 
 WINDOW, GROUP = 4, 2
 API_KEY = "test-key"

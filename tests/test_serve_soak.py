@@ -13,13 +13,14 @@ import asyncio
 import json
 import random
 
-import httpx
 import pytest
+
+httpx = pytest.importorskip("httpx", reason="the soak needs the dev extra (httpx)")
+pytest.importorskip("fastapi", reason="llm42 serve needs the serve extra (fastapi, uvicorn)")
 
 from llm42 import DVRGenerator, SamplingParams
 from tests.server_process import ServerProcess
 
-pytest.importorskip("fastapi")
 
 WINDOW, GROUP = 4, 2
 NUM_DETERMINISTIC_KINDS = 6

@@ -31,7 +31,7 @@ import torch
 
 from llm42.cuda_graphs import DecodeGraphs
 from llm42.engine.config import EngineConfig
-from llm42.engine.decode_state import DecodeState
+from llm42.engine.decode_state import DecodeState, to_device
 from llm42.engine.prefill import FastPrefill
 from llm42.engine.requests import Request, RequestPool
 from llm42.defaults import default_canonical_size
@@ -50,16 +50,18 @@ from llm42.verify.canonical_pass import top_dicts
 from llm42.verify import CanonicalConfig, CanonicalWork, Commit, LaunchedPass, Verifier
 
 
-def _default_kv_tokens(cfg: ModelConfig, dtype: torch.dtype, device: torch.device) -> int:
-    """Room for 16 full-context sequences, capped: on CUDA by half of the memory free after the
-    weights, never less than one full context; on the CPU by 64K tokens and 256 MiB (allocating,
-    zeroing, is part of start-up), never less than 2048 tokens or the context if shorter.
-    A request that does not fit is refused; pass ``kv_cache_tokens`` for more."""
+def _default_kv_tokens(cfg: ModelConfig, dtype: torch.dtype, device: torch.device, max_num_seqs: int) -> int:
+    """On CUDA: room for ``max_num_seqs`` full-context sequences, capped at half of the memory free after
+    the weights (a serving engine's batch must not be bounded by its K/V store; vLLM takes 90 %), never
+    less than one full context. On the CPU: room for 16 full-context sequences capped by 64K tokens and
+    256 MiB (allocating, zeroing, is part of start-up), never less than 2048 tokens or the context if
+    shorter. A request that does not fit is refused; pass ``kv_cache_tokens`` for more."""
     bytes_per_token = 2 * cfg.num_layers * cfg.kv_size * torch.finfo(dtype).bits // 8
-    room = 16 * cfg.max_position_embeddings
     if device.type == "cuda":
         free_bytes, _ = torch.cuda.mem_get_info(device)
+        room = max_num_seqs * cfg.max_position_embeddings
         return max(cfg.max_position_embeddings, min(room, free_bytes // 2 // bytes_per_token))
+    room = 16 * cfg.max_position_embeddings
     cap = min(1 << 16, (256 << 20) // bytes_per_token)
     return max(min(cfg.max_position_embeddings, 2048), min(room, cap))
 
@@ -208,7 +210,7 @@ class DVRGenerator:
         self.scheduler = scheduler if scheduler is not None else DefaultScheduler()
         if kv_store is None:
             if kv_cache_tokens is None:
-                kv_cache_tokens = _default_kv_tokens(cfg, weights.dtype, self.device)
+                kv_cache_tokens = _default_kv_tokens(cfg, weights.dtype, self.device, max_num_seqs)
             kv_store = KVStore(
                 cfg,
                 num_blocks=-(-kv_cache_tokens // block_size),
@@ -787,8 +789,8 @@ class DVRGenerator:
                 finals.append(i)
         if finals:
             reqs = [running[segments[i].rid] for i in finals]
-            index = torch.tensor(finals, device=self.device)
-            state.set_first_tokens(torch.tensor([r.slot for r in reqs], device=self.device), tokens[index])
+            index = to_device(finals, torch.int64, self.device)  # pinned, asynchronous: no wait on the step
+            state.set_first_tokens(to_device([r.slot for r in reqs], torch.int64, self.device), tokens[index])
             for req in reqs:
                 state.set_next(req.slot, None, len(req.prompt))
             record.add(reqs, tokens[index], logprobs[index], None if top is None else (top[0][index], top[1][index]))

@@ -193,9 +193,17 @@ class DecodeState:
         self.positions.copy_(saved[1])
 
 
+def to_device(values, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """A list on the device without a wait: staged in pinned memory on CUDA (a pageable source makes
+    the copy synchronous, and a blocking one waits for every step in flight), then copied asynchronously.
+    The caching host allocator keeps the pinned block until the copy is done."""
+    is_cuda = torch.device(device).type == "cuda"
+    return torch.tensor(values, dtype=dtype, pin_memory=is_cuda).to(device, non_blocking=True)
+
+
 def _ints(values, device) -> torch.Tensor:
-    return torch.tensor(values, dtype=torch.int64).to(device, non_blocking=True)
+    return to_device(values, torch.int64, device)
 
 
 def _floats(values, device) -> torch.Tensor:
-    return torch.tensor(values, dtype=torch.float32).to(device, non_blocking=True)
+    return to_device(values, torch.float32, device)
