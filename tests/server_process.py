@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+import random
+import threading
 import os
 import shutil
 import signal
@@ -118,3 +121,33 @@ class ServerProcess:
     def _read_log(self) -> str:
         self._log.seek(0)
         return self._log.read()
+
+
+@contextlib.contextmanager
+def background_load(fire_one, *, num_threads: int, warmup_s: float = 0.5):
+    """Threads calling ``fire_one(rng, client_index)`` in a loop until the block ends; yields a one-item list
+    counting the calls that returned. Re-raises the first error any thread hit."""
+    stop, errors, fired = threading.Event(), [], [0]
+
+    def loop(seed: int) -> None:
+        rng = random.Random(seed)
+        while not stop.is_set():
+            try:
+                fire_one(rng, seed)
+                fired[0] += 1
+            except BaseException as exc:  # noqa: BLE001 - re-raised by the caller's thread
+                errors.append(exc)
+                return
+
+    threads = [threading.Thread(target=loop, args=(seed,)) for seed in range(num_threads)]
+    for thread in threads:
+        thread.start()
+    try:
+        time.sleep(warmup_s)
+        yield fired
+    finally:
+        stop.set()
+        for thread in threads:
+            thread.join(300)
+    if errors:
+        raise errors[0]

@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import json
 import random
-import threading
-import time
 from dataclasses import replace
 
 import pytest
@@ -21,7 +19,7 @@ pytest.importorskip("fastapi", reason="llm42 serve needs the serve extra (fastap
 
 from llm42 import DVRGenerator, SamplingParams
 from llm42.params import sample_seed
-from tests.server_process import ServerProcess, chat_checkpoint
+from tests.server_process import ServerProcess, background_load, chat_checkpoint
 
 
 WINDOW, GROUP = 4, 2
@@ -74,41 +72,23 @@ def test_deterministic_completion_is_identical_alone_and_under_concurrent_load(c
     assert alone.choices[0].text == reference.text
     assert alone.system_fingerprint == f"llm42-0.1.0-w{WINDOW}g{GROUP}"
 
-    stop = threading.Event()
-    errors: list[BaseException] = []
-    num_fired = [0]
+    clients = [openai.OpenAI(base_url=f"{server.url}/v1", api_key=API_KEY, max_retries=0, timeout=120)
+               for _ in range(4)]
 
-    def fire(seed: int) -> None:
-        rng = random.Random(seed)
-        local = openai.OpenAI(base_url=f"{server.url}/v1", api_key=API_KEY, max_retries=0, timeout=120)
-        while not stop.is_set():
-            try:
-                kwargs = dict(prompt=rng.choice(["The dog", "Lily saw a", "One day", [1, 403, 407, 2000 % 512]]),
-                              max_tokens=rng.randint(1, 40), temperature=rng.choice([0.0, 0.7, 1.2]),
-                              top_k=rng.choice([0, 20]), deterministic=rng.random() < 0.3)
-                if rng.random() < 0.5:
-                    for chunk in _complete(local, stream=True, **kwargs):
-                        if rng.random() < 0.1:
-                            break  # a client that goes away mid-stream
-                else:
-                    _complete(local, **kwargs)
-                num_fired[0] += 1
-            except BaseException as exc:  # noqa: BLE001 - reported by the main thread
-                errors.append(exc)
-                return
+    def fire(rng: random.Random, index: int) -> None:
+        kwargs = dict(prompt=rng.choice(["The dog", "Lily saw a", "One day", [1, 403, 407, 2000 % 512]]),
+                      max_tokens=rng.randint(1, 40), temperature=rng.choice([0.0, 0.7, 1.2]),
+                      top_k=rng.choice([0, 20]), deterministic=rng.random() < 0.3)
+        if rng.random() < 0.5:
+            for _ in _complete(clients[index], stream=True, **kwargs):
+                if rng.random() < 0.1:
+                    break  # a client that goes away mid-stream
+        else:
+            _complete(clients[index], **kwargs)
 
-    threads = [threading.Thread(target=fire, args=(seed,)) for seed in range(4)]
-    for thread in threads:
-        thread.start()
-    try:
-        time.sleep(0.5)
+    with background_load(fire, num_threads=len(clients)) as num_fired:
         under_load = [_complete(client, **request) for _ in range(3)]
         streamed = [chunk for chunk in _complete(client, stream=True, **request)]
-    finally:
-        stop.set()
-        for thread in threads:
-            thread.join(60)
-    assert not errors, errors[0]
     assert num_fired[0] > 3
     for completion in under_load:
         assert _tokens_and_logprobs(completion) == (reference.token_ids, reference.logprobs)

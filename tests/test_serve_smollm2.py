@@ -9,8 +9,6 @@ installs them).
 from __future__ import annotations
 
 import random
-import threading
-import time
 
 import pytest
 
@@ -18,7 +16,7 @@ openai = pytest.importorskip("openai", reason="the server tests need the dev ext
 pytest.importorskip("fastapi", reason="llm42 serve needs the serve extra (fastapi, uvicorn)")
 
 from llm42 import DVRGenerator, SamplingParams  # noqa: E402
-from tests.server_process import ServerProcess  # noqa: E402
+from tests.server_process import ServerProcess, background_load  # noqa: E402
 from tests.test_smollm2 import GROUP, WINDOW, _skip_reason  # noqa: E402
 
 pytestmark = pytest.mark.skipif(_skip_reason() is not None, reason=_skip_reason() or "")
@@ -57,34 +55,17 @@ def test_deterministic_chat_answer_equals_generate_alone_and_under_concurrent_lo
         assert choice.message.content == reference.text
 
     check(_ask(client))  # alone
-    stop, errors, fired = threading.Event(), [], [0]
+    clients = [openai.OpenAI(base_url=f"{server.url}/v1", api_key="-", max_retries=0, timeout=300) for _ in range(3)]
 
-    def fire(seed: int) -> None:
-        rng = random.Random(seed)
-        local = openai.OpenAI(base_url=f"{server.url}/v1", api_key="-", max_retries=0, timeout=300)
-        while not stop.is_set():
-            try:
-                local.chat.completions.create(
-                    model="smollm2", messages=[{"role": "user", "content": rng.choice(FILLERS)}],
-                    max_tokens=rng.randint(2, 12), temperature=rng.choice([0.0, 0.8]), seed=rng.randrange(1000),
-                    extra_body={"deterministic": rng.random() < 0.5})
-                fired[0] += 1
-            except BaseException as exc:  # noqa: BLE001 - reported by the main thread
-                errors.append(exc)
-                return
+    def fire(rng: random.Random, index: int) -> None:
+        clients[index].chat.completions.create(
+            model="smollm2", messages=[{"role": "user", "content": rng.choice(FILLERS)}],
+            max_tokens=rng.randint(2, 12), temperature=rng.choice([0.0, 0.8]), seed=rng.randrange(1000),
+            extra_body={"deterministic": rng.random() < 0.5})
 
-    threads = [threading.Thread(target=fire, args=(seed,)) for seed in range(3)]
-    for thread in threads:
-        thread.start()
-    try:
-        time.sleep(1.0)
+    with background_load(fire, num_threads=len(clients), warmup_s=1.0) as fired:
         under_load = _ask(client)
         streamed = list(_ask(client, stream=True))
-    finally:
-        stop.set()
-        for thread in threads:
-            thread.join(300)
-    assert not errors, errors[0]
     assert fired[0] >= 1  # the load was there
     check(under_load)
     assert [t for chunk in streamed for t in (chunk.choices[0].model_extra or {}).get("token_ids", [])] \
