@@ -45,6 +45,20 @@ def test_score_equals_committed_logprobs(gen, mode):
     assert [hexes(s) for s in alone] == [hexes(o.logprobs) for o in outs]
 
 
+def test_score_returns_the_top_logprobs_a_deterministic_generation_committed(gen):
+    params = SamplingParams(**{**SAMPLED.__dict__, "logprobs": 3})
+    outs = gen.generate(PROMPTS, params)
+    scored, tops = gen.score(PROMPTS, [o.token_ids for o in outs], params, return_top_logprobs=True)
+    assert [hexes(s) for s in scored] == [hexes(o.logprobs) for o in outs]
+    assert tops == [o.top_logprobs for o in outs]
+    assert all(len(t) == 3 for top in tops for t in top)
+    # negative control: the same completion after another prompt has other alternatives (not vacuous)
+    other = gen.score([PROMPTS[1]], [outs[0].token_ids], params, return_top_logprobs=True)[1][0]
+    assert len(other) == len(tops[0]) and other != tops[0]
+    with pytest.raises(ValueError, match="logprobs = N"):
+        gen.score(PROMPTS[:1], [outs[0].token_ids], SAMPLED, return_top_logprobs=True)
+
+
 def test_score_uses_and_feeds_the_prefix_cache():
     gen = new_gen(block_size=4)
     prompt = [1] + list(range(300, 320))

@@ -587,7 +587,8 @@ class DVRGenerator:
     # -- RL and evaluation ------------------------------------------------------------------------
     @_serialised
     def score(self, prompts: Sequence, completions: Sequence[Sequence[int]],
-              params: SamplingParams | Sequence[SamplingParams] | None = None) -> list[list[float]]:
+              params: SamplingParams | Sequence[SamplingParams] | None = None, *,
+              return_top_logprobs: bool = False):
         """The canonical log-prob of every completion token given its prompt and the tokens before it.
 
         Bit-identical to ``Completion.logprobs`` of a ``deterministic=True`` generation that committed
@@ -598,6 +599,10 @@ class DVRGenerator:
         log-probs and its temperature / top_k / top_p define the processed distribution (seed,
         ``n`` and the length fields play no part). Requests may be running meanwhile: their state is
         untouched. Returns one list of floats per completion (empty for an empty completion).
+
+        ``return_top_logprobs=True`` (with ``params.logprobs = N``) returns ``(logprobs, top_logprobs)``:
+        also per completion token its N most likely tokens ({id: log-prob}, most likely first), equal
+        to ``Completion.top_logprobs`` of that deterministic generation.
         """
         if isinstance(prompts, (str, bytes)) or not isinstance(prompts, Sequence):
             raise TypeError("prompts must be a list of prompts (token-id lists or strings)")
@@ -606,6 +611,10 @@ class DVRGenerator:
         if len(completions) != len(prompts):
             raise ValueError(f"completions has {len(completions)} entries for {len(prompts)} prompts")
         params_list = self._params_list(params, len(prompts))
+        if not isinstance(return_top_logprobs, bool):
+            raise TypeError(f"return_top_logprobs must be a bool, got {type(return_top_logprobs).__name__}")
+        if return_top_logprobs and not all(p.num_top_logprobs for p in params_list):
+            raise ValueError("return_top_logprobs=True needs params.logprobs = N (an int >= 1) for every prompt")
         canonical_pass = getattr(self.verifier, "canonical_pass", None)
         if canonical_pass is None:
             raise TypeError(f"score() needs the library Verifier's canonical pass; "
@@ -624,6 +633,8 @@ class DVRGenerator:
         counts = score_jobs(canonical_pass, self.kv, jobs)
         for name, value in counts.items():
             self.stats[name] += value
+        if return_top_logprobs:
+            return [job.logprobs for job in jobs], [job.top_logprobs for job in jobs]
         return [job.logprobs for job in jobs]
 
     def _check_completion(self, completion) -> list[int]:

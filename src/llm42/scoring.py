@@ -29,6 +29,7 @@ class ScoreJob:
     seed: int
     num_prefilled: int = 0
     logprobs: list[float] = field(default_factory=list)
+    top_logprobs: list[dict[int, float]] = field(default_factory=list)  # with params.logprobs = N
 
     @property
     def num_inputs(self) -> int:
@@ -89,11 +90,16 @@ def _run_pass(canonical_pass, kv, active: list[ScoreJob]) -> None:
         targets += job.tokens[start + 1: end + 1]  # the row at position p scores the token at p + 1
         rows_left -= end - start
     segments = [seg for _, seg in scheduled]
-    _, logprobs = canonical_pass.launch(segments, kv, per_row, targets=targets).wait()
+    result = canonical_pass.launch(segments, kv, per_row, targets=targets)
+    _, logprobs = result.wait()
+    tops = result.top_logprobs()  # None unless some job asked for logprobs = N
     row = 0
     for job, seg in scheduled:
         first_scored = max(seg.start, job.num_prompt_tokens - 1)  # rows before it predict prompt tokens
-        job.logprobs += logprobs[row + first_scored - seg.start: row + len(seg.tokens)]
+        rows = slice(row + first_scored - seg.start, row + len(seg.tokens))
+        job.logprobs += logprobs[rows]
+        if tops is not None and job.params.num_top_logprobs:
+            job.top_logprobs += [dict(list(top.items())[: job.params.num_top_logprobs]) for top in tops[rows]]
         row += len(seg.tokens)
         job.num_prefilled = seg.end
         kv.mark_canonical(job.rid, seg.end)
