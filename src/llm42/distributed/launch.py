@@ -11,7 +11,9 @@ cross processes.
 
 from __future__ import annotations
 
+import multiprocessing as mp
 import os
+import pickle
 import socket
 import time
 import traceback
@@ -20,7 +22,6 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 
 # NVLink multicast stays off in every process started here (it can take a shared host's GPUs down)
 _NCCL_ENV = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
@@ -60,7 +61,8 @@ def _worker(rank: int, world_size: int, backend: str, port: int, num_threads: in
         torch.set_num_threads(num_threads)
     try:
         init_tensor_parallel(backend)
-        results.put((rank, True, fn(*args)))
+        # plain pickle: tensors travel by value (a queue would share their storage, gone once the rank exits)
+        results.put((rank, True, pickle.dumps(fn(*args))))
     except BaseException:  # reported to the launcher, which raises it
         results.put((rank, False, traceback.format_exc()))
     finally:
@@ -98,7 +100,7 @@ def launch(fn: Callable[..., Any], *args, tensor_parallel: int, backend: str | N
             rank, is_ok, value = _get(results, procs, timeout_s)
             if not is_ok:
                 raise RuntimeError(f"tensor-parallel rank {rank} failed:\n{value}")
-            outputs[rank] = value
+            outputs[rank] = pickle.loads(value)
     finally:
         for proc in procs:
             proc.join(timeout=10 if len(outputs) == len(procs) else 0.1)
