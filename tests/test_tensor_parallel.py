@@ -17,6 +17,7 @@ the tests below each check one property of its results:
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 
 import pytest
 import torch
@@ -33,17 +34,25 @@ NUM_BATCHES, SEED = 2, 3
 
 
 @pytest.fixture(scope="module")
-def ranks() -> list[dict]:
-    return launch(tp_jobs.rank_job, NUM_BATCHES, SEED, tensor_parallel=2, backend="gloo", num_threads=1,
-                  timeout_s=240)
+def biased_checkpoint(tmp_path_factory) -> Path:
+    return tp_jobs.write_biased_checkpoint(tmp_path_factory.mktemp("biased"))
 
 
 @pytest.fixture(scope="module")
-def tp1() -> dict:
+def ranks(biased_checkpoint) -> list[dict]:
+    return launch(tp_jobs.rank_job, NUM_BATCHES, SEED, biased_checkpoint, tensor_parallel=2, backend="gloo",
+                  num_threads=1, timeout_s=240)
+
+
+@pytest.fixture(scope="module")
+def tp1(biased_checkpoint) -> dict:
     gen = DVRGenerator.from_pretrained(window=tp_jobs.WINDOW, group=tp_jobs.GROUP)
     alone = [gen.generate([p], q)[0] for p, q in zip(tp_jobs.TARGET_PROMPTS, tp_jobs.TARGET_PARAMS)]
     score = gen.score([tp_jobs.SCORE_PROMPT], [tp_jobs.SCORE_COMPLETION], SamplingParams(max_new_tokens=1))[0]
-    return {"alone": [(c.token_ids, c.logprobs) for c in alone], "score": score}
+    biased = DVRGenerator.from_pretrained(biased_checkpoint, window=tp_jobs.WINDOW, group=tp_jobs.GROUP)
+    completion = biased.generate([tp_jobs.BIASED_PROMPT], tp_jobs.BIASED_PARAMS)[0]
+    return {"alone": [(c.token_ids, c.logprobs) for c in alone], "score": score,
+            "biased": (completion.token_ids, completion.logprobs)}
 
 
 def _bits(values: list[float]) -> list[bytes]:
@@ -68,6 +77,14 @@ def test_canonical_pass_commits_tp1_bits_at_tp2(ranks, tp1):
             assert tokens == ref_tokens
             assert _bits(logprobs) == _bits(ref_logprobs)
         assert _bits(rank["score"]) == _bits(tp1["score"])
+
+
+def test_biases_tied_embeddings_and_padded_vocab_shard_without_changing_bits(ranks, tp1):
+    ref_tokens, ref_logprobs = tp1["biased"]
+    assert len(set(ref_tokens)) > 1  # the random model does not just repeat one token
+    for rank in ranks:
+        tokens, logprobs = rank["biased"]
+        assert tokens == ref_tokens and _bits(logprobs) == _bits(ref_logprobs)
 
 
 def test_contract_at_tp2_alone_vs_random_batches_with_rollbacks(ranks):

@@ -6,13 +6,18 @@ the test compares the ranks with each other and with TP = 1 in its own process.
 
 from __future__ import annotations
 
+import json
 import random
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
+from safetensors.torch import save_file
 
 from llm42 import DVRGenerator, SamplingParams
 from llm42.distributed import TensorParallel
+from llm42.model.config import ModelConfig
+from llm42.model.weights import random_weights, weight_views
 from llm42.ops import exact
 from llm42.policies import FixedShapePolicy, NoisyFastPolicy
 from llm42.testing.harness import filler_prompts, run_random_batches
@@ -27,6 +32,29 @@ TARGET_PARAMS = (
 )
 SCORE_PROMPT = [1, 2, 3, 4]
 SCORE_COMPLETION = [419, 432, 383, 286, 261, 376, 298, 315, 421, 395, 317, 426, 338, 401, 396, 267]
+
+
+# a second model for the sharding rules the embedded one does not have: q/k/v, o_proj and MLP biases, tied
+# embeddings, a vocabulary the ranks do not divide (301: 151 rows each, one padding row)
+BIASED_CONFIG = {
+    "architectures": ["LlamaForCausalLM"], "model_type": "llama", "vocab_size": 301, "hidden_size": 48,
+    "intermediate_size": 64, "num_hidden_layers": 2, "num_attention_heads": 6, "num_key_value_heads": 2,
+    "head_dim": 8, "max_position_embeddings": 256, "rms_norm_eps": 1e-5, "rope_theta": 10000.0,
+    "attention_bias": True, "mlp_bias": True, "tie_word_embeddings": True, "eos_token_id": 2,
+}
+BIASED_PROMPT = [5, 17, 300, 42]
+BIASED_PARAMS = SamplingParams(max_new_tokens=12, temperature=0.9, seed=3, deterministic=True, logprobs=True,
+                               ignore_eos=True)
+
+
+def write_biased_checkpoint(directory: Path) -> Path:
+    """``BIASED_CONFIG`` with seeded random weights as a HF safetensors checkpoint in ``directory``."""
+    cfg = ModelConfig.from_hf_dict(BIASED_CONFIG)
+    weights = random_weights(cfg, seed=1, std=0.2)
+    (directory / "config.json").write_text(json.dumps(BIASED_CONFIG))
+    save_file({name: view.contiguous() for name, view in weight_views(cfg, weights).items()},
+              str(directory / "model.safetensors"))
+    return directory
 
 
 def op_operands() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -75,9 +103,13 @@ def _generator(**kwargs) -> DVRGenerator:
     return DVRGenerator.from_pretrained(tensor_parallel=2, window=WINDOW, group=GROUP, **kwargs)
 
 
-def rank_job(num_batches: int, seed: int) -> dict:
+def rank_job(num_batches: int, seed: int, biased_checkpoint: Path) -> dict:
     """The whole TP = 2 job of one rank: op checks, the contract, TP invariance, the negative control."""
     out: dict = {"ops": _ops(TensorParallel.from_world(2))}
+    biased = DVRGenerator.from_pretrained(biased_checkpoint, tensor_parallel=2, window=WINDOW, group=GROUP)
+    completion = biased.generate([BIASED_PROMPT], BIASED_PARAMS)[0]
+    out["biased"] = (completion.token_ids, completion.logprobs)
+    biased.close()
     gen = _generator()
     alone = [gen.generate([prompt], params)[0] for prompt, params in zip(TARGET_PROMPTS, TARGET_PARAMS)]
     out["alone"] = [(c.token_ids, c.logprobs) for c in alone]
