@@ -210,7 +210,7 @@ class WeightSlices:
         return (WeightSlices, ())
 
     @staticmethod
-    def _slice(weight: torch.Tensor, shard: RowShard | None) -> tuple[torch.Tensor, torch.Tensor]:
+    def _slice(weight: torch.Tensor, shard: RowShard | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         if shard is None:
             _, column_bits = slice_bits(weight.shape[-1])
             ints, unscale = split_last(weight.detach(), column_bits)  # [N, K], [N, 1]
