@@ -127,3 +127,15 @@ def test_tensor_parallel_must_divide_kv_heads_and_ffn():
         shard_config(cfg, 8)
     with pytest.raises(ValueError, match="intermediate_size"):
         shard_config(dataclasses.replace(cfg, intermediate_size=170), 4)
+
+
+def test_launch_raises_a_failing_ranks_traceback():
+    with pytest.raises(RuntimeError, match=r"(?s)rank 1 failed.*ValueError: rank 1 was told to fail"):
+        launch(tp_jobs.raise_on_rank, 1, tensor_parallel=2, backend="gloo", num_threads=1, timeout_s=120)
+
+
+def test_launch_rejects_bad_arguments():
+    with pytest.raises(ValueError, match="tensor_parallel"):
+        launch(tp_jobs.raise_on_rank, 1, tensor_parallel=0)
+    with pytest.raises(ValueError, match="backend"):
+        launch(tp_jobs.raise_on_rank, 1, tensor_parallel=2, backend="mpi")

@@ -129,3 +129,11 @@ def rank_job(num_batches: int, seed: int, biased_checkpoint: Path) -> dict:
     out["naive_score"] = naive.score([SCORE_PROMPT], [SCORE_COMPLETION], SamplingParams(max_new_tokens=1))[0]
     naive.close()
     return out
+
+
+def raise_on_rank(bad_rank: int) -> int:
+    """Rank ``bad_rank`` raises; the others return their rank."""
+    rank = TensorParallel.from_world(2).rank
+    if rank == bad_rank:
+        raise ValueError(f"rank {rank} was told to fail")
+    return rank
