@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import os
 import random
 import threading
 from collections import deque
@@ -37,7 +38,10 @@ from llm42.engine.requests import Request, RequestPool
 from llm42.defaults import default_canonical_size
 from llm42.kv_store import KVStore, KVStoreProtocol
 from llm42.model.config import ModelConfig
-from llm42.model.loader import check_state_dict, embedded_model_path, load_checkpoint, load_state_dict
+from llm42.model.gguf import find_gguf_file
+from llm42.model.loader import (
+    check_state_dict, embedded_model_path, load_checkpoint, load_state_dict, load_tokenizer,
+)
 from llm42.model.weights import Weights, random_weights, weight_views
 from llm42.params import Completion, SamplingParams, sample_seed
 from llm42.policies import FastPolicy, FixedShapePolicy
@@ -256,6 +260,7 @@ class DVRGenerator:
         dtype: torch.dtype | None = None,
         window: int | None = None,
         group: int | None = None,
+        tensor_parallel: int = 1,
         **kwargs,
     ) -> "DVRGenerator":
         """Load a HF checkpoint directory, a ``.gguf`` file or a directory holding one (dequantized to
@@ -264,6 +269,13 @@ class DVRGenerator:
         ``window``/``group`` left out: the device's defaults, 32 x 8 on CUDA and 8 x 4 on the
         CPU (``llm42.defaults``); they are part of the canonical config, so pass them explicitly
         where runs on different devices or versions must agree.
+
+        ``tensor_parallel=n`` (n > 1): this process is one rank of an initialized process group of
+        n ranks (``llm42.distributed.launch`` or torchrun); it loads only its slice of a HF
+        safetensors directory (``llm42.distributed.load_shard``), on ``cuda:LOCAL_RANK`` when
+        ``device`` is ``"cuda"``, and every rank must then make the same calls in the same order.
+        ``gen.cfg`` is then the rank's config (heads and FFN width divided by n). CUDA graphs are
+        off under tensor parallelism; ``update_weights`` is refused.
         """
         device = torch.device(device)
         default_window, default_group = default_canonical_size(device)
@@ -274,9 +286,30 @@ class DVRGenerator:
         if dtype is None:
             dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
         tokenizer = kwargs.pop("tokenizer", None)
+        if not isinstance(tensor_parallel, int) or isinstance(tensor_parallel, bool) or tensor_parallel < 1:
+            raise ValueError(f"tensor_parallel must be a positive int, got {tensor_parallel!r}")
+        if tensor_parallel > 1:
+            return cls._from_shard(path, tensor_parallel, device=device, dtype=dtype, tokenizer=tokenizer,
+                                   window=window, group=group, **kwargs)
         checkpoint = load_checkpoint(path, dtype=dtype, device=device, with_tokenizer=tokenizer is None)
         return cls(checkpoint.weights, checkpoint.cfg, tokenizer=tokenizer or checkpoint.tokenizer,
                    window=window, group=group, **kwargs)
+
+    @classmethod
+    def _from_shard(cls, path: Path, tensor_parallel: int, *, device: torch.device, dtype: torch.dtype,
+                    tokenizer, **kwargs) -> "DVRGenerator":
+        from llm42.distributed import TensorParallel, load_shard
+
+        if find_gguf_file(path) is not None:
+            raise ValueError("tensor_parallel > 1 loads a Hugging Face safetensors directory, not a GGUF file")
+        tp = TensorParallel.from_world(tensor_parallel)
+        if device.type == "cuda" and device.index is None:
+            device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", tp.rank)))
+        _, local_cfg, weights = load_shard(path, tp, dtype=dtype, device=device)
+        if tokenizer is None:
+            tokenizer = load_tokenizer(path)
+        kwargs["use_cuda_graphs"] = False  # collectives are not captured: every step runs eagerly
+        return cls(weights, local_cfg, tokenizer=tokenizer, **kwargs)
 
     @classmethod
     def from_config(
@@ -661,6 +694,8 @@ class DVRGenerator:
         Refused while requests are unfinished. Afterwards, deterministic output equals that of a fresh
         generator built from the new weights.
         """
+        if self.weights.tp is not None:
+            raise ValueError("update_weights() is not supported under tensor parallelism (tensor_parallel > 1)")
         if self.has_unfinished():
             raise RuntimeError("update_weights() while requests are unfinished: let them finish first")
         drop_prefix_cache = getattr(self.kv, "drop_prefix_cache", None)

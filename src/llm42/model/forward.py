@@ -9,12 +9,18 @@ policy's ``RowOps`` too, which a policy may fuse into one kernel each.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import torch
 
 from llm42.inputs import StepInputs
 from llm42.model.config import ModelConfig
 from llm42.model.weights import Weights
+from llm42.ops.exact import RowShard
 from llm42.policies.base import ReductionPolicy, row_ops
+
+if TYPE_CHECKING:
+    from llm42.distributed.group import TensorParallel
 
 
 class KVLayers:
@@ -39,7 +45,11 @@ def forward(
     dtype = weights.dtype
     eps = cfg.rms_norm_eps
     scale = cfg.head_dim**-0.5
-    residual = weights.embed[inputs.token_ids]  # [N, H]: the residual stream
+    tp = weights.tp
+    if tp is None:
+        residual = weights.embed[inputs.token_ids]  # [N, H]: the residual stream
+    else:
+        residual = tp.embed(weights.embed, inputs.token_ids)
     cos = weights.rope_cos[inputs.positions].to(dtype)  # [N, D]
     sin = weights.rope_sin[inputs.positions].to(dtype)
     mlp_out = None  # [N, H]: the previous layer's MLP output, not yet added to the residual
@@ -61,13 +71,34 @@ def forward(
             q, kv.k[layer], kv.v[layer], inputs,
             block_size=kv.block_size, scale=scale, sliding_window=cfg.sliding_window,
         )  # [N, Hq, D]
-        attn_out = policy.linear(attn.reshape(num_rows, cfg.q_size), lw.o_proj, lw.o_proj_bias)
+        attn_out = row_parallel_linear(policy, tp, attn.reshape(num_rows, cfg.q_size), lw.o_proj,
+                                       lw.o_proj_bias, lw.o_proj_shard)
         h, residual = ops.add_rms_norm(attn_out, residual, lw.post_norm, eps)
         gate_up = policy.linear(h, lw.gate_up, lw.gate_up_bias)  # [N, 2I]
-        mlp_out = policy.linear(ops.swiglu(gate_up), lw.down, lw.down_bias)
+        mlp_out = row_parallel_linear(policy, tp, ops.swiglu(gate_up), lw.down, lw.down_bias, lw.down_shard)
     if inputs.logits_rows is not None:
         residual = residual[inputs.logits_rows]
         mlp_out = mlp_out[inputs.logits_rows]
     h, _ = ops.add_rms_norm(mlp_out, residual, weights.norm, eps)
     logits = policy.linear(h, weights.lm_head)
+    if tp is not None:
+        logits = tp.gather_vocab(logits, cfg.vocab_size)  # [L, V] on every rank: each samples the same tokens
     return policy.process_logits(logits, inputs)
+
+
+def row_parallel_linear(policy: ReductionPolicy, tp: TensorParallel | None, x: torch.Tensor, weight: torch.Tensor,
+                        bias: torch.Tensor | None, shard: RowShard | None) -> torch.Tensor:
+    """``policy.linear`` of a row-parallel weight (o_proj, down): x [N, K / ranks], weight [H, K / ranks].
+
+    Without tensor parallelism, the plain linear. With it, the policy's own
+    ``row_parallel_linear`` where it has one (the canonical pass: a reduction
+    whose bits it fixes), else the partial products all-reduced as the
+    library likes (the fast path), then the bias.
+    """
+    if tp is None:
+        return policy.linear(x, weight, bias)
+    own = getattr(policy, "row_parallel_linear", None)
+    if callable(own):
+        return own(x, weight, bias, tp=tp, shard=shard)
+    out = tp.all_reduce_sum(policy.linear(x, weight))
+    return out if bias is None else out + bias

@@ -7,10 +7,15 @@ Projections that read the same input are stored fused ([q; k; v] and
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 
 from llm42.model.config import ModelConfig, rope_inv_freq
+from llm42.ops.exact import RowShard
+
+if TYPE_CHECKING:
+    from llm42.distributed.group import TensorParallel
 
 
 @dataclass(frozen=True)
@@ -27,6 +32,9 @@ class LayerWeights:
     o_proj_bias: torch.Tensor | None = None  # [H]
     gate_up_bias: torch.Tensor | None = None  # [2 * I]
     down_bias: torch.Tensor | None = None  # [H]
+    # tensor parallelism: o_proj and down hold this rank's input columns; these slice them as the whole
+    o_proj_shard: RowShard | None = None
+    down_shard: RowShard | None = None
 
 
 @dataclass(frozen=True)
@@ -37,6 +45,8 @@ class Weights:
     lm_head: torch.Tensor  # [V, H] (the embedding itself when tied)
     rope_cos: torch.Tensor  # [max_positions, head_dim] float32
     rope_sin: torch.Tensor  # [max_positions, head_dim] float32
+    # tensor parallelism: this rank's group; embed/lm_head then hold its vocabulary rows [ceil(V / ranks), H]
+    tp: TensorParallel | None = None
 
     @property
     def dtype(self) -> torch.dtype:

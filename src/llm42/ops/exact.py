@@ -29,6 +29,8 @@ the CPU and the sampler (on every device) use it, the fast path does not.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
+from dataclasses import dataclass
 
 import torch
 from torch.utils.weak import WeakIdKeyDictionary
@@ -49,14 +51,18 @@ def _fresh64(x: torch.Tensor) -> torch.Tensor:
     return x.to(torch.float64, copy=True)
 
 
-def _scale_(x64: torch.Tensor, dim: int, bits: int) -> torch.Tensor:
+def _scale_(x64: torch.Tensor, dim: int, bits: int, amax: torch.Tensor | None = None) -> torch.Tensor:
     """Scale x64 in place by a power of two s per slice along ``dim`` so that |x64| < 2^bits; returns 1 / s.
 
     s comes from the slice max's exponent field (bit operations: no pow or
     exp2, whose rounding would be the library's choice), so both products are
-    exact. An all-zero slice gets s = 2^1023.
+    exact. An all-zero slice gets s = 2^1023. ``amax`` (float64, keepdim
+    shape): the max-abs to scale by instead of x64's own, when x64 is one
+    rank's part of a longer slice (tensor parallelism: the max over all parts).
     """
-    biased = x64.abs().amax(dim, keepdim=True).view(torch.int64) >> 52  # |x| < 2^(biased - 1022)
+    if amax is None:
+        amax = x64.abs().amax(dim, keepdim=True)
+    biased = amax.view(torch.int64) >> 52  # |x| < 2^(biased - 1022)
     scale = ((bits + 2045 - biased).clamp(max=2046) << 52).view(torch.float64)  # 2^(bits - (biased - 1022))
     x64.mul_(scale)
     return torch.reciprocal(scale)
@@ -78,7 +84,8 @@ def slice_bits(k: int) -> tuple[int, int]:
     return _ROW_SLICE_BITS, column_bits
 
 
-def _split_rows(a: torch.Tensor, row_bits: int) -> tuple[torch.Tensor, torch.Tensor]:
+def _split_rows(a: torch.Tensor, row_bits: int, amax: torch.Tensor | None = None
+                ) -> tuple[torch.Tensor, torch.Tensor]:
     """a [..., M, K] in three integer slices per row, stacked along M: ([a1; a2; a3] [..., 3M, K], unscale [..., M, 1]).
 
     a ≈ (a1 + a2 2^-β + a3 2^-2β) · unscale with |a_i| < 2^β: 3β bits of each
@@ -88,7 +95,7 @@ def _split_rows(a: torch.Tensor, row_bits: int) -> tuple[torch.Tensor, torch.Ten
     stacked = a.new_empty((*a.shape[:-2], 3 * num_rows, a.shape[-1]), dtype=torch.float64)
     rest = stacked[..., 2 * num_rows:, :]
     rest.copy_(a)
-    unscale = _scale_(rest, -1, row_bits)
+    unscale = _scale_(rest, -1, row_bits, amax)
     for i in range(2):
         piece = stacked[..., i * num_rows:(i + 1) * num_rows, :]
         torch.trunc(rest, out=piece)
@@ -109,9 +116,10 @@ def split_last(x: torch.Tensor, column_bits: int) -> tuple[torch.Tensor, torch.T
     return _round_slices(x, -1, column_bits)
 
 
-def _round_slices(x: torch.Tensor, dim: int, bits: int) -> tuple[torch.Tensor, torch.Tensor]:
+def _round_slices(x: torch.Tensor, dim: int, bits: int, amax: torch.Tensor | None = None
+                  ) -> tuple[torch.Tensor, torch.Tensor]:
     ints = _fresh64(x)
-    unscale = _scale_(ints, dim, bits)
+    unscale = _scale_(ints, dim, bits, amax)
     return ints.round_(), unscale  # round half to even, |ints| <= 2^bits
 
 
@@ -131,8 +139,17 @@ def sliced_product(a_stacked: torch.Tensor, a_unscale: torch.Tensor, b_ints: tor
     elementwise in one fixed order, a1 b + (a2 b + a3 b 2^-β) 2^-β. Each output
     element is a function of its row of ``a`` and its column of b alone.
     """
-    num_rows = a_stacked.shape[-2] // 3
-    parts = torch.matmul(a_stacked, b_ints)  # [..., 3M, N]
+    return combine_parts(torch.matmul(a_stacked, b_ints), a_unscale, row_bits)
+
+
+def combine_parts(parts: torch.Tensor, a_unscale: torch.Tensor, row_bits: int) -> torch.Tensor:
+    """The three slices' exact products ``parts`` [..., 3M, N] combined in one fixed order, times a's unscale.
+
+    a1 b + (a2 b + a3 b 2^-β) 2^-β: the only roundings of ``sliced_product``.
+    ``parts`` may be a sum of several ranks' exact partial products (integers
+    below 2^53 whichever subset is summed), so it may be all-reduced first.
+    """
+    num_rows = parts.shape[-2] // 3
     first, second, third = parts[..., :num_rows, :], parts[..., num_rows:2 * num_rows, :], parts[..., 2 * num_rows:, :]
     return third.mul_(2.0**-row_bits).add_(second).mul_(2.0**-row_bits).add_(first).mul_(a_unscale)
 
@@ -168,14 +185,20 @@ class WeightSlices:
     def __init__(self) -> None:
         self._entries: WeakIdKeyDictionary = WeakIdKeyDictionary()
 
-    def get(self, weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """(ints [K, N], unscale [1, N]) of ``weight`` [N, K], sliced per output feature."""
+    def get(self, weight: torch.Tensor, *, shard: RowShard | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """(ints [K, N], unscale [1, N]) of ``weight`` [N, K], sliced per output feature.
+
+        ``shard``: ``weight`` is one rank's columns of a longer weight (a
+        row-parallel linear); it is sliced with the full weight's bits and
+        per-feature scales, so its ints are exactly the full weight's columns.
+        """
         if weight.is_inference():
-            return self._slice(weight)
-        key = (weight.data_ptr(), weight._version, tuple(weight.shape))
+            return self._slice(weight, shard)
+        key = (weight.data_ptr(), weight._version, tuple(weight.shape),
+               None if shard is None else (shard.full_k, shard.amax.data_ptr(), shard.amax._version))
         entry = self._entries.get(weight)
         if entry is None or entry[0] != key:
-            entry = (key, self._slice(weight))
+            entry = (key, self._slice(weight, shard))
             self._entries[weight] = entry
         return entry[1]
 
@@ -187,10 +210,26 @@ class WeightSlices:
         return (WeightSlices, ())
 
     @staticmethod
-    def _slice(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        _, column_bits = slice_bits(weight.shape[-1])
-        ints, unscale = split_last(weight.detach(), column_bits)  # [N, K], [N, 1]
+    def _slice(weight: torch.Tensor, shard: RowShard | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        if shard is None:
+            _, column_bits = slice_bits(weight.shape[-1])
+            ints, unscale = split_last(weight.detach(), column_bits)  # [N, K], [N, 1]
+        else:
+            _, column_bits = slice_bits(shard.full_k)
+            ints, unscale = _round_slices(weight.detach(), -1, column_bits, shard.amax)
         return ints.t(), unscale.t()
+
+
+@dataclass(frozen=True)
+class RowShard:
+    """What one rank's columns ``[N, K / ranks]`` of a row-parallel weight ``[N, K]`` need to slice as the whole.
+
+    ``amax``: [N, 1] float64, each output feature's max-abs over all K (an
+    all-reduce MAX of the ranks' own, once at load); ``full_k``: K.
+    """
+
+    full_k: int
+    amax: torch.Tensor  # [N, 1] float64
 
 
 SHARED_WEIGHT_SLICES = WeightSlices()  # the policies' default: a weight is sliced once however many policies use it
@@ -210,6 +249,41 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
     out = product(x.reshape(-1, k), w_ints, row_bits).mul_(w_unscale)
     if bias is not None:
         out.add_(bias)  # in float64, before the one rounding
+    return out.to(x.dtype).view(*x.shape[:-1], num_out)
+
+
+def sharded_linear(
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None = None,
+    *,
+    shard: RowShard,
+    slices: WeightSlices,
+    all_reduce_max: Callable[[torch.Tensor], torch.Tensor],
+    all_reduce_sum: Callable[[torch.Tensor], torch.Tensor],
+) -> torch.Tensor:
+    """``linear`` of a weight split over K across ranks, bit-identical to ``linear`` of the whole weight.
+
+    x: [..., K / ranks], this rank's columns of the activations; weight: this
+    rank's columns [N, K / ranks]. Every rank slices its part with the *whole*
+    row's scale (``all_reduce_max`` of the rows' max-abs, [M, 1] float64) and
+    the whole weight's (``shard``), so its slices are exactly the whole
+    operands' columns; each rank's float64 GEMM then sums integer products
+    exactly, and so does ``all_reduce_sum`` of the partial products (every
+    subset of the K products sums below 2^53), in any rank order. The one
+    rounding happens after the reduction, as in ``linear``: the bits do not
+    depend on the number of ranks.
+    """
+    num_out, k = weight.shape
+    row_bits, _ = slice_bits(shard.full_k)
+    x2 = x.reshape(-1, k)
+    x_amax = all_reduce_max(x2.abs().amax(-1, keepdim=True).to(torch.float64))  # [M, 1]
+    w_ints, w_unscale = slices.get(weight, shard=shard)
+    stacked, unscale = _split_rows(x2, row_bits, x_amax)
+    parts = all_reduce_sum(torch.matmul(stacked, w_ints))  # [3M, N]: exact integer sums
+    out = combine_parts(parts, unscale, row_bits).mul_(w_unscale)
+    if bias is not None:
+        out.add_(bias)
     return out.to(x.dtype).view(*x.shape[:-1], num_out)
 
 

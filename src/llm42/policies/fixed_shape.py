@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import torch
 import torch.nn.functional as F
 
@@ -10,6 +12,9 @@ from llm42.inputs import StepInputs
 from llm42.ops import exact, flash
 from llm42.ops.attention import blocked_attention
 from llm42.policies.base import ExactRowOps, FusedRowOps
+
+if TYPE_CHECKING:
+    from llm42.distributed.group import TensorParallel
 
 ATTENTION_KERNELS = ("tiled", "rows")  # the Triton canonical attention kernels (CUDA; part of the canonical config)
 
@@ -70,6 +75,25 @@ class FixedShapePolicy(ExactRowOps, FusedRowOps):
         if x.is_cuda:
             return F.linear(x, weight, bias)
         return exact.linear(x, weight, bias, slices=self.slices)
+
+    def row_parallel_linear(self, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, *,
+                            tp: TensorParallel, shard: exact.RowShard | None) -> torch.Tensor:
+        """A row-parallel linear (tensor parallelism): this rank's columns, reduced over the ranks.
+
+        On the CPU ``exact.sharded_linear``: the ranks' exact integer partial
+        products are all-reduced in float64 and rounded once, so the bits equal
+        ``linear`` of the whole weight at one rank (TP-size invariance). On
+        CUDA: the ranks' partial library GEMMs at M = R, summed in rank order
+        (``TensorParallel.ordered_sum``), position invariant but a function of
+        the number of ranks.
+        """
+        if x.is_cuda:
+            out = tp.ordered_sum(F.linear(x, weight))
+            return out if bias is None else out + bias
+        if shard is None:
+            raise ValueError("a row-parallel weight on the CPU needs its RowShard (llm42.distributed.load_shard)")
+        return exact.sharded_linear(x, weight, bias, shard=shard, slices=self.slices,
+                                    all_reduce_max=tp.all_reduce_max, all_reduce_sum=tp.all_reduce_sum)
 
     def rms_norm(self, x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
         if x.is_cuda:
