@@ -392,3 +392,24 @@ def test_failing_kv_free_keeps_the_completion_and_frees_the_blocks_on_retry():
         if params.deterministic:
             assert out.token_ids == alone(prompt, params).token_ids
     assert_idle_holds_nothing(gen)
+
+
+def test_tokens_an_abort_commits_for_others_reach_the_next_step_even_with_nothing_left_unfinished():
+    """abort(y) applies the canonical pass in flight; that pass may finish x. x's tokens must still be
+    reported (by the next step, which AsyncEngine runs while a stream is open), never stranded."""
+    gen = make(lagging=True, noisy=False)
+    one = SamplingParams(max_new_tokens=1, deterministic=True, ignore_eos=True)
+    x, y = gen.submit(PROMPTS[0], one), gen.submit(PROMPTS[2], DET)
+    reported: list[int] = []
+    for _ in range(50):
+        reported += gen.step().get(x, [])
+        if gen._canonical_in_flight is not None and gen._pool.running.get(y) is not None \
+                and gen._pool.running[y].is_verifying and not gen.is_finished(x):
+            break
+    else:
+        pytest.fail("x and y never shared a canonical pass in flight")
+    gen.abort(y)
+    assert gen.is_finished(x) and not gen.has_unfinished()  # the applied pass finished x: the case at stake
+    reported += gen.step().get(x, [])
+    assert reported == gen.result(x).token_ids == alone(PROMPTS[0], one).token_ids
+    assert_idle_holds_nothing(gen)

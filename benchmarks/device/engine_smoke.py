@@ -36,7 +36,7 @@ def replay_ms(gen: DVRGenerator, batch: int, reps: int = 30) -> float:
     for _ in range(reps + 3):
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         start.record()
-        graphs.run(batch, False)
+        graphs.run(batch, (False, False))
         end.record()
         end.synchronize()
         times.append(start.elapsed_time(end))

@@ -260,7 +260,9 @@ class AsyncEngine:
         drain_deadline: float | None = None
         try:
             while True:
-                is_busy = gen.has_unfinished()
+                # a stream may still be open with nothing unfinished: an abort or a score() applied a
+                # canonical pass whose commits (and finishes) are only reported by the next step
+                is_busy = gen.has_unfinished() or bool(self._streams)
                 try:
                     # block only when there is nothing to step
                     command = self._commands.get(block=not is_busy and drain_deadline is None, timeout=None)
@@ -278,7 +280,7 @@ class AsyncEngine:
                 if drain_deadline is not None:
                     if time.monotonic() >= drain_deadline or not gen.has_unfinished():
                         break
-                if gen.has_unfinished():
+                if gen.has_unfinished() or self._streams:
                     self._step()
                 self._publish()
         finally:

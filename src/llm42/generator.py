@@ -107,6 +107,7 @@ class _FastRecord:
         self.host_tokens, self.host_logprobs = host_tokens[:n], host_logprobs[:n]
         self.host_tokens.copy_(tokens, non_blocking=True)
         self.host_logprobs.copy_(logprobs, non_blocking=True)
+        self.tops = [(num, None if top is None else tuple(_to_host(t) for t in top)) for num, top in self.tops]
         if tokens.is_cuda:
             self.event = torch.cuda.Event()
             self.event.record()
@@ -116,6 +117,15 @@ class _FastRecord:
         if self.event is not None:
             self.event.synchronize()
         return self.host_tokens.tolist(), self.host_logprobs.tolist()
+
+
+def _to_host(t: torch.Tensor) -> torch.Tensor:
+    """An asynchronous copy of ``t`` into pinned memory (readable once the step's event has completed)."""
+    if not t.is_cuda:
+        return t
+    host = torch.empty(t.shape, dtype=t.dtype, pin_memory=True)
+    host.copy_(t, non_blocking=True)
+    return host
 
 
 def _check_injected(name: str, value, protocol, what: str) -> None:
@@ -660,6 +670,7 @@ class DVRGenerator:
             jobs.append(ScoreJob(-1, ids + tokens, len(ids), p, 0))
         if self._canonical_in_flight is not None:  # its static buffers are the ones scoring uses
             self._finish_canonical(self._events)
+            self._deliver(self._events)
         for job in jobs:
             job.rid = self._num_ids
             self._num_ids += 1
@@ -842,7 +853,7 @@ class DVRGenerator:
             record.add(reqs, tokens[index], logprobs[index], None if top is None else (top[0][index], top[1][index]))
 
     def _fast_details(self, reqs: list[Request]) -> tuple[torch.Tensor, int] | None:
-        """(is_processed [rows], N) when a free request among ``reqs`` wants processed or top-N log-probs.
+        """(is_processed [rows] or None, N) when a free request among ``reqs`` wants processed or top-N log-probs.
 
         Deterministic requests' fast-path log-probs are never committed, so they never ask.
         """
@@ -852,7 +863,7 @@ class DVRGenerator:
             return None
         is_processed = [not r.is_deterministic and r.params.is_processed_logprobs for r in reqs]
         num_top = max(r.params.num_top_logprobs for r, w in zip(reqs, wanted) if w)
-        return torch.tensor(is_processed, device=self.device), num_top
+        return (to_device(is_processed, torch.bool, self.device) if any(is_processed) else None), num_top
 
     def _read_fast(self, record: _FastRecord | None, events: dict[int, list[int]]) -> None:
         """Read a fast step's tokens back: candidates of deterministic requests, commits of the others."""
@@ -935,6 +946,7 @@ class DVRGenerator:
             return []
         raise KeyError(f"the Completion of request {rid} was already taken")
 
+    @_serialised
     def committed_logprobs(self, rid: int) -> list[float]:
         """Log-probs of the tokens committed so far (as ``committed_tokens``; also without ``logprobs=True``)."""
         pool = self._pool
@@ -947,6 +959,7 @@ class DVRGenerator:
             return []
         raise KeyError(f"the Completion of request {rid} was already taken")
 
+    @_serialised
     def committed_top_logprobs(self, rid: int) -> list[dict[int, float]]:
         """With ``logprobs=N``: the top-N alternatives of each token committed so far (else [])."""
         pool = self._pool

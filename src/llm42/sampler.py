@@ -191,11 +191,12 @@ def sample(logits: torch.Tensor, rows: SamplingRows) -> tuple[torch.Tensor, torc
     return tokens, ((chosen.double() - row_max) - log_sum).float()
 
 
-def logprob_details(logits: torch.Tensor, tokens: torch.Tensor, rows: SamplingRows, is_processed: torch.Tensor,
+def logprob_details(logits: torch.Tensor, tokens: torch.Tensor, rows: SamplingRows, is_processed: torch.Tensor | None,
                     num_top: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Log-probs of ``tokens`` and each row's ``num_top`` most likely tokens, raw or processed per row.
 
-    logits: [N, V]; tokens: [N] int64 (sampled, or given when scoring); is_processed: [N] bool.
+    logits: [N, V]; tokens: [N] int64 (sampled, or given when scoring); is_processed: [N] bool, or None
+    when no row is processed (the caller knows it on the host: no device sync here).
     A raw row's distribution is ``log_softmax(logits)`` (the bits ``sample`` returns); a processed
     row's is the one ``sample`` draws from: ``log_softmax`` over the top-k / top-p support of
     ``logits / temperature``, or for a greedy row probability 1 on ``tokens`` (log-prob 0) and 0
@@ -209,7 +210,7 @@ def logprob_details(logits: torch.Tensor, tokens: torch.Tensor, rows: SamplingRo
         logprobs_all = (logits - row_max[:, None]) - log_sum[:, None]
     else:
         logprobs_all = ((logits.double() - row_max[:, None]) - log_sum[:, None]).float()
-    if bool(is_processed.any()):
+    if is_processed is not None:
         processed = exact.log_softmax(processed_scores(logits, rows))
         vocab = torch.arange(logits.shape[-1], device=logits.device)
         point_mass = torch.where(vocab[None, :] == tokens[:, None], 0.0, float("-inf"))

@@ -49,14 +49,16 @@ class FastPolicy(FusedRowOps):
         return rms_norm(x, weight, eps)
 
     def attention(self, q, k_cache, v_cache, inputs: StepInputs, *, block_size, scale, sliding_window):
-        if (flash.use_flash(self.attention_backend, q, k_cache, v_cache, block_size=block_size)
-                and inputs.num_rows == inputs.num_seqs):  # decode only; prefill steps take the kernels below
+        # decode: one query row per sequence, in sequence order. Staged prompt chunks (FastPrefill) also give
+        # each row its own "sequence", but carry table_rows saying which rows share one: not decode
+        is_decode = inputs.num_rows == inputs.num_seqs and inputs.table_rows is None
+        if flash.use_flash(self.attention_backend, q, k_cache, v_cache, block_size=block_size) and is_decode:
             return flash.decode_attention(q, k_cache, v_cache, inputs.block_tables, inputs.context_lens,
                                           block_size=block_size, scale=scale, sliding_window=sliding_window)
         if q.is_cuda:
             from llm42 import kernels
 
-            if inputs.num_rows == inputs.num_seqs:  # decode: one query row per sequence, in sequence order
+            if is_decode:
                 return kernels.paged_decode_attention(
                     q, k_cache, v_cache, inputs.block_tables, inputs.context_lens, block_size=block_size,
                     scale=scale, sliding_window=sliding_window, max_context_len=inputs.max_context_len,

@@ -3,7 +3,7 @@
 ``CanonicalPass`` owns exactly R rows of static inputs (token ids, positions, slot
 mapping, per-row block tables) and sampling rows. ``stage`` writes a pass's real rows
 and dummy padding rows into them; ``run`` computes forward + sampler on them — by
-replaying one captured CUDA graph on CUDA (a greedy and a sampling variant of the
+replaying one captured CUDA graph on CUDA (a greedy, a sampling and a filtered-sampling variant of the
 sampler, chosen on the host so nothing inside synchronises), eagerly elsewhere. Every
 tensor's shape is a function of R and the model only (invariant 2).
 
@@ -28,6 +28,7 @@ from llm42.model.config import ModelConfig
 from llm42.model.forward import forward
 from llm42.model.weights import Weights
 from llm42.policies.base import ReductionPolicy
+from llm42.engine.decode_state import to_device
 from llm42.sampler import SamplingRows, logprob_details, sample, sampling_variant
 
 
@@ -78,7 +79,7 @@ class CanonicalPass:
         self.is_graphed = resolve_use_graph(use_graph, self.device)
         self._kv = None
         self._forward_graph: torch.cuda.CUDAGraph | None = None
-        self._samplers: dict[bool, tuple[torch.cuda.CUDAGraph, tuple[torch.Tensor, torch.Tensor]]] = {}
+        self._samplers: dict[tuple[bool, bool], tuple[torch.cuda.CUDAGraph, tuple[torch.Tensor, torch.Tensor]]] = {}
         self._pool = None
         self._variant = (False, False)  # (any row sampled, any sampled row filtered)
         is_cuda = self.device.type == "cuda"
@@ -189,11 +190,13 @@ class CanonicalPass:
         if targets is None and num_top == 0 and not is_any_processed:
             return tokens, logprobs, None
         pad = self.num_rows - len(params)
-        is_processed = torch.tensor([p.is_processed_logprobs for p in params] + [False] * pad, device=self.device)
+        is_processed = None
+        if is_any_processed:
+            is_processed = to_device([p.is_processed_logprobs for p in params] + [False] * pad, torch.bool, self.device)
         scored = tokens
         if targets is not None:
             scored = tokens.clone()
-            scored[: len(targets)] = torch.tensor(targets, dtype=torch.int64, device=self.device)
+            scored[: len(targets)] = to_device(targets, torch.int64, self.device)
         chosen, top_ids, top_logprobs = logprob_details(logits, scored, self._sampling_rows(), is_processed, num_top)
         return tokens, chosen, (top_ids, top_logprobs) if num_top else None
 
