@@ -933,46 +933,35 @@ class DVRGenerator:
     def vocab_size(self) -> int:
         return self.cfg.vocab_size
 
-    @_serialised
-    def committed_tokens(self, rid: int) -> list[int]:
-        """Tokens committed so far for a running or finished (not yet taken) request."""
-        pool = self._pool
+    def _committed(self, rid: int, of_finished, of_running) -> list:
+        """``of_finished(Completion)`` or ``of_running(Request)`` for ``rid``; [] while it waits."""
         state = self._state_of(rid)
         if state == "finished":
-            return list(pool.finished[rid].token_ids)
+            return list(of_finished(self._pool.finished[rid]) or ())
         if state == "running":
-            return list(pool.running[rid].token_ids)
+            return list(of_running(self._pool.running[rid]))
         if state == "waiting":
             return []
         raise KeyError(f"the Completion of request {rid} was already taken")
+
+    @_serialised
+    def committed_tokens(self, rid: int) -> list[int]:
+        """Tokens committed so far for a running or finished (not yet taken) request."""
+        return self._committed(rid, lambda c: c.token_ids, lambda r: r.token_ids)
 
     @_serialised
     def committed_logprobs(self, rid: int) -> list[float]:
         """Log-probs of the tokens committed so far (as ``committed_tokens``; also without ``logprobs=True``)."""
-        pool = self._pool
-        state = self._state_of(rid)
-        if state == "finished":
-            return list(pool.finished[rid].logprobs or ())
-        if state == "running":
-            return list(pool.running[rid].logprobs)
-        if state == "waiting":
-            return []
-        raise KeyError(f"the Completion of request {rid} was already taken")
+        return self._committed(rid, lambda c: c.logprobs, lambda r: r.logprobs)
 
     @_serialised
     def committed_top_logprobs(self, rid: int) -> list[dict[int, float]]:
         """With ``logprobs=N``: the top-N alternatives of each token committed so far (else [])."""
-        pool = self._pool
-        state = self._state_of(rid)
-        if state == "finished":
-            return list(pool.finished[rid].top_logprobs or ())
-        if state == "running":
-            req = pool.running[rid]
+        def of_running(req: Request) -> list[dict[int, float]]:
             num_top = req.params.num_top_logprobs
             return [dict(list(top.items())[:num_top]) for top in req.top_logprobs] if num_top else []
-        if state == "waiting":
-            return []
-        raise KeyError(f"the Completion of request {rid} was already taken")
+
+        return self._committed(rid, lambda c: c.top_logprobs, of_running)
 
 
 __all__ = ["DVRGenerator"]
