@@ -119,8 +119,14 @@ class ServerProcess:
         return self.process.returncode
 
     def _read_log(self) -> str:
-        self._log.seek(0)
-        return self._log.read()
+        """The log so far. ``pread``: the server shares the file's offset, so a seek here would move its writes."""
+        self._log.flush()
+        fd = self._log.fileno()
+        return os.pread(fd, os.fstat(fd).st_size, 0).decode(errors="replace")
+
+    def log(self) -> str:
+        """What the server has logged so far (it keeps running)."""
+        return self._read_log()
 
 
 @contextlib.contextmanager

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import json
 import random
+import socket
+import time
 from dataclasses import replace
 
 import pytest
@@ -159,6 +161,28 @@ def test_a_disconnect_while_waiting_for_a_non_streamed_answer_aborts_it(server):
     assert after["kv_used_blocks"] == 0 and after["requests_pending"] == 0
     assert after["client_aborts_total"] == before["client_aborts_total"] + 1
     assert after["committed_tokens_total"] - before["committed_tokens_total"] < 480
+
+
+def test_a_client_that_hangs_up_before_its_body_arrives_is_dropped_quietly(server):
+    def count_499() -> float:
+        text = httpx.get(f"{server.url}/metrics", timeout=10).text
+        return sum(float(line.split()[-1]) for line in text.splitlines()
+                   if line.startswith("llm42_http_requests_total{") and 'status="499"' in line)
+
+    before = count_499()
+    head = (f"POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+            f"Authorization: Bearer {API_KEY}\r\nContent-Length: 200\r\n\r\n").encode()
+    with socket.create_connection(("127.0.0.1", server.port), timeout=10) as sock:
+        sock.sendall(head + b'{"prompt": "Once')  # 16 of the 200 bytes promised, then gone
+    deadline = time.monotonic() + 30
+    while count_499() == before and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert count_499() == before + 1
+    assert server.wait_idle()["requests_pending"] == 0
+    assert "Traceback" not in server.log()
+    response = httpx.post(f"{server.url}/v1/completions", json={"prompt": PROMPT, "max_tokens": 2},
+                          headers=server.headers, timeout=30)
+    assert response.status_code == 200  # the next client is served as usual
 
 
 BAD_COMPLETION_FIELDS = [

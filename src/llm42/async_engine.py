@@ -259,6 +259,7 @@ class AsyncEngine:
         gen = self.generator
         drain_deadline: float | None = None
         try:
+            self._publish()  # the snapshot is whole before the first request (/metrics reads it)
             while True:
                 # a stream may still be open with nothing unfinished: an abort or a score() applied a
                 # canonical pass whose commits (and finishes) are only reported by the next step

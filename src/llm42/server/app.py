@@ -19,8 +19,9 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass, replace
 
 from fastapi import FastAPI, Request
-from starlette.background import BackgroundTask
 from fastapi.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
+from starlette.background import BackgroundTask
+from starlette.requests import ClientDisconnect
 
 from llm42 import __version__
 from llm42.async_engine import AsyncEngine, EngineClosedError, EngineFullError, EngineStepError, Output, RequestStream
@@ -72,14 +73,21 @@ async def _read_json(request: Request, max_bytes: int):
     if length is not None and length.isdigit() and int(length) > max_bytes:
         raise APIError(413, f"the request body ({length} bytes) exceeds the limit of {max_bytes} bytes")
     body = bytearray()
-    async for chunk in request.stream():
-        body += chunk
-        if len(body) > max_bytes:
-            raise APIError(413, f"the request body exceeds the limit of {max_bytes} bytes")
+    try:
+        async for chunk in request.stream():
+            body += chunk
+            if len(body) > max_bytes:
+                raise APIError(413, f"the request body exceeds the limit of {max_bytes} bytes")
+    except ClientDisconnect:
+        raise _ClientGone() from None
     try:
         return json.loads(body)
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise APIError(400, f"the request body is not valid JSON: {exc}") from None
+
+
+class _ClientGone(Exception):
+    """The client hung up before its request body arrived: nothing was queued, nothing is owed."""
 
 
 async def _wait_for_disconnect(request: Request) -> None:
@@ -394,6 +402,11 @@ def build_app(engine: AsyncEngine, *, model_name: str, api_key: str | None = Non
     @app.exception_handler(APIError)
     async def api_error(_request: Request, exc: APIError) -> JSONResponse:
         return _error_response(exc)
+
+    @app.exception_handler(_ClientGone)
+    async def client_gone(_request: Request, _exc: _ClientGone) -> Response:
+        # nginx's "client closed request": uvicorn drops the answer, /metrics counts it under status 499
+        return Response(status_code=499)
 
     @app.get("/health")
     async def health() -> Response:
