@@ -517,6 +517,10 @@ class DVRGenerator:
         if not self.config.overlap:
             launched, self._fast_in_flight = self._fast_in_flight, None
             self._read_fast(launched, events)
+        if plan.is_empty and self._fast_in_flight is None and self._canonical_in_flight is not None:
+            # nothing else to launch: wait for the pass here instead of returning an empty step the caller
+            # would spin on (every request running is inside that pass or waits on what it commits)
+            self._finish_canonical(events)
         if plan.has_canonical_pass:
             if self._canonical_in_flight is not None:  # one pass at a time: its static buffers are shared
                 self._finish_canonical(events)
