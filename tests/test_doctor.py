@@ -62,6 +62,17 @@ class ProcessOffsetPolicy(FixedShapePolicy):
         return logits + 1e-3 * (os.getpid() % 997 + 1)
 
 
+class TileMateAttentionPolicy(FixedShapePolicy):
+    """Attention whose rows see how many rows share their block table: a tiled kernel whose bits depend on
+    which rows share a tile. One row per sequence never shows it; rows of one sequence side by side do."""
+
+    def attention(self, q, k_cache, v_cache, inputs, **kwargs):
+        out = super().attention(q, k_cache, v_cache, inputs, **kwargs)
+        shared = inputs.shared_table_rows
+        num_mates = (shared[:, None] == shared[None, :]).sum(dim=1)
+        return out + 1e-3 * num_mates.to(out.dtype)[:, None, None]
+
+
 def failed_ops(report) -> set[str]:
     return {c.op for c in report.failures}
 
@@ -113,6 +124,14 @@ def test_a_position_dependent_linear_fails_doctor_naming_each_linear_and_its_sha
     # the second half of the rows is summed differently: the probe differs there, among every filler
     assert by_op["linear[qkv]"].differing[-1] == "row 15 among zero rows / random rows / copies of the probe"
     assert "linear[qkv] at [16, 64] x [128, 64]^T" in report.format()
+
+
+def test_attention_whose_bits_depend_on_its_tile_mates_fails_doctor():
+    report = run_doctor(policy=TileMateAttentionPolicy(), window=4, group=4, check_processes=False,
+                        check_fast_drift=False)
+    assert {"attention[context 7]", "attention[context 130]"} <= failed_ops(report)
+    by_op = {c.op: c for c in report.failures}
+    assert any("random rows" in d for d in by_op["attention[context 130]"].differing)
 
 
 def test_a_batch_size_dependent_epsilon_is_information_not_a_failure():

@@ -505,8 +505,11 @@ def _rope_probe(target: DoctorModel, ops, num_rows, gen, randn) -> _Probe:
 
 
 def _attention_probe(target: DoctorModel, policy, num_rows, gen, randn, context_len: int) -> _Probe:
-    """Paged attention over a random K/V cache, one row per sequence as in the canonical pass: the probe
-    sees ``context_len`` keys; random rows see 1 .. 2 x context_len + 64 keys through random block tables."""
+    """Paged attention over a random K/V cache, laid out as the canonical pass lays it out: every row has its
+    own copy of its sequence's block table, and ``table_rows`` names each row's first row with the same table,
+    so a tiled kernel puts rows of one sequence in one tile. The probe sees ``context_len`` keys. Half the
+    random rows belong to the probe's sequence (its table, positions before and after it: its tile-mates,
+    shorter and longer); the others see 1 .. 2 x context_len + 64 keys through random block tables."""
     w, cfg = target.weights, target.cfg
     hq, hkv, d = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
     max_pos = cfg.max_position_embeddings
@@ -523,10 +526,16 @@ def _attention_probe(target: DoctorModel, policy, num_rows, gen, randn, context_
         t[:num_used] = torch.randperm(num_blocks, generator=gen)[:num_used]
         return t
 
+    probe_table = table(context_len)
+
     def random_rows(n):
         positions = torch.randint(0, max_filler_context, (n,), generator=gen)
-        return {"q": randn(n, hq, d), "position": positions,
-                "table": torch.stack([table(int(p) + 1) for p in positions])}
+        tables = torch.stack([table(int(p) + 1) for p in positions])
+        mates = torch.rand(n, generator=gen) < 0.5  # rows of the probe's sequence, before and after it
+        tables[mates] = probe_table
+        num_probe_keys = -(-context_len // _BLOCK_SIZE) * _BLOCK_SIZE  # positions its table has blocks for
+        positions[mates] = torch.randint(0, num_probe_keys, (int(mates.sum()),), generator=gen)
+        return {"q": randn(n, hq, d), "position": positions, "table": tables}
 
     def zero_rows(n):
         return {"q": torch.zeros((n, hq, d), dtype=w.dtype), "position": torch.zeros(n, dtype=torch.int64),
@@ -540,15 +549,24 @@ def _attention_probe(target: DoctorModel, policy, num_rows, gen, randn, context_
             slot_mapping=torch.full((n,), scratch * _BLOCK_SIZE, dtype=torch.int64, device=w.device),
             row_seq=torch.arange(n, device=w.device), block_tables=rows["table"], context_lens=positions + 1,
             seq_starts=tuple(range(n + 1)), max_context_len=int(positions.max()) + 1,
+            table_rows=_first_equal_rows(rows["table"]),
         )
         out = policy.attention(rows["q"], k_cache, v_cache, inputs, block_size=_BLOCK_SIZE,
                                scale=cfg.head_dim**-0.5, sliding_window=cfg.sliding_window)
         return (out[i],)
 
-    probe = {"q": randn(hq, d), "position": torch.tensor(context_len - 1), "table": table(context_len)}
+    probe = {"q": randn(hq, d), "position": torch.tensor(context_len - 1), "table": probe_table}
     return _Probe(f"attention[context {context_len}]",
                   f"q [{num_rows}, {hq}, {d}], K/V [{hkv}, {d}], others 1..{max_filler_context} keys", probe,
                   zero_rows, random_rows, run)
+
+
+def _first_equal_rows(tables: torch.Tensor) -> torch.Tensor:
+    """[n, width] block tables -> [n]: each row's first row with an equal table (``StepInputs.table_rows``)."""
+    _, group = torch.unique(tables, dim=0, return_inverse=True)
+    rows = torch.arange(tables.shape[0], device=tables.device)
+    first = torch.full((int(group.max()) + 1,), tables.shape[0], dtype=torch.int64, device=tables.device)
+    return first.scatter_reduce(0, group, rows, reduce="amin")[group]
 
 
 def _sample_probes(target: DoctorModel, policy, num_rows, gen, randn) -> list[_Probe]:
