@@ -61,12 +61,15 @@ def padded_attention(
     mask = _visible(key_pos, qpos_pad, sliding_window)  # [S, Q, K]
     mask = mask & (key_pos < inputs.context_lens[:, None, None])
 
+    # GQA without copying K/V per query head: query head h reads kv head h // groups, so the query heads of
+    # one kv head are stacked as extra query rows ([S, Hkv, groups * Q, D]) against that head's keys
     groups = num_heads // num_kv_heads
-    k = k.transpose(1, 2).repeat_interleave(groups, dim=1)  # [S, Hq, K, D]
-    v = v.transpose(1, 2).repeat_interleave(groups, dim=1)
+    q_grouped = q_pad.transpose(1, 2).reshape(num_seqs, num_kv_heads, groups * max_q, head_dim)
+    mask = mask[:, None, None].expand(num_seqs, 1, groups, max_q, max_k).reshape(num_seqs, 1, groups * max_q, max_k)
     out = F.scaled_dot_product_attention(
-        q_pad.transpose(1, 2), k, v, attn_mask=mask[:, None], scale=scale
-    )  # [S, Hq, Q, D]
+        q_grouped, k.transpose(1, 2), v.transpose(1, 2), attn_mask=mask, scale=scale
+    )  # [S, Hkv, groups * Q, D]
+    out = out.reshape(num_seqs, num_heads, max_q, head_dim)
     return out.transpose(1, 2)[inputs.row_seq, row_offset]  # [N, Hq, D]
 
 
