@@ -7,7 +7,7 @@
 
 from llm42.async_engine import AsyncEngine, EngineClosedError, EngineFullError, RequestStream
 from llm42.generator import DVRGenerator
-from llm42.kv_store import KVStore, KVStoreProtocol
+from llm42.kv import KVStore, KVStoreProtocol
 from llm42.model import CheckpointError, ModelConfig, UnsupportedModelError
 from llm42.params import Completion, SamplingParams
 from llm42.scheduler import (

@@ -50,7 +50,7 @@ import torch
 from llm42.defaults import default_canonical_size
 from llm42.generator import DVRGenerator
 from llm42.inputs import StepInputs
-from llm42.kv_store import KVStore
+from llm42.kv import KVStore
 from llm42.model.config import ModelConfig
 from llm42.model.forward import forward
 from llm42.model.loader import embedded_model_path, load_checkpoint

@@ -36,7 +36,7 @@ from llm42.engine.decode_state import DecodeState, to_device
 from llm42.engine.prefill import FastPrefill
 from llm42.engine.requests import Request, RequestPool
 from llm42.defaults import default_canonical_size
-from llm42.kv_store import KVStore, KVStoreProtocol
+from llm42.kv import KVStore, KVStoreProtocol
 from llm42.model.config import ModelConfig
 from llm42.model.gguf import find_gguf_file
 from llm42.model.loader import (

@@ -24,7 +24,7 @@ from collections.abc import Sequence
 
 import torch
 
-from llm42.kv_store import KVStore
+from llm42.kv import KVStore
 from llm42.model.config import ModelConfig
 from llm42.model.forward import forward
 from llm42.model.weights import Weights, weight_views

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 import torch
 
 from llm42.inputs import StepInputs
-from llm42.kv_store import KVStoreProtocol
+from llm42.kv import KVStoreProtocol
 from llm42.model.config import ModelConfig
 from llm42.model.forward import forward
 from llm42.model.weights import Weights

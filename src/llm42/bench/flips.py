@@ -31,7 +31,7 @@ import torch
 
 from llm42.cuda_graphs import DecodeGraphs
 from llm42.engine.decode_state import DecodeState
-from llm42.kv_store import KVStore
+from llm42.kv import KVStore
 from llm42.model.config import ModelConfig
 from llm42.model.weights import Weights
 from llm42.params import SamplingParams
