@@ -90,6 +90,16 @@ def test_generate_prints_one_json_line_per_prompt_matching_the_library(capsys):
         assert record["finish_reason"] == completion.finish_reason
 
 
+def test_generate_with_max_model_len_commits_what_the_whole_context_does(capsys):
+    code, out, _ = run_cli(capsys, "generate", "Once upon a time", "--deterministic", "--logprobs",
+                           "--max-new-tokens", "6", "--max-model-len", "64", *SMALL)
+    assert code == 0
+    record = json.loads(out)
+    params = SamplingParams(max_new_tokens=6, deterministic=True, logprobs=True)
+    expected = DVRGenerator.from_pretrained(window=4, group=2).generate(["Once upon a time"], params)[0]
+    assert (record["token_ids"], record["logprobs"]) == (expected.token_ids, expected.logprobs)
+
+
 def test_generate_reads_prompts_from_a_file_and_stdin(capsys, tmp_path, monkeypatch):
     prompts_file = tmp_path / "prompts.txt"
     prompts_file.write_text("Once upon a time\n\nThe cat\n")
@@ -133,6 +143,9 @@ def _checkpoint_dir(parent: Path, name: str, config: dict | None) -> Path:
         (["generate", "x", "--top-k", "-2"], "SamplingParams.top_k must be >= 0"),
         (["generate", "x", "--max-new-tokens", "0"], "SamplingParams.max_new_tokens must be >= 1"),
         (["generate", "x", "--max-new-tokens", "600"], "exceeds the model's context of 512 tokens"),
+        (["generate", "x", "--max-model-len", "0"], "max_model_len must be a positive integer"),
+        (["generate", "x", "--max-model-len", "600"], "max_model_len (600) exceeds the model's context of 512"),
+        (["generate", "x", "--max-model-len", "16", "--max-new-tokens", "20"], "exceeds max_model_len, 16 tokens"),
         (["generate", "x", "--window", "0"], "window must be >= 1"),
         (["generate", "x", "--group", "0"], "group must be >= 1"),
         (["generate", "x", "--device", "nonsense"], "invalid device"),

@@ -262,8 +262,10 @@ def test_requests_without_the_api_key_get_401(server):
     assert httpx.get(f"{server.url}/health", timeout=30).status_code == 200  # probes need no key
 
 
-def test_models_health_and_metrics(client, server):
+def test_models_health_and_metrics(client, server, reference_gen):
     assert [m.id for m in client.models.list().data] == ["stories"]
+    models = httpx.get(f"{server.url}/v1/models", headers=server.headers, timeout=30).json()
+    assert models["data"][0]["max_model_len"] == reference_gen.max_model_len
     text = httpx.get(f"{server.url}/metrics", timeout=30).text
     for name in ("http_requests_total", "committed_tokens_total", "rollbacks_total", "canonical_passes_total",
                  "queue_depth", "kv_used_blocks", "kv_usage_ratio"):

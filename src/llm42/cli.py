@@ -32,6 +32,7 @@ import torch
 from tqdm import tqdm
 
 from llm42.defaults import default_canonical_size
+from llm42.engine.config import EngineConfig
 from llm42.generator import DVRGenerator
 from llm42.model.gguf import convert_gguf
 from llm42.model.loader import Checkpoint, embedded_model_path, load_checkpoint
@@ -81,6 +82,12 @@ def _add_model_args(p: argparse.ArgumentParser, *, window: int | None = None, gr
                         + "; small models run fastest on 1)")
 
 
+def _add_engine_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--max-model-len", type=int, default=None, metavar="TOKENS",
+                   help="longest prompt + output a request may have; sizes the K/V default, RoPE and block "
+                        "tables (default: the model's context, capped by the K/V store)")
+
+
 def _add_prompt_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("prompts", nargs="*", metavar="PROMPT", help="prompt texts")
     p.add_argument("--file", "-f", metavar="FILE",
@@ -115,6 +122,7 @@ def build_parser() -> argparse.ArgumentParser:
                          description="Generate from prompts; prints one JSON object per prompt, in order.")
     _add_prompt_args(gen)
     _add_model_args(gen)
+    _add_engine_args(gen)
     _add_sampling_args(gen, max_new_tokens=64)
     gen.add_argument("--deterministic", action="store_true",
                      help="bit-reproducible output (verified by the canonical pass)")
@@ -174,6 +182,7 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--max-pending", type=int, default=1024,
                        help="requests the engine holds, queued or running; beyond it: HTTP 429 (default: 1024)")
     serve.add_argument("--max-num-seqs", type=int, default=256, help="requests decoded at once (default: 256)")
+    _add_engine_args(serve)
     serve.add_argument("--max-n", type=int, default=16, help="largest n (samples per prompt) (default: 16)")
     serve.add_argument("--max-tokens", type=int, default=None,
                        help="largest max_tokens a request may ask for (default: the model's context)")
@@ -274,10 +283,14 @@ class _Loader:
         self._checkpoint: Checkpoint | None = None
 
     def __call__(self, **kwargs) -> DVRGenerator:
+        """A generator with these engine knobs; ``max_model_len`` also sizes the loaded RoPE tables
+        (the first call's loads the checkpoint)."""
         try:
+            EngineConfig.of_knobs(kwargs)
             if self._checkpoint is None:
                 dtype = self.dtype or (torch.bfloat16 if self.device.type == "cuda" else torch.float32)
-                self._checkpoint = load_checkpoint(self.path, dtype=dtype, device=self.device)
+                self._checkpoint = load_checkpoint(self.path, dtype=dtype, device=self.device,
+                                                   num_positions=kwargs.get("max_model_len"))
             ck = self._checkpoint
             return DVRGenerator(ck.weights, ck.cfg, tokenizer=ck.tokenizer, window=self.window, group=self.group,
                                 **kwargs)
@@ -339,7 +352,7 @@ def _cmd_generate(args: argparse.Namespace) -> int:
     if not prompts:
         raise CLIError("no prompts: give them as arguments or with --file")
     params = _sampling_params(args, deterministic=args.deterministic, logprobs=args.logprobs)
-    gen = _Loader(args, args.model)()
+    gen = _Loader(args, args.model)(max_model_len=args.max_model_len)
     _check_chat(args, "generate", gen, prompts)
     with _progress(args, "generate", params.max_new_tokens * len(prompts)) as bar:
         outs = _run(gen, prompts, [params] * len(prompts), bar)
@@ -532,7 +545,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     except ValueError as exc:
         raise CLIError(str(exc).replace("Limits.", "--").replace("_", "-")) from None
     loader = _Loader(args, args.model)
-    gen = loader(max_num_seqs=args.max_num_seqs)
+    gen = loader(max_num_seqs=args.max_num_seqs, max_model_len=args.max_model_len)
     name = args.served_model_name or (loader.path.stem if loader.path.is_file() else loader.path.name)
     print(f"llm42 serve: {loader.path} on {args.device} as {name!r}; canonical pass R = {args.window} x "
           f"{args.group} rows; http://{args.host}:{args.port}/v1", file=sys.stderr)

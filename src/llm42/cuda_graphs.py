@@ -71,14 +71,16 @@ class Staging:
 
 
 class StaticRows:
-    """Static per-row inputs of a captured pass: one int64 block and one block-table buffer."""
+    """Static per-row inputs of a captured pass: one int64 block and one block-table buffer whose
+    rows are wide enough for a sequence of ``max_model_len`` positions."""
 
     # table_rows: each row's first row with the same block table (one value per sequence: StepInputs.table_rows)
     FIELDS = ("token_ids", "positions", "slot_mapping", "context_lens", "table_rows")
 
-    def __init__(self, num_rows: int, max_blocks: int, kv, device: torch.device):
+    def __init__(self, num_rows: int, max_model_len: int, kv, device: torch.device):
         self.num_rows = num_rows
         self.ints = torch.zeros((len(self.FIELDS), num_rows), dtype=torch.int64, device=device)
+        max_blocks = -(-max_model_len // kv.block_size)
         self.block_tables = torch.full((num_rows, max_blocks), kv.scratch_block, dtype=torch.int64, device=device)
         self.row_seq = torch.arange(num_rows, device=device)
         self._staging = Staging(self.ints)

@@ -42,7 +42,7 @@ from llm42.model.gguf import find_gguf_file
 from llm42.model.loader import (
     check_state_dict, embedded_model_path, load_checkpoint, load_state_dict, load_tokenizer,
 )
-from llm42.model.weights import Weights, random_weights, weight_views
+from llm42.model.weights import Weights, random_weights, weight_views, with_rope_positions
 from llm42.params import Completion, SamplingParams, sample_seed
 from llm42.policies import FastPolicy, FixedShapePolicy
 from llm42.policies.base import ReductionPolicy
@@ -54,20 +54,22 @@ from llm42.verify.canonical_pass import top_dicts
 from llm42.verify import CanonicalConfig, CanonicalWork, Commit, LaunchedPass, Verifier
 
 
-def _default_kv_tokens(cfg: ModelConfig, dtype: torch.dtype, device: torch.device, max_num_seqs: int) -> int:
-    """On CUDA: room for ``max_num_seqs`` full-context sequences, capped at half of the memory free after
-    the weights (a serving engine's batch must not be bounded by its K/V store; vLLM takes 90 %), never
-    less than one full context. On the CPU: room for 16 full-context sequences capped by 64K tokens and
-    256 MiB (allocating, zeroing, is part of start-up), never less than 2048 tokens or the context if
-    shorter. A request that does not fit is refused; pass ``kv_cache_tokens`` for more."""
+def _default_kv_tokens(cfg: ModelConfig, dtype: torch.dtype, device: torch.device, max_num_seqs: int,
+                       max_model_len: int | None) -> int:
+    """Sized by the longest request, ``max_model_len`` (left out: the model's whole context). On CUDA:
+    room for ``max_num_seqs`` such requests, capped at half of the memory free after the weights (a
+    serving engine's batch must not be bounded by its K/V store; vLLM takes 90 %), never less than one.
+    On the CPU: room for 16 of them capped by 64K tokens and 256 MiB (allocating, zeroing, is part of
+    start-up), never less than one given ``max_model_len``, nor, left out, than 2048 tokens or the
+    context if shorter. A request that does not fit is refused; pass ``kv_cache_tokens`` for more."""
+    context = cfg.max_position_embeddings if max_model_len is None else max_model_len
     bytes_per_token = 2 * cfg.num_layers * cfg.kv_size * torch.finfo(dtype).bits // 8
     if device.type == "cuda":
         free_bytes, _ = torch.cuda.mem_get_info(device)
-        room = max_num_seqs * cfg.max_position_embeddings
-        return max(cfg.max_position_embeddings, min(room, free_bytes // 2 // bytes_per_token))
-    room = 16 * cfg.max_position_embeddings
+        return max(context, min(max_num_seqs * context, free_bytes // 2 // bytes_per_token))
     cap = min(1 << 16, (256 << 20) // bytes_per_token)
-    return max(min(cfg.max_position_embeddings, 2048), min(room, cap))
+    floor = min(context, 2048) if max_model_len is None else max_model_len
+    return max(floor, min(16 * context, cap))
 
 
 @dataclass
@@ -188,12 +190,13 @@ class DVRGenerator:
         use_cuda_graphs: bool = True,
         adaptive_draft: bool = False,
         overlap: bool = True,
+        max_model_len: int | None = None,
     ):
         self.canonical_config = CanonicalConfig(window=window, group=group)
         self.config = EngineConfig(
             max_num_seqs=max_num_seqs, max_fast_tokens=max_fast_tokens, kv_cache_tokens=kv_cache_tokens,
             block_size=block_size, prefix_cache=prefix_cache, seed=seed, use_cuda_graphs=use_cuda_graphs,
-            adaptive_draft=adaptive_draft, overlap=overlap,
+            adaptive_draft=adaptive_draft, overlap=overlap, max_model_len=max_model_len,
         )
         _check_injected("scheduler", scheduler, Scheduler, "a Scheduler (an object with schedule(state))")
         _check_injected("fast_policy", fast_policy, ReductionPolicy, "a ReductionPolicy")
@@ -207,6 +210,15 @@ class DVRGenerator:
                 raise TypeError(f"verifier must have verify(work, kv), got {type(verifier).__name__}")
             if canonical_policy is not None:
                 raise ValueError("pass canonical_policy or verifier, not both: a verifier brings its own policy")
+        if kv_store is not None:
+            kv_capacity = kv_store.num_blocks * kv_store.block_size
+        else:
+            if kv_cache_tokens is None:
+                kv_cache_tokens = _default_kv_tokens(cfg, weights.dtype, weights.device, max_num_seqs, max_model_len)
+            kv_capacity = -(-kv_cache_tokens // block_size) * block_size
+        # resolved (and refused) before anything is allocated
+        self.max_model_len = self.config.model_len(cfg, kv_capacity)
+        weights = with_rope_positions(weights, cfg, self.max_model_len)
         self.cfg = cfg
         self.weights = weights
         self.tokenizer = tokenizer
@@ -217,17 +229,15 @@ class DVRGenerator:
         is_graphed = use_cuda_graphs and self.device.type == "cuda"
         if verifier is None:
             verifier = Verifier(self.runner, self.canonical_policy, self.canonical_config,
-                                use_graph=None if is_graphed else False)
+                                use_graph=None if is_graphed else False, max_model_len=self.max_model_len)
         else:
             self.canonical_policy = getattr(verifier, "policy", self.canonical_policy)
         self.verifier = verifier
         self.scheduler = scheduler if scheduler is not None else DefaultScheduler()
         if kv_store is None:
-            if kv_cache_tokens is None:
-                kv_cache_tokens = _default_kv_tokens(cfg, weights.dtype, self.device, max_num_seqs)
             kv_store = KVStore(
                 cfg,
-                num_blocks=-(-kv_cache_tokens // block_size),
+                num_blocks=kv_capacity // block_size,
                 block_size=block_size,
                 num_scratch_slots=max(self.canonical_config.num_rows, max_fast_tokens),
                 dtype=weights.dtype,
@@ -235,13 +245,15 @@ class DVRGenerator:
                 enable_prefix_cache=prefix_cache,
             )
         self.kv = kv_store
-        self.decode_state = DecodeState(weights, cfg, self.kv, self.fast_policy, max_num_seqs=max_num_seqs)
+        self.decode_state = DecodeState(weights, cfg, self.kv, self.fast_policy, max_num_seqs=max_num_seqs,
+                                        max_model_len=self.max_model_len)
         self.decode_graphs = None
         is_fast_graphed = is_graphed and getattr(self.fast_policy, "is_graph_safe", False)
         if is_fast_graphed:
             self.decode_graphs = DecodeGraphs(self.decode_state, max_batch_size=min(max_num_seqs, max_fast_tokens))
         self.fast_prefill = FastPrefill(weights, cfg, self.kv, self.fast_policy, max_rows=max_fast_tokens,
-                                        max_seqs=min(32, max_num_seqs), use_graph=is_fast_graphed)
+                                        max_seqs=min(32, max_num_seqs), use_graph=is_fast_graphed,
+                                        max_model_len=self.max_model_len)
         self._rng = random.Random(seed)  # seeds for non-deterministic requests that give none
         self._num_ids = 0
         self._pool = RequestPool(max_num_seqs=max_num_seqs, window=window, adaptive_draft=adaptive_draft)
@@ -286,12 +298,17 @@ class DVRGenerator:
         ``device`` is ``"cuda"``, and every rank must then make the same calls in the same order.
         ``gen.cfg`` is then the rank's config (heads and FFN width divided by n). CUDA graphs are
         off under tensor parallelism; ``update_weights`` is refused.
+
+        ``max_model_len`` (an engine knob, like the others in ``kwargs``): the RoPE tables are
+        loaded with that many rows, never the checkpoint's whole context.
         """
         device = torch.device(device)
         default_window, default_group = default_canonical_size(device)
         window = default_window if window is None else window
         group = default_group if group is None else group
-        CanonicalConfig(window=window, group=group)  # reject bad sizes before loading anything
+        # reject bad sizes before loading anything
+        CanonicalConfig(window=window, group=group)
+        EngineConfig.of_knobs(kwargs)
         path = embedded_model_path() if path is None else Path(path)
         if dtype is None:
             dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
@@ -301,7 +318,8 @@ class DVRGenerator:
         if tensor_parallel > 1:
             return cls._from_shard(path, tensor_parallel, device=device, dtype=dtype, tokenizer=tokenizer,
                                    window=window, group=group, **kwargs)
-        checkpoint = load_checkpoint(path, dtype=dtype, device=device, with_tokenizer=tokenizer is None)
+        checkpoint = load_checkpoint(path, dtype=dtype, device=device, with_tokenizer=tokenizer is None,
+                                     num_positions=kwargs.get("max_model_len"))
         return cls(checkpoint.weights, checkpoint.cfg, tokenizer=tokenizer or checkpoint.tokenizer,
                    window=window, group=group, **kwargs)
 
@@ -315,7 +333,8 @@ class DVRGenerator:
         tp = TensorParallel.from_world(tensor_parallel)
         if device.type == "cuda" and device.index is None:
             device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", tp.rank)))
-        _, local_cfg, weights = load_shard(path, tp, dtype=dtype, device=device)
+        _, local_cfg, weights = load_shard(path, tp, dtype=dtype, device=device,
+                                           num_positions=kwargs.get("max_model_len"))
         if tokenizer is None:
             tokenizer = load_tokenizer(path)
         kwargs["use_cuda_graphs"] = False  # collectives are not captured: every step runs eagerly
@@ -343,16 +362,13 @@ class DVRGenerator:
     def _check(self, prompt: list[int], params: SamplingParams) -> None:
         if not isinstance(params, SamplingParams):
             raise TypeError(f"params must be a SamplingParams, got {type(params).__name__}")
-        total = len(prompt) + params.max_new_tokens
-        if total > self.cfg.max_position_embeddings:
+        # max_model_len <= the K/V store's capacity, so a request within it can always be admitted
+        if len(prompt) + params.max_new_tokens > self.max_model_len:
+            context = self.cfg.max_position_embeddings
+            limit = (f"the model's context of {context} tokens" if self.max_model_len == context else
+                     f"max_model_len, {self.max_model_len} tokens (the model's context is {context})")
             raise ValueError(
-                f"prompt ({len(prompt)} tokens) plus max_new_tokens ({params.max_new_tokens}) exceeds the "
-                f"model's context of {self.cfg.max_position_embeddings} tokens"
-            )
-        capacity = self.kv.num_blocks * self.kv.block_size
-        if total > capacity:
-            raise ValueError(
-                f"prompt plus max_new_tokens ({total} tokens) exceeds the K/V store's {capacity} tokens"
+                f"prompt ({len(prompt)} tokens) plus max_new_tokens ({params.max_new_tokens}) exceeds {limit}"
             )
 
     # -- online API -----------------------------------------------------------------------------

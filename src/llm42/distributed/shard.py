@@ -68,14 +68,15 @@ def _slice_of(name: str, shape: tuple[int, ...], tp: TensorParallel) -> tuple[in
     return dim, tp.rank * size, (tp.rank + 1) * size
 
 
-def load_shard(path: str | Path, tp: TensorParallel, *, dtype: torch.dtype,
-               device: torch.device | str) -> tuple[ModelConfig, ModelConfig, Weights]:
+def load_shard(path: str | Path, tp: TensorParallel, *, dtype: torch.dtype, device: torch.device | str,
+               num_positions: int | None = None) -> tuple[ModelConfig, ModelConfig, Weights]:
     """(the whole model's config, this rank's config, this rank's weights) from a HF checkpoint directory.
 
     Each tensor's shape is checked against the whole model's config before
     its slice is read; the row-parallel weights get their ``RowShard`` (each
     output feature's max-abs over all ranks: one all-reduce MAX per weight),
-    so the canonical pass slices them as the whole weight.
+    so the canonical pass slices them as the whole weight. ``num_positions``: RoPE table rows, as
+    ``llm42.model.loader.load_checkpoint`` takes them.
     """
     directory = Path(path)
     cfg = load_config(directory)
@@ -94,7 +95,7 @@ def load_shard(path: str | Path, tp: TensorParallel, *, dtype: torch.dtype,
     missing = [name for name in shapes if name not in tensors]
     if missing:
         raise CheckpointError(f"checkpoint {str(directory)!r} lacks tensor(s) {', '.join(map(repr, missing[:5]))}")
-    weights = assemble(local_cfg, tensors)
+    weights = assemble(local_cfg, tensors, num_positions=num_positions)
     layers = tuple(
         dataclasses.replace(lw, o_proj_shard=_row_shard(lw.o_proj, tp), down_shard=_row_shard(lw.down, tp))
         for lw in weights.layers

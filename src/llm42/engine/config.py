@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from llm42.model.config import ModelConfig
 
 
 def positive_int(owner: str, name: str, value: object) -> int:
@@ -31,6 +36,9 @@ class EngineConfig:
     replay captured graphs on CUDA. ``adaptive_draft``: halve/double each deterministic request's
     speculation depth on rollback/full acceptance. ``overlap``: launch fast step n+1 before reading
     step n's tokens back (one-step lag, as serving engines do; committed output is unchanged).
+    ``max_model_len``: the longest prompt + output a request may have, and what every per-request
+    table (RoPE, block tables, decode-graph bounds) is sized to; ``None``: the model's context
+    capped by the K/V store (``model_len`` resolves it). It never changes a committed bit.
     """
 
     max_num_seqs: int = 256
@@ -42,14 +50,36 @@ class EngineConfig:
     use_cuda_graphs: bool = True
     adaptive_draft: bool = False
     overlap: bool = True
+    max_model_len: int | None = None
 
     def __post_init__(self) -> None:
         owner = "DVRGenerator"
         for name in ("max_num_seqs", "max_fast_tokens", "block_size"):
             positive_int(owner, name, getattr(self, name))
-        if self.kv_cache_tokens is not None:
-            positive_int(owner, "kv_cache_tokens", self.kv_cache_tokens)
+        for name in ("kv_cache_tokens", "max_model_len"):
+            if getattr(self, name) is not None:
+                positive_int(owner, name, getattr(self, name))
         for name in ("prefix_cache", "use_cuda_graphs", "adaptive_draft", "overlap"):
             strict_bool(owner, name, getattr(self, name))
         if not isinstance(self.seed, int) or isinstance(self.seed, bool):
             raise TypeError(f"{owner} seed must be an int, got {type(self.seed).__name__} {self.seed!r}")
+
+    @classmethod
+    def of_knobs(cls, kwargs: Mapping[str, object]) -> EngineConfig:
+        """The config of the engine knobs among ``kwargs`` (others ignored): rejects bad ones before
+        anything is loaded."""
+        return cls(**{f.name: kwargs[f.name] for f in fields(cls) if f.name in kwargs})
+
+    def model_len(self, cfg: ModelConfig, kv_capacity: int) -> int:
+        """The longest request for ``cfg`` over a K/V store of ``kv_capacity`` tokens: ``max_model_len``,
+        else the model's context capped by the store (a longer request could never be admitted)."""
+        context = cfg.max_position_embeddings
+        if self.max_model_len is None:
+            return min(context, kv_capacity)
+        if self.max_model_len > context:
+            raise ValueError(f"DVRGenerator max_model_len ({self.max_model_len}) exceeds the model's context "
+                             f"of {context} tokens (max_position_embeddings)")
+        if self.max_model_len > kv_capacity:
+            raise ValueError(f"DVRGenerator max_model_len ({self.max_model_len}) exceeds the K/V store's "
+                             f"{kv_capacity} tokens: pass a larger kv_cache_tokens or a smaller max_model_len")
+        return self.max_model_len

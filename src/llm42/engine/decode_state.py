@@ -27,7 +27,10 @@ from llm42.sampler import SamplingRows, logprob_details, sample, sampling_varian
 class DecodeState:
     """Slots ``0 .. max_num_seqs - 1`` for requests, slot ``max_num_seqs`` for padding rows."""
 
-    def __init__(self, weights: Weights, cfg: ModelConfig, kv, policy: ReductionPolicy, *, max_num_seqs: int):
+    def __init__(self, weights: Weights, cfg: ModelConfig, kv, policy: ReductionPolicy, *, max_num_seqs: int,
+                 max_model_len: int | None = None):
+        """``max_model_len``: the longest sequence (default: the model's context); it sizes the block
+        tables and is the context bound the CUDA graphs' attention is captured for."""
         self.weights = weights
         self.cfg = cfg
         self.kv = kv
@@ -36,7 +39,8 @@ class DecodeState:
         self.max_num_seqs = max_num_seqs
         self.pad_slot = max_num_seqs
         num_slots = max_num_seqs + 1
-        self.max_blocks = -(-cfg.max_position_embeddings // kv.block_size)
+        self.max_model_len = cfg.max_position_embeddings if max_model_len is None else max_model_len
+        self.max_blocks = -(-self.max_model_len // kv.block_size)
         dev = self.device
         self.tokens = torch.zeros(num_slots, dtype=torch.int64, device=dev)  # [S+1] next input token
         self.positions = torch.zeros(num_slots, dtype=torch.int64, device=dev)  # [S+1] its position
@@ -166,7 +170,7 @@ class DecodeState:
             context_lens=positions + 1,
             seq_starts=tuple(range(num_rows + 1)),
             # a bound inside graphs (the CUDA kernels size their splits from it at capture)
-            max_context_len=self.cfg.max_position_embeddings if max_context_len is None else max_context_len,
+            max_context_len=self.max_model_len if max_context_len is None else max_context_len,
             logits_rows=None,
         )
         logits = forward(self.weights, self.cfg, inputs, self.kv.layers(), self.policy)

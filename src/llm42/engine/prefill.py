@@ -23,7 +23,8 @@ from llm42.sampler import SamplingRows, sample, sampling_variant
 
 class FastPrefill:
     def __init__(self, weights: Weights, cfg: ModelConfig, kv, policy: ReductionPolicy, *, max_rows: int,
-                 max_seqs: int = 32, use_graph: bool):
+                 max_seqs: int = 32, use_graph: bool, max_model_len: int | None = None):
+        """``max_model_len``: the longest sequence (default: the model's context), as ``DecodeState``'s."""
         self.weights = weights
         self.cfg = cfg
         self.kv = kv
@@ -32,7 +33,8 @@ class FastPrefill:
         self.max_seqs = max_seqs
         device = weights.device
         self.device = device
-        self._rows = StaticRows(max_rows, -(-cfg.max_position_embeddings // kv.block_size), kv, device)
+        self.max_model_len = cfg.max_position_embeddings if max_model_len is None else max_model_len
+        self._rows = StaticRows(max_rows, self.max_model_len, kv, device)
         self._logits_rows = torch.zeros(max_seqs, dtype=torch.int64, device=device)
         self._sampling_ints = torch.zeros((3, max_seqs), dtype=torch.int64, device=device)  # top_k, seeds, pos
         self._sampling_floats = torch.zeros((2, max_seqs), dtype=torch.float32, device=device)  # temp, top_p
@@ -81,7 +83,7 @@ class FastPrefill:
             block_tables=rows.block_tables[:num_rows],
             context_lens=rows.view("context_lens", num_rows),
             seq_starts=tuple(range(num_rows + 1)),
-            max_context_len=self.cfg.max_position_embeddings if max_context_len is None else max_context_len,
+            max_context_len=self.max_model_len if max_context_len is None else max_context_len,
             logits_rows=self._logits_rows,
             table_rows=rows.view("table_rows", num_rows),
         )

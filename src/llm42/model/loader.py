@@ -34,13 +34,15 @@ class Checkpoint:
 
 
 def load_checkpoint(
-    path: str | Path, *, dtype: torch.dtype, device: torch.device | str, with_tokenizer: bool = True
+    path: str | Path, *, dtype: torch.dtype, device: torch.device | str, with_tokenizer: bool = True,
+    num_positions: int | None = None,
 ) -> Checkpoint:
     """Load a HF checkpoint directory, a ``.gguf`` file, or a directory holding exactly one ``.gguf``.
 
     A directory with config.json is always read as a HF checkpoint. GGUF weights are
-    dequantized to ``dtype``. Raises CheckpointError / UnsupportedModelError naming the
-    file or directory and what is wrong.
+    dequantized to ``dtype``. ``num_positions``: rows of the RoPE tables (default: the
+    model's context; a generator with a shorter ``max_model_len`` needs no more). Raises
+    CheckpointError / UnsupportedModelError naming the file or directory and what is wrong.
     """
     path = Path(path)
     gguf_file = find_gguf_file(path)
@@ -48,10 +50,10 @@ def load_checkpoint(
         model = read_gguf(gguf_file, with_tokenizer=with_tokenizer)
         entries = ((gguf_file.name, name, tensor) for name, tensor in model.state_dict.items())
         weights = _checked_weights(entries, model.cfg, dtype=dtype, device=device, source=gguf_file,
-                                   implied_by="the GGUF metadata")
+                                   implied_by="the GGUF metadata", num_positions=num_positions)
         return Checkpoint(model.cfg, weights, model.tokenizer, gguf_file)
     cfg = load_config(path)
-    weights = load_weights(path, cfg, dtype=dtype, device=device)
+    weights = load_weights(path, cfg, dtype=dtype, device=device, num_positions=num_positions)
     return Checkpoint(cfg, weights, load_tokenizer(path) if with_tokenizer else None, path)
 
 
@@ -131,11 +133,12 @@ def _is_ignorable(name: str, cfg: ModelConfig) -> bool:
 
 
 def load_weights(
-    path: str | Path, cfg: ModelConfig, *, dtype: torch.dtype, device: torch.device | str
+    path: str | Path, cfg: ModelConfig, *, dtype: torch.dtype, device: torch.device | str,
+    num_positions: int | None = None,
 ) -> Weights:
     directory = Path(path)
     return _checked_weights(_safetensors_entries(directory), cfg, dtype=dtype, device=device,
-                            source=directory, implied_by="config.json")
+                            source=directory, implied_by="config.json", num_positions=num_positions)
 
 
 def _safetensors_entries(directory: Path) -> Iterator[tuple[str, str, torch.Tensor]]:
@@ -203,11 +206,11 @@ def check_state_dict(state_dict, cfg: ModelConfig, *, dtype: torch.dtype, strict
 
 def _checked_weights(
     entries: Iterable[tuple[str, str, torch.Tensor]], cfg: ModelConfig, *, dtype: torch.dtype,
-    device: torch.device | str, source: Path, implied_by: str,
+    device: torch.device | str, source: Path, implied_by: str, num_positions: int | None,
 ) -> Weights:
     """Weights from (file name, tensor name, tensor) entries, each checked against the config's skeleton."""
     return assemble(cfg, _checked_tensors(entries, cfg, dtype=dtype, device=device, source=source,
-                                          implied_by=implied_by))
+                                          implied_by=implied_by), num_positions=num_positions)
 
 
 def _checked_tensors(

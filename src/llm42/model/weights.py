@@ -6,6 +6,7 @@ Projections that read the same input are stored fused ([q; k; v] and
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -43,8 +44,8 @@ class Weights:
     layers: tuple[LayerWeights, ...]
     norm: torch.Tensor  # [H]
     lm_head: torch.Tensor  # [V, H] (the embedding itself when tied)
-    rope_cos: torch.Tensor  # [max_positions, head_dim] float32
-    rope_sin: torch.Tensor  # [max_positions, head_dim] float32
+    rope_cos: torch.Tensor  # [num_positions, head_dim] float32: positions 0 .. num_positions - 1 can run
+    rope_sin: torch.Tensor  # [num_positions, head_dim] float32
     # tensor parallelism: this rank's group; embed/lm_head then hold its vocabulary rows [ceil(V / ranks), H]
     tp: TensorParallel | None = None
 
@@ -98,17 +99,30 @@ def meta_tensors(cfg: ModelConfig, dtype: torch.dtype) -> dict[str, torch.Tensor
     return {name: torch.empty(shape, dtype=dtype, device="meta") for name, shape in hf_tensor_shapes(cfg).items()}
 
 
-def rope_tables(cfg: ModelConfig, device: torch.device | str) -> tuple[torch.Tensor, torch.Tensor]:
-    # cos/sin [max_positions, head_dim] in float32, the rotate-half layout transformers uses
+def rope_tables(cfg: ModelConfig, device: torch.device | str, num_positions: int | None = None
+                ) -> tuple[torch.Tensor, torch.Tensor]:
+    """cos/sin [num_positions, head_dim] in float32 (default: the model's context), the rotate-half
+    layout transformers uses. Computed on the CPU element by element, so a position's row has the
+    same bits however many rows the table has."""
     inv_freq = rope_inv_freq(cfg)
-    positions = torch.arange(cfg.max_position_embeddings, dtype=torch.float32)
+    rows = cfg.max_position_embeddings if num_positions is None else num_positions
+    positions = torch.arange(rows, dtype=torch.float32)
     freqs = positions[:, None] * inv_freq[None, :]
     emb = torch.cat((freqs, freqs), dim=-1)
     return emb.cos().to(device), emb.sin().to(device)
 
 
-def assemble(cfg: ModelConfig, tensors: dict[str, torch.Tensor]) -> Weights:
-    """Build Weights from HF-named tensors (already on the target device and dtype)."""
+def with_rope_positions(weights: Weights, cfg: ModelConfig, num_positions: int) -> Weights:
+    """``weights`` whose RoPE tables have exactly ``num_positions`` rows (the others shared, not copied)."""
+    if weights.rope_cos.shape[0] == num_positions:
+        return weights
+    cos, sin = rope_tables(cfg, weights.device, num_positions)
+    return dataclasses.replace(weights, rope_cos=cos, rope_sin=sin)
+
+
+def assemble(cfg: ModelConfig, tensors: dict[str, torch.Tensor], *, num_positions: int | None = None) -> Weights:
+    """Build Weights from HF-named tensors (already on the target device and dtype); RoPE tables of
+    ``num_positions`` rows (default: the model's context)."""
     layers = []
     for n in range(cfg.num_layers):
         p = f"model.layers.{n}."
@@ -137,7 +151,7 @@ def assemble(cfg: ModelConfig, tensors: dict[str, torch.Tensor]) -> Weights:
             )
         )
     embed = tensors["model.embed_tokens.weight"]
-    cos, sin = rope_tables(cfg, embed.device)
+    cos, sin = rope_tables(cfg, embed.device, num_positions)
     return Weights(
         embed=embed,
         layers=tuple(layers),

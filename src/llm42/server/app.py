@@ -184,7 +184,7 @@ class _Server:
         self.model_name = model_name
         self.tokenizer = gen.tokenizer
         self.vocab_size = gen.cfg.vocab_size
-        self.context = gen.cfg.max_position_embeddings
+        self.context = gen.max_model_len
         self.limits = limits
         self.metrics = metrics
         config = gen.canonical_config

@@ -81,7 +81,7 @@ def random_batch(rng: random.Random, targets: Sequence[tuple[object, SamplingPar
 
 def random_token_prompts(rng: random.Random, generator: DVRGenerator, count: int) -> list[list[int]]:
     """``count`` random token-id prompts of 1 to min(16, context / 8) tokens."""
-    longest = max(1, min(16, generator.cfg.max_position_embeddings // 8))
+    longest = max(1, min(16, generator.max_model_len // 8))
     return [[rng.randrange(generator.vocab_size) for _ in range(rng.randint(1, longest))] for _ in range(count)]
 
 
@@ -103,7 +103,7 @@ def run_random_batches(generator: DVRGenerator, targets: Sequence[tuple[object, 
                        ) -> Iterator[BatchOutcome]:
     """Run ``num_batches`` random batches (drawn from ``seed``) on ``generator``, one outcome per batch."""
     rng = random.Random(seed)
-    max_context = generator.cfg.max_position_embeddings
+    max_context = generator.max_model_len
     batches = [random_batch(rng, targets, fillers, max_context=max_context) for _ in range(num_batches)]
     for index, batch in enumerate(batches):
         before = dict(generator.stats)

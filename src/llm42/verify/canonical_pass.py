@@ -67,12 +67,17 @@ def top_dicts(ids: torch.Tensor, logprobs: torch.Tensor) -> list[dict[int, float
 
 
 class CanonicalPass:
-    """Exactly ``num_rows`` rows of forward + sampler through a shape-closed policy."""
+    """Exactly ``num_rows`` rows of forward + sampler through a shape-closed policy.
+
+    ``max_model_len``: the longest sequence a row may belong to (default: the model's context); it
+    sizes the per-row block tables, never a kernel's schedule (a row reads only its own positions).
+    """
 
     def __init__(self, weights: Weights, cfg: ModelConfig, policy: ReductionPolicy, num_rows: int, *,
-                 use_graph: bool | None = None, use_stream: bool = False):
+                 use_graph: bool | None = None, use_stream: bool = False, max_model_len: int | None = None):
         self.weights = weights
         self.cfg = cfg
+        self.max_model_len = cfg.max_position_embeddings if max_model_len is None else max_model_len
         self.policy = policy
         self.num_rows = num_rows
         self.device = weights.device
@@ -94,8 +99,7 @@ class CanonicalPass:
     def _bind(self, kv) -> None:
         """Allocate static buffers for ``kv`` and (on CUDA) capture the forward pass."""
         cfg, num_rows, device = self.cfg, self.num_rows, self.device
-        max_blocks = -(-cfg.max_position_embeddings // kv.block_size)
-        self._rows = StaticRows(num_rows, max_blocks, kv, device)
+        self._rows = StaticRows(num_rows, self.max_model_len, kv, device)
         self._sampling_ints = torch.zeros((3, num_rows), dtype=torch.int64, device=device)  # top_k, seeds, pos
         self._sampling_floats = torch.zeros((2, num_rows), dtype=torch.float32, device=device)  # temp, top_p
         self._sampling_floats[1] = 1.0
@@ -109,7 +113,7 @@ class CanonicalPass:
             block_tables=self._rows.block_tables,
             context_lens=self._rows.view("context_lens", num_rows),
             seq_starts=tuple(range(num_rows + 1)),
-            max_context_len=cfg.max_position_embeddings,  # a bound; CUDA kernels never read it
+            max_context_len=self.max_model_len,  # a bound; CUDA kernels never read it
             logits_rows=None,
             table_rows=self._rows.view("table_rows", num_rows),
         )
