@@ -1,6 +1,4 @@
-"""The engine's parts below the public facade: its config, request bookkeeping and device-resident decode state."""
-
-from llm42.engine.config import EngineConfig
-from llm42.engine.requests import Request, RequestPool
-
-__all__ = ["EngineConfig", "Request", "RequestPool"]
+"""The engine's parts below the public facade: its config (``engine.config``), request bookkeeping
+(``engine.requests``), the device-resident decode state (``engine.decode_state``) and the fast path's
+prompt chunks (``engine.prefill``). Import the modules themselves: this package file imports nothing, so a
+low module (the K/V store, a policy) can use ``engine.config``'s checks without pulling in the engine."""
