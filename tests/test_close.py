@@ -44,7 +44,7 @@ def used_generator(device: str = "cpu", *, lagging: bool = False) -> DVRGenerato
 
 
 def device_tensors(gen: DVRGenerator) -> list[weakref.ref]:
-    tensors = [*gen.kv._k, *gen.kv._v, gen.decode_state.tokens, gen.decode_state.tables]
+    tensors = [*gen.kv._tensors.k, *gen.kv._tensors.v, gen.decode_state.tokens, gen.decode_state.tables]
     return [weakref.ref(t) for t in tensors]
 
 
@@ -149,7 +149,7 @@ def test_deleting_a_cuda_generator_with_captured_graphs_frees_its_memory():
         before = allocated()
         gen = used_generator("cuda")
         gen.generate([[1, 2, 3, 4] * 5], FREE)  # a fast prefill: its graphs are captured
-        assert gen.decode_graphs is not None and gen.fast_prefill.graphs is not None
+        assert gen.fast_step.decode_graphs is not None and gen.fast_step.fast_prefill.graphs is not None
         assert allocated() > before
         box = [gen]
         del gen

@@ -83,7 +83,7 @@ def assert_sized_to(gen: DVRGenerator, max_model_len: int, full_rope) -> None:
     assert torch.equal(gen.weights.rope_cos, full_rope[0][:max_model_len])
     assert torch.equal(gen.weights.rope_sin, full_rope[1][:max_model_len])
     assert gen.decode_state.tables.shape[1] == max_blocks
-    assert gen.fast_prefill._rows.block_tables.shape[1] == max_blocks
+    assert gen.fast_step.fast_prefill._rows.block_tables.shape[1] == max_blocks
     gen.generate([[1, 5, 9]], SamplingParams(max_new_tokens=2, deterministic=True))  # binds the canonical pass
     assert gen.verifier.canonical_pass._rows.block_tables.shape[1] == max_blocks
 

@@ -27,7 +27,7 @@ def smollm2_shape() -> ModelConfig:
 
 def replay_ms(gen: DVRGenerator, batch: int, reps: int = 30) -> float:
     """Median device time of one decode-graph replay at ``batch`` (the step's kernels alone)."""
-    graphs = gen.decode_graphs
+    graphs = gen.fast_step.decode_graphs
     state = gen.decode_state
     saved = state.snapshot()
     slots = list(range(batch))

@@ -24,6 +24,7 @@ sys.path.insert(0, str(REPO / "src"))
 
 from llm42 import DVRGenerator, SamplingParams  # noqa: E402
 from llm42 import generator as generator_module  # noqa: E402
+from llm42.engine.fast_step import FastRecord  # noqa: E402
 from llm42.bench.workloads import sharegpt_like  # noqa: E402
 from llm42.model.config import ModelConfig, RopeConfig, llama31_8b_config  # noqa: E402
 from llm42.model.weights import random_weights  # noqa: E402
@@ -98,21 +99,23 @@ def main() -> None:
     result["warmup_s"] = time.perf_counter() - t
 
     timers = Timers()
-    for name in ("_admit", "_launch_fast", "_launch_prefill", "_read_fast", "_launch_canonical",
-                 "_finish_canonical", "_deliver"):
+    for name in ("_admit", "_launch_canonical", "_finish_canonical", "_deliver"):
         timers.wrap(gen, name, name)
+    fast = gen.fast_step
+    for name in ("launch", "_launch_prefill", "read"):
+        timers.wrap(fast, name, f"fast_step.{name}")
     timers.wrap(gen.scheduler, "schedule", "schedule")
     timers.wrap(gen._pool, "views", "pool.views")
     timers.wrap(generator_module, "validate_plan", "validate_plan")
     timers.wrap(gen.decode_state, "flush", "decode_state.flush")
     timers.wrap(gen.decode_state, "stage_batch", "decode_state.stage_batch")
-    if gen.decode_graphs is not None:
-        timers.wrap(gen.decode_graphs, "run", "decode_graphs.run")
-    if gen.fast_prefill.graphs is not None:
-        timers.wrap(gen.fast_prefill.graphs, "run", "prefill_graphs.run")
-    timers.wrap(gen.fast_prefill._rows, "stage_segments", "prefill.stage_segments")
-    timers.wrap(generator_module._FastRecord, "wait", "record.wait (device)")
-    timers.wrap(generator_module._FastRecord, "copy_out", "record.copy_out")
+    if fast.decode_graphs is not None:
+        timers.wrap(fast.decode_graphs, "run", "decode_graphs.run")
+    if fast.fast_prefill.graphs is not None:
+        timers.wrap(fast.fast_prefill.graphs, "run", "prefill_graphs.run")
+    timers.wrap(fast.fast_prefill._rows, "stage_segments", "prefill.stage_segments")
+    timers.wrap(FastRecord, "wait", "record.wait (device)")
+    timers.wrap(FastRecord, "copy_out", "record.copy_out")
     steps0 = gen.stats["steps"]
     wall = run_all(gen, prompts, params)
     steps = gen.stats["steps"] - steps0

@@ -25,14 +25,14 @@ import random
 import threading
 from collections import deque
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
 
 from llm42.cuda_graphs import DecodeGraphs
 from llm42.engine.config import EngineConfig
-from llm42.engine.decode_state import DecodeState, to_device
+from llm42.engine.decode_state import DecodeState
+from llm42.engine.fast_step import FastStep
 from llm42.engine.prefill import FastPrefill
 from llm42.engine.requests import Request, RequestPool
 from llm42.defaults import default_canonical_size
@@ -50,7 +50,6 @@ from llm42.prompts import Tokenizer, encode_prompt
 from llm42.runner import ModelRunner, Segment
 from llm42.scheduler import DefaultScheduler, Plan, Scheduler, SchedulerState, validate_plan
 from llm42.scoring import ScoreJob, score_jobs
-from llm42.verify.canonical_pass import top_dicts
 from llm42.verify import CanonicalConfig, CanonicalWork, Commit, LaunchedPass, Verifier
 
 
@@ -70,64 +69,6 @@ def _default_kv_tokens(cfg: ModelConfig, dtype: torch.dtype, device: torch.devic
     cap = min(1 << 16, (256 << 20) // bytes_per_token)
     floor = min(context, 2048) if max_model_len is None else max_model_len
     return max(floor, min(16 * context, cap))
-
-
-@dataclass
-class _FastRecord:
-    """A launched fast step: which request each sampled row belongs to, and where its results land."""
-
-    requests: list[Request] = field(default_factory=list)
-    device_tokens: list[torch.Tensor] = field(default_factory=list)
-    device_logprobs: list[torch.Tensor] = field(default_factory=list)
-    host_tokens: torch.Tensor | None = None
-    host_logprobs: torch.Tensor | None = None
-    event: torch.cuda.Event | None = None
-    tops: list[tuple[int, tuple[torch.Tensor, torch.Tensor] | None]] = field(default_factory=list)
-
-    def add(self, requests: list[Request], tokens: torch.Tensor, logprobs: torch.Tensor,
-            top: tuple[torch.Tensor, torch.Tensor] | None = None) -> None:
-        """``top``: the rows' top-N alternatives (ids, log-probs) [len(requests), N], when computed."""
-        for req in requests:
-            req.num_pending += 1
-        self.requests += requests
-        self.device_tokens.append(tokens)
-        self.device_logprobs.append(logprobs)
-        self.tops.append((len(requests), top))
-
-    def top_logprobs(self) -> list[dict[int, float] | None]:
-        """Per request row, its top-N alternatives (None where not computed); after ``wait``."""
-        rows: list[dict[int, float] | None] = []
-        for num, top in self.tops:
-            rows += [None] * num if top is None else top_dicts(top[0][:num], top[1][:num])
-        return rows
-
-    def copy_out(self, host_tokens: torch.Tensor, host_logprobs: torch.Tensor) -> None:
-        """Start the device -> host copy of every sampled row (asynchronous on CUDA)."""
-        n = len(self.requests)
-        tokens = torch.cat(self.device_tokens) if len(self.device_tokens) > 1 else self.device_tokens[0]
-        logprobs = torch.cat(self.device_logprobs) if len(self.device_logprobs) > 1 else self.device_logprobs[0]
-        self.host_tokens, self.host_logprobs = host_tokens[:n], host_logprobs[:n]
-        self.host_tokens.copy_(tokens, non_blocking=True)
-        self.host_logprobs.copy_(logprobs, non_blocking=True)
-        self.tops = [(num, None if top is None else tuple(_to_host(t) for t in top)) for num, top in self.tops]
-        if tokens.is_cuda:
-            self.event = torch.cuda.Event()
-            self.event.record()
-        self.device_tokens, self.device_logprobs = [], []
-
-    def wait(self) -> tuple[list[int], list[float]]:
-        if self.event is not None:
-            self.event.synchronize()
-        return self.host_tokens.tolist(), self.host_logprobs.tolist()
-
-
-def _to_host(t: torch.Tensor) -> torch.Tensor:
-    """An asynchronous copy of ``t`` into pinned memory (readable once the step's event has completed)."""
-    if not t.is_cuda:
-        return t
-    host = torch.empty(t.shape, dtype=t.dtype, pin_memory=True)
-    host.copy_(t, non_blocking=True)
-    return host
 
 
 def _check_injected(name: str, value, protocol, what: str) -> None:
@@ -247,27 +188,24 @@ class DVRGenerator:
         self.kv = kv_store
         self.decode_state = DecodeState(weights, cfg, self.kv, self.fast_policy, max_num_seqs=max_num_seqs,
                                         max_model_len=self.max_model_len)
-        self.decode_graphs = None
+        # the fast path's CUDA-graph objects are made here, once, and handed to the fast step
+        decode_graphs = None
         is_fast_graphed = is_graphed and getattr(self.fast_policy, "is_graph_safe", False)
         if is_fast_graphed:
-            self.decode_graphs = DecodeGraphs(self.decode_state, max_batch_size=min(max_num_seqs, max_fast_tokens))
-        self.fast_prefill = FastPrefill(weights, cfg, self.kv, self.fast_policy, max_rows=max_fast_tokens,
-                                        max_seqs=min(32, max_num_seqs), use_graph=is_fast_graphed,
-                                        max_model_len=self.max_model_len)
+            decode_graphs = DecodeGraphs(self.decode_state, max_batch_size=min(max_num_seqs, max_fast_tokens))
+        fast_prefill = FastPrefill(weights, cfg, self.kv, self.fast_policy, max_rows=max_fast_tokens,
+                                   max_seqs=min(32, max_num_seqs), use_graph=is_fast_graphed,
+                                   max_model_len=self.max_model_len)
         self._rng = random.Random(seed)  # seeds for non-deterministic requests that give none
         self._num_ids = 0
         self._pool = RequestPool(max_num_seqs=max_num_seqs, window=window, adaptive_draft=adaptive_draft)
         self.stats = self._pool.stats
+        self.fast_step = FastStep(self.runner, self.kv, self.decode_state, decode_graphs, fast_prefill,
+                                  self.fast_policy, self._pool, device=self.device,
+                                  max_rows=max_fast_tokens + max_num_seqs)
         self._num_steps = 0
         self._events: dict[int, list[int]] = {}
-        self._fast_in_flight: _FastRecord | None = None
         self._canonical_in_flight: LaunchedPass | None = None
-        pin = self.device.type == "cuda"
-        # two pinned read-back buffers: one being filled by the step in flight, one being read
-        rows = max_fast_tokens + max_num_seqs
-        self._readback = [(torch.zeros(rows, dtype=torch.int64, pin_memory=pin),
-                           torch.zeros(rows, dtype=torch.float32, pin_memory=pin)) for _ in range(2)]
-        self._readback_turn = 0
         self._lock = threading.RLock()
         self._is_closed = False
         self._owners: dict[int, _Owner] = {}  # rid -> the generate()/stream() call that submitted it
@@ -519,21 +457,21 @@ class DVRGenerator:
                                self.config.max_fast_tokens, self._num_steps)
         plan = self.scheduler.schedule(state)
         validate_plan(plan, state)
-        is_idle = self._fast_in_flight is None and self._canonical_in_flight is None
+        fast = self.fast_step
+        is_idle = fast.in_flight is None and self._canonical_in_flight is None
         if plan.is_empty and is_idle and self._pool.running:
             raise RuntimeError(
                 f"scheduler {type(self.scheduler).__name__} returned an empty plan with "
                 f"{len(self._pool.running)} requests running; no progress is possible"
             )
-        previous, self._fast_in_flight = self._fast_in_flight, None
+        previous = fast.take()
         try:
-            self._launch_fast(plan)  # sets _fast_in_flight to what ran, even if part of the step failed
+            fast.launch(plan)  # leaves what ran in flight, even if part of the step failed
         finally:
-            self._read_fast(previous, events)
+            fast.read(previous, events, self._finish)
         if not self.config.overlap:
-            launched, self._fast_in_flight = self._fast_in_flight, None
-            self._read_fast(launched, events)
-        if plan.is_empty and self._fast_in_flight is None and self._canonical_in_flight is not None:
+            fast.read(fast.take(), events, self._finish)
+        if plan.is_empty and fast.in_flight is None and self._canonical_in_flight is not None:
             # nothing else to launch: wait for the pass here instead of returning an empty step the caller
             # would spin on (every request running is inside that pass or waits on what it commits)
             self._finish_canonical(events)
@@ -746,8 +684,7 @@ class DVRGenerator:
 
     def _drain(self) -> None:
         """Apply the fast step and canonical pass still in flight (no request runs: nothing is committed)."""
-        previous, self._fast_in_flight = self._fast_in_flight, None
-        self._read_fast(previous, self._events)
+        self.fast_step.read(self.fast_step.take(), self._events, self._finish)
         if self._canonical_in_flight is not None:
             self._finish_canonical(self._events)
 
@@ -765,17 +702,18 @@ class DVRGenerator:
             try:
                 for rid in [r.rid for r in self._pool.waiting] + list(self._pool.running):
                     self._stop(rid)
-                if self._fast_in_flight is not None:
-                    self._fast_in_flight.wait()
+                in_flight = self.fast_step.take()
+                if in_flight is not None:
+                    in_flight.wait()
                 self._pool.retry_frees(self.kv)
             finally:
                 self._is_closed = True
                 self._pool.finished.clear()
                 self._owners.clear()
                 self._events = {}
-                self._fast_in_flight = self._canonical_in_flight = None
-                self.kv = self.decode_state = self.decode_graphs = self.fast_prefill = None
-                self.verifier = self.runner = self.weights = self._readback = None
+                self._canonical_in_flight = None
+                self.kv = self.decode_state = self.fast_step = None
+                self.verifier = self.runner = self.weights = None
 
     @property
     def is_closed(self) -> bool:
@@ -791,113 +729,6 @@ class DVRGenerator:
     def _admit(self) -> None:
         for req in self._pool.admit(self.kv):
             self.decode_state.admit(req.slot, req.rid, req.params, req.seed)
-
-    def _launch_fast(self, plan: Plan) -> None:
-        """Queue the plan's fast step on the device (``_fast_in_flight``); nothing is read back here."""
-        if not plan.fast_decode and not plan.fast_prefill:
-            return
-        running, state = self._pool.running, self.decode_state
-        record = _FastRecord()
-        decode = [running[rid] for rid in plan.fast_decode]
-        if decode:
-            max_position = 0
-            for req in decode:
-                position = req.next_position
-                state.ensure_blocks(req.slot, req.rid, position)
-                max_position = max(max_position, position)
-            state.flush()
-            num = len(decode)
-            graphs = self.decode_graphs
-            details = self._fast_details(decode)
-            use_graph = graphs is not None and num <= graphs.max_batch_size and details is None
-            variant = state.stage_batch([r.slot for r in decode], graphs.bucket_for(num) if use_graph else num)
-            top = None
-            if use_graph:
-                tokens, logprobs = graphs.run(num, variant)
-            elif details is not None:
-                tokens, logprobs, top = state.decode_with_details(
-                    num, variant=variant, max_context_len=max_position + 1, is_processed=details[0],
-                    num_top=details[1])
-            else:
-                tokens, logprobs = state.decode(num, variant=variant, max_context_len=max_position + 1)
-            record.add(decode, tokens, logprobs, top)
-        is_prefilled = False
-        try:
-            if plan.fast_prefill:
-                self._launch_prefill(plan, record)
-                is_prefilled = True
-        finally:
-            if record.requests or is_prefilled:
-                self.stats["fast_steps"] += 1
-            if record.requests:  # decode rows ran: their tokens must be read back even if prefill failed
-                buffers = self._readback[self._readback_turn]
-                self._readback_turn ^= 1
-                record.copy_out(*buffers)
-                self._fast_in_flight = record
-
-    def _launch_prefill(self, plan: Plan, record: _FastRecord) -> None:
-        running, state = self._pool.running, self.decode_state
-        segments, finals = [], []
-        for chunk in plan.fast_prefill:
-            req = running[chunk.rid]
-            start = req.num_prefilled
-            seg = Segment(req.rid, tuple(req.prompt[start: start + chunk.num_tokens]), start, req.params, req.seed)
-            self.kv.append(req.rid, seg.end)
-            state.sync_table(req.slot, req.rid)
-            segments.append(seg)
-        num_rows = sum(len(s.tokens) for s in segments)
-        details = self._fast_details([running[s.rid] for s in segments])
-        top = None
-        # on the CPU the varlen layout below is cheaper (padded SDPA per sequence, not per row)
-        if self.device.type == "cuda" and self.fast_prefill.can_run(num_rows, len(segments)) and details is None:
-            tokens, logprobs = self.fast_prefill.run(segments, self.kv)
-        else:
-            rows = self.runner.sampling_rows([(s.params, s.seed, s.end) for s in segments], len(segments))
-            inputs = self.runner.fast_inputs(segments, self.kv)
-            if details is None:
-                tokens, logprobs = self.runner.forward_sample(inputs, self.kv, self.fast_policy, rows)
-            else:
-                tokens, logprobs, top = self.runner.forward_sample_details(inputs, self.kv, self.fast_policy, rows,
-                                                                           *details)
-        for i, seg in enumerate(segments):
-            req = running[seg.rid]
-            req.num_prefilled = seg.end
-            if not req.is_prefill:
-                finals.append(i)
-        if finals:
-            reqs = [running[segments[i].rid] for i in finals]
-            index = to_device(finals, torch.int64, self.device)  # pinned, asynchronous: no wait on the step
-            state.set_first_tokens(to_device([r.slot for r in reqs], torch.int64, self.device), tokens[index])
-            for req in reqs:
-                state.set_next(req.slot, None, len(req.prompt))
-            record.add(reqs, tokens[index], logprobs[index], None if top is None else (top[0][index], top[1][index]))
-
-    def _fast_details(self, reqs: list[Request]) -> tuple[torch.Tensor, int] | None:
-        """(is_processed [rows] or None, N) when a free request among ``reqs`` wants processed or top-N log-probs.
-
-        Deterministic requests' fast-path log-probs are never committed, so they never ask.
-        """
-        wanted = [not r.is_deterministic and (r.params.is_processed_logprobs or r.params.num_top_logprobs > 0)
-                  for r in reqs]
-        if not any(wanted):
-            return None
-        is_processed = [not r.is_deterministic and r.params.is_processed_logprobs for r in reqs]
-        num_top = max(r.params.num_top_logprobs for r, w in zip(reqs, wanted) if w)
-        return (to_device(is_processed, torch.bool, self.device) if any(is_processed) else None), num_top
-
-    def _read_fast(self, record: _FastRecord | None, events: dict[int, list[int]]) -> None:
-        """Read a fast step's tokens back: candidates of deterministic requests, commits of the others."""
-        if record is None:
-            return
-        tokens, logprobs = record.wait()
-        tops = record.top_logprobs()
-        running = self._pool.running
-        for req, token, logprob, top in zip(record.requests, tokens, logprobs, tops):
-            req.num_pending -= 1
-            if running.get(req.rid) is not req:
-                continue  # finished while this token was in flight: it is past the request's end
-            if self._pool.apply_fast(req, token, logprob, events, top):
-                self._finish(req)
 
     def _launch_canonical(self, plan: Plan) -> None:
         running = self._pool.running

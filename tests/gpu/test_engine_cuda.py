@@ -79,7 +79,7 @@ def test_needle_is_bit_identical_alone_and_in_random_batches(llama8b, report):
     rng = random.Random(42)
     needle_prompt = random_prompt(rng, cfg.vocab_size, 300)  # > R rows: canonical prefill spans two passes
     gen = make_generator(llama8b)
-    assert gen.verifier.is_graphed and gen.decode_graphs is not None
+    assert gen.verifier.is_graphed and gen.fast_step.decode_graphs is not None
     alone = {name: gen.generate([needle_prompt], [p])[0] for name, p in NEEDLES.items()}
     alone = {name: (tuple(c.token_ids), tuple(c.logprobs)) for name, c in alone.items()}
     assert all(len(tokens) == 64 for tokens, _ in alone.values())
@@ -103,7 +103,7 @@ def test_needle_is_bit_identical_alone_and_in_random_batches(llama8b, report):
 
     # eager (no CUDA graphs anywhere) commits the same bits as graph replay
     eager = make_generator(llama8b, use_cuda_graphs=False)
-    assert not eager.verifier.is_graphed and eager.decode_graphs is None
+    assert not eager.verifier.is_graphed and eager.fast_step.decode_graphs is None
     for name in ("greedy", "sampled"):
         c = eager.generate([needle_prompt], [NEEDLES[name]])[0]
         assert (tuple(c.token_ids), tuple(c.logprobs)) == alone[name]

@@ -152,7 +152,7 @@ def consistent_spans(model: BenchModel, workload: Workload, config: FiguresConfi
     room = sum(sorted((len(p) for p in prompts), reverse=True)[:batch]) + batch * (2 * new_tokens + 8)
     gen = DVRGenerator(model.weights, model.cfg, window=config.window, group=config.group, max_num_seqs=batch,
                        kv_cache_tokens=room + WARMUP_KV_TOKENS, use_cuda_graphs=config.use_cuda_graphs)
-    notes = capture_decode_graphs(gen) if gen.decode_graphs is not None else []
+    notes = capture_decode_graphs(gen) if gen.fast_step.decode_graphs is not None else []
     params = SamplingParams(max_new_tokens=new_tokens, ignore_eos=True)  # greedy, fast path only
     started = time.perf_counter()
     round_deadline = started + 0.6 * max(0.0, deadline - started)

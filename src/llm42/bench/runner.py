@@ -126,7 +126,7 @@ def capture_decode_graphs(gen: DVRGenerator, *, buckets: tuple[int, ...] | None 
     baseline pays no launch overhead the peers' engines avoid. A capture failure
     does not end the run: it goes on eagerly and its notes say so.
     """
-    graphs = gen.decode_graphs
+    graphs = gen.fast_step.decode_graphs
     if graphs is None:
         return [f"{type(gen.fast_policy).__name__} ran without decode CUDA graphs"]
     buckets = graphs.buckets if buckets is None else tuple(graphs.bucket_for(b) for b in buckets)
@@ -137,7 +137,7 @@ def capture_decode_graphs(gen: DVRGenerator, *, buckets: tuple[int, ...] | None 
                 graphs.run(bucket, variant)
         torch.cuda.synchronize(gen.device)
     except Exception as exc:  # noqa: BLE001 - reported in the run's notes, the run continues eagerly
-        gen.decode_graphs = None
+        gen.fast_step.drop_decode_graphs()
         return [f"decode CUDA graphs for {type(gen.fast_policy).__name__} failed ({type(exc).__name__}: {exc}); "
                 "ran eagerly"]
     return []  # notes say how a run deviated from the plan; this one did not
@@ -150,7 +150,7 @@ def capture_prefill_graphs(gen: DVRGenerator) -> list[str]:
     rows only (token 0 at position 0, K/V written to scratch slots). A failure sends
     prefill down the eager path, and the notes say so.
     """
-    prefill = getattr(gen, "fast_prefill", None)
+    prefill = gen.fast_step.fast_prefill
     graphs = getattr(prefill, "graphs", None)
     if graphs is None:
         return []

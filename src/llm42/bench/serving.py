@@ -183,7 +183,7 @@ def steady_decode(model: BenchModel, config: ServingConfig, *, is_overlapped: bo
                        max_fast_tokens=max(config.max_fast_tokens, batch),
                        kv_cache_tokens=batch * (config.steady_prompt_tokens + new_tokens + 32) + WARMUP_KV_TOKENS,
                        use_cuda_graphs=config.use_cuda_graphs, overlap=is_overlapped)
-    notes = capture_decode_graphs(gen, buckets=(batch,)) if gen.decode_graphs is not None else []
+    notes = capture_decode_graphs(gen, buckets=(batch,)) if gen.fast_step.decode_graphs is not None else []
     rng = random.Random(f"steady-{config.seed}")
     params = SamplingParams(max_new_tokens=new_tokens, ignore_eos=True)
     for _ in range(batch):
@@ -211,7 +211,7 @@ def steady_decode(model: BenchModel, config: ServingConfig, *, is_overlapped: bo
         "decode_rows_per_step": delta["fast_tokens"] / steps, "output_tokens_per_s": batch / wall_ms * 1e3,
         "graph_replay_ms": None, "wall_over_kernel": None, "gpu_busy_fraction": None, "notes": notes,
     }
-    graphs = gen.decode_graphs
+    graphs = gen.fast_step.decode_graphs
     if graphs is not None and gen.device.type == "cuda":
         # the batch buffer still holds the last step's slots; each replay is undone before the next
         state = gen.decode_state

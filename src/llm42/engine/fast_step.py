@@ -1,0 +1,229 @@
+"""The fast step: a plan's decode rows and free prompt chunks launched on the device, and read back later.
+
+Decode rows run from the device-resident ``DecodeState`` (replayed from a ``DecodeGraphs`` bucket on
+CUDA); prompt chunks run through ``FastPrefill``'s static buffers on CUDA, else through the runner's
+varlen layout. The sampled rows are copied to one of two pinned buffers and read by a later ``read``:
+at most one step is in flight while the one before it is read, so two buffers suffice.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import torch
+
+from llm42.cuda_graphs import DecodeGraphs
+from llm42.engine.decode_state import DecodeState, to_device
+from llm42.engine.prefill import FastPrefill
+from llm42.engine.requests import Request, RequestPool
+from llm42.kv import KVStoreProtocol
+from llm42.policies.base import ReductionPolicy
+from llm42.runner import ModelRunner, Segment
+from llm42.scheduler import Plan
+from llm42.verify.canonical_pass import top_dicts
+
+
+@dataclass
+class FastRecord:
+    """A launched fast step: which request each sampled row belongs to, and where its results land."""
+
+    requests: list[Request] = field(default_factory=list)
+    device_tokens: list[torch.Tensor] = field(default_factory=list)
+    device_logprobs: list[torch.Tensor] = field(default_factory=list)
+    host_tokens: torch.Tensor | None = None
+    host_logprobs: torch.Tensor | None = None
+    event: torch.cuda.Event | None = None
+    tops: list[tuple[int, tuple[torch.Tensor, torch.Tensor] | None]] = field(default_factory=list)
+
+    def add(self, requests: list[Request], tokens: torch.Tensor, logprobs: torch.Tensor,
+            top: tuple[torch.Tensor, torch.Tensor] | None = None) -> None:
+        """``top``: the rows' top-N alternatives (ids, log-probs) [len(requests), N], when computed."""
+        for req in requests:
+            req.num_pending += 1
+        self.requests += requests
+        self.device_tokens.append(tokens)
+        self.device_logprobs.append(logprobs)
+        self.tops.append((len(requests), top))
+
+    def top_logprobs(self) -> list[dict[int, float] | None]:
+        """Per request row, its top-N alternatives (None where not computed); after ``wait``."""
+        rows: list[dict[int, float] | None] = []
+        for num, top in self.tops:
+            rows += [None] * num if top is None else top_dicts(top[0][:num], top[1][:num])
+        return rows
+
+    def copy_out(self, host_tokens: torch.Tensor, host_logprobs: torch.Tensor) -> None:
+        """Start the device -> host copy of every sampled row (asynchronous on CUDA)."""
+        n = len(self.requests)
+        tokens = torch.cat(self.device_tokens) if len(self.device_tokens) > 1 else self.device_tokens[0]
+        logprobs = torch.cat(self.device_logprobs) if len(self.device_logprobs) > 1 else self.device_logprobs[0]
+        self.host_tokens, self.host_logprobs = host_tokens[:n], host_logprobs[:n]
+        self.host_tokens.copy_(tokens, non_blocking=True)
+        self.host_logprobs.copy_(logprobs, non_blocking=True)
+        self.tops = [(num, None if top is None else tuple(_to_host(t) for t in top)) for num, top in self.tops]
+        if tokens.is_cuda:
+            self.event = torch.cuda.Event()
+            self.event.record()
+        self.device_tokens, self.device_logprobs = [], []
+
+    def wait(self) -> tuple[list[int], list[float]]:
+        if self.event is not None:
+            self.event.synchronize()
+        return self.host_tokens.tolist(), self.host_logprobs.tolist()
+
+
+def _to_host(t: torch.Tensor) -> torch.Tensor:
+    """An asynchronous copy of ``t`` into pinned memory (readable once the step's event has completed)."""
+    if not t.is_cuda:
+        return t
+    host = torch.empty(t.shape, dtype=t.dtype, pin_memory=True)
+    host.copy_(t, non_blocking=True)
+    return host
+
+
+class FastStep:
+    """Launches a plan's fast rows (``launch``) and applies their sampled tokens once read back (``read``).
+
+    Holds the step in flight (``take`` hands it over): ``launch`` leaves what ran there even when
+    part of the step raised, so decode rows that ran are still read back. ``max_rows``: the most
+    rows one step samples (the size of each pinned read-back buffer). Counts ``stats["fast_steps"]``.
+    """
+
+    def __init__(self, runner: ModelRunner, kv: KVStoreProtocol, decode_state: DecodeState,
+                 decode_graphs: DecodeGraphs | None, fast_prefill: FastPrefill, policy: ReductionPolicy,
+                 pool: RequestPool, *, device: torch.device, max_rows: int):
+        self._runner = runner
+        self._kv = kv
+        self._decode_state = decode_state
+        self.decode_graphs = decode_graphs
+        self.fast_prefill = fast_prefill
+        self._policy = policy
+        self._device = device
+        self._pool = pool
+        self.in_flight: FastRecord | None = None
+        pin = device.type == "cuda"
+        # two pinned read-back buffers: one being filled by the step in flight, one being read
+        self._readback = [(torch.zeros(max_rows, dtype=torch.int64, pin_memory=pin),
+                           torch.zeros(max_rows, dtype=torch.float32, pin_memory=pin)) for _ in range(2)]
+        self._readback_turn = 0
+
+    def take(self) -> FastRecord | None:
+        """Hand over the step in flight (None when there is none); the caller reads it."""
+        record, self.in_flight = self.in_flight, None
+        return record
+
+    def drop_decode_graphs(self) -> None:
+        """Run decode rows eagerly from now on (a benchmark whose graph capture failed)."""
+        self.decode_graphs = None
+
+    def launch(self, plan: Plan) -> None:
+        """Queue the plan's fast step on the device (``in_flight``); nothing is read back here."""
+        if not plan.fast_decode and not plan.fast_prefill:
+            return
+        running, state = self._pool.running, self._decode_state
+        record = FastRecord()
+        decode = [running[rid] for rid in plan.fast_decode]
+        if decode:
+            max_position = 0
+            for req in decode:
+                position = req.next_position
+                state.ensure_blocks(req.slot, req.rid, position)
+                max_position = max(max_position, position)
+            state.flush()
+            num = len(decode)
+            graphs = self.decode_graphs
+            details = self._details(decode)
+            use_graph = graphs is not None and num <= graphs.max_batch_size and details is None
+            variant = state.stage_batch([r.slot for r in decode], graphs.bucket_for(num) if use_graph else num)
+            top = None
+            if use_graph:
+                tokens, logprobs = graphs.run(num, variant)
+            elif details is not None:
+                tokens, logprobs, top = state.decode_with_details(
+                    num, variant=variant, max_context_len=max_position + 1, is_processed=details[0],
+                    num_top=details[1])
+            else:
+                tokens, logprobs = state.decode(num, variant=variant, max_context_len=max_position + 1)
+            record.add(decode, tokens, logprobs, top)
+        is_prefilled = False
+        try:
+            if plan.fast_prefill:
+                self._launch_prefill(plan, record)
+                is_prefilled = True
+        finally:
+            if record.requests or is_prefilled:
+                self._pool.stats["fast_steps"] += 1
+            if record.requests:  # decode rows ran: their tokens must be read back even if prefill failed
+                buffers = self._readback[self._readback_turn]
+                self._readback_turn ^= 1
+                record.copy_out(*buffers)
+                self.in_flight = record
+
+    def _launch_prefill(self, plan: Plan, record: FastRecord) -> None:
+        running, state = self._pool.running, self._decode_state
+        segments, finals = [], []
+        for chunk in plan.fast_prefill:
+            req = running[chunk.rid]
+            start = req.num_prefilled
+            seg = Segment(req.rid, tuple(req.prompt[start: start + chunk.num_tokens]), start, req.params, req.seed)
+            self._kv.append(req.rid, seg.end)
+            state.sync_table(req.slot, req.rid)
+            segments.append(seg)
+        num_rows = sum(len(s.tokens) for s in segments)
+        details = self._details([running[s.rid] for s in segments])
+        top = None
+        # on the CPU the varlen layout below is cheaper (padded SDPA per sequence, not per row)
+        if self._device.type == "cuda" and self.fast_prefill.can_run(num_rows, len(segments)) and details is None:
+            tokens, logprobs = self.fast_prefill.run(segments, self._kv)
+        else:
+            rows = self._runner.sampling_rows([(s.params, s.seed, s.end) for s in segments], len(segments))
+            inputs = self._runner.fast_inputs(segments, self._kv)
+            if details is None:
+                tokens, logprobs = self._runner.forward_sample(inputs, self._kv, self._policy, rows)
+            else:
+                tokens, logprobs, top = self._runner.forward_sample_details(inputs, self._kv, self._policy, rows,
+                                                                            *details)
+        for i, seg in enumerate(segments):
+            req = running[seg.rid]
+            req.num_prefilled = seg.end
+            if not req.is_prefill:
+                finals.append(i)
+        if finals:
+            reqs = [running[segments[i].rid] for i in finals]
+            index = to_device(finals, torch.int64, self._device)  # pinned, asynchronous: no wait on the step
+            state.set_first_tokens(to_device([r.slot for r in reqs], torch.int64, self._device), tokens[index])
+            for req in reqs:
+                state.set_next(req.slot, None, len(req.prompt))
+            record.add(reqs, tokens[index], logprobs[index], None if top is None else (top[0][index], top[1][index]))
+
+    def _details(self, reqs: list[Request]) -> tuple[torch.Tensor, int] | None:
+        """(is_processed [rows] or None, N) when a free request among ``reqs`` wants processed or top-N log-probs.
+
+        Deterministic requests' fast-path log-probs are never committed, so they never ask.
+        """
+        wanted = [not r.is_deterministic and (r.params.is_processed_logprobs or r.params.num_top_logprobs > 0)
+                  for r in reqs]
+        if not any(wanted):
+            return None
+        is_processed = [not r.is_deterministic and r.params.is_processed_logprobs for r in reqs]
+        num_top = max(r.params.num_top_logprobs for r, w in zip(reqs, wanted) if w)
+        return (to_device(is_processed, torch.bool, self._device) if any(is_processed) else None), num_top
+
+    def read(self, record: FastRecord | None, events: dict[int, list[int]],
+             finish: Callable[[Request], None]) -> None:
+        """Read a fast step's tokens back: candidates of deterministic requests, commits of the others.
+
+        ``finish(req)`` is called for a free request whose token stopped it.
+        """
+        if record is None:
+            return
+        tokens, logprobs = record.wait()
+        tops = record.top_logprobs()
+        running = self._pool.running
+        for req, token, logprob, top in zip(record.requests, tokens, logprobs, tops):
+            req.num_pending -= 1
+            if running.get(req.rid) is not req:
+                continue  # finished while this token was in flight: it is past the request's end
+            if self._pool.apply_fast(req, token, logprob, events, top):
+                finish(req)
