@@ -6,7 +6,8 @@ context, and then times, side by side in one process (medians, one thread):
 - the canonical pass's forward (``FixedShapePolicy``, the exact CPU ops) at R rows,
   eager and ``torch.compile(dynamic=False)`` (inductor, default options), and whether
   the compiled logits are bit-identical to the eager ones;
-- one fast decode step's forward (``FastPolicy``) over the running batch, eager and compiled.
+- one fast decode step (``FastPolicy``) over the running batch: its input gather and forward, and the
+  whole step with the sampler, eager and compiled (a build failure is recorded as the result).
 
 The compile time (the first call) is reported apart. Results go to
 benchmarks/results/cpu_compile.json; docs/engine.md ("torch.compile") quotes them.
@@ -57,25 +58,45 @@ def _measure(name: str, gen: DVRGenerator, *, num_requests: int, repeats: int) -
         gen.step()
     canonical = gen.verifier.canonical_pass
     layers = gen.kv.layers()
+    staged = []  # the inputs of the next real pass, as staged (its real context length, not the bound)
+    run = canonical._run
+    canonical._run = lambda inputs: staged.append(inputs) or run(inputs)
+    while not staged:
+        gen.step()
+    canonical._run = run
+    inputs = staged[0]
 
     def canonical_forward():
-        return forward(canonical.weights, canonical.cfg, canonical._inputs, layers, canonical.policy)
+        return forward(canonical.weights, canonical.cfg, inputs, layers, canonical.policy)
 
     state = gen.decode_state
-    slots = [req.slot for req in gen._pool.running.values()]
+    running = list(gen._pool.running.values())
+    slots = [req.slot for req in running]
     num_seqs = len(slots)
-    state.stage_batch(slots, num_seqs)  # every running request's decode row, as a fast step stages them
+    context = max(req.next_position for req in running) + 1  # what a fast step bounds its keys by
+    variant = state.stage_batch(slots, num_seqs)  # every running request's decode row, as a fast step stages them
 
-    def fast_forward():
-        return state.decode(num_seqs, variant=(False, False), max_context_len=None)
+    def fast_forward():  # the decode step's input gather and forward (its logits), without the sampler
+        return state._forward(num_seqs, variant, context)[2]
 
-    row = {"model": name, "canonical_rows": canonical.num_rows, "decode_batch": num_seqs}
-    for label, fn in (("canonical", canonical_forward), ("fast_decode", fast_forward)):
+    def fast_sample():  # the decode step whole: gather, forward, sample, scatter
+        return state.decode(num_seqs, variant=variant, max_context_len=context)[0]
+
+    row = {"model": name, "canonical_rows": canonical.num_rows, "canonical_context": inputs.max_context_len,
+           "decode_batch": num_seqs, "decode_context": context}
+    for label, fn in (("canonical", canonical_forward), ("fast_forward", fast_forward),
+                      ("fast_decode_step", fast_sample)):
         fn()
         eager_out = fn()
         compiled = torch.compile(fn, dynamic=False)
         start = time.perf_counter()
-        compiled_out = compiled()
+        try:
+            compiled_out = compiled()
+        except Exception as exc:  # noqa: BLE001 - a build failure is a result here
+            row[f"{label}_compile_error"] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
+            print(f"{name} {label}: torch.compile failed: {row[f'{label}_compile_error']}", flush=True)
+            torch._dynamo.reset()
+            continue
         row[f"{label}_compile_s"] = time.perf_counter() - start
         eager_ms, compiled_ms = [], []
         for _ in range(repeats):  # alternating: the machine's drift hits both alike
@@ -84,7 +105,7 @@ def _measure(name: str, gen: DVRGenerator, *, num_requests: int, repeats: int) -
         row[f"{label}_eager_ms"] = statistics.median(eager_ms)
         row[f"{label}_compiled_ms"] = statistics.median(compiled_ms)
         row[f"{label}_ratio"] = row[f"{label}_compiled_ms"] / row[f"{label}_eager_ms"]
-        if label == "canonical":  # the canonical pass's logits (the fast step returns sampled tokens)
+        if label == "canonical":
             row["canonical_bit_identical"] = bool(torch.equal(eager_out.view(torch.int32),
                                                               compiled_out.view(torch.int32)))
         print(f"{name} {label}: eager {row[f'{label}_eager_ms']:.2f} ms, compiled {row[f'{label}_compiled_ms']:.2f}"
