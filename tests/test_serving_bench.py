@@ -170,6 +170,37 @@ def test_gpu_bench_runs_its_staging_eagerly_on_the_cpu(tmp_path):
     assert all(r["eager_pass_ms"] > 0 and "graph_pass_ms" not in r for r in results["canonical"])
 
 
+def test_long_prompts_measures_ttft_and_the_free_requests_gaps(tmp_path):
+    from llm42.bench.long_prompts import main
+
+    out = tmp_path / "long_prompts.json"
+    assert main(["--device", "cpu", "--model", "tiny", "--window", "4", "--group", "4", "--lengths", "16,40",
+                 "--itl-prompt", "40", "--free-batch", "3", "--itl-steps", "3", "--out", str(out)], repo=REPO) == 0
+    results = json.loads(out.read_text())
+    assert _is_json_clean(results) and results["meta"]["is_complete"] and results["errors"] == {}
+    rows = results["ttft"]
+    assert [(r["prompt_tokens"], r["deterministic"]) for r in rows] == [(16, False), (16, True), (40, False),
+                                                                          (40, True)]
+    assert all(r["ttft_ms"] > 0 and r["ttft_over_roofline"] > 0 for r in rows)
+    # a 40-token prompt costs more FLOPs than a 16-token one: the roofline grows with the prompt
+    assert rows[2]["prefill_roofline_ms"] > rows[0]["prefill_roofline_ms"]
+    itl = results["itl"]
+    for label in ("baseline", "free_prompt", "det_prompt"):
+        assert itl[label]["num_gaps"] > 0 and itl[label]["p50_ms"] > 0
+    # the deterministic prompt is prefilled by ceil(40 / R = 16) canonical passes, the free one in one fast step
+    assert itl["det_prompt"]["ttft_ms"] > 0 and itl["det_over_free"] > 0
+
+
+def test_prefill_roofline_is_the_prompts_flops_at_the_gemm_rate():
+    from llm42.bench.long_prompts import prefill_roofline_s
+
+    model = build_model("tiny", device=CPU, dtype=torch.float32, max_positions=64)
+    cfg, sizes = model.cfg, model_sizes(model.weights, model.cfg)
+    flops = 2 * sizes["layer_matrix_params"] * 10 + 2 * sizes["head_params"] \
+        + 4 * cfg.num_layers * cfg.num_heads * cfg.head_dim * 10 * 11 / 2
+    assert prefill_roofline_s(model, 10, matmul_TFLOPs=2.0) == pytest.approx(flops / 2e12)
+
+
 # -- the pieces ---------------------------------------------------------------------------------------
 
 def test_clock_readings_never_synchronise_the_device(monkeypatch):

@@ -8,10 +8,11 @@
 #   doctor     python3 -m llm42 doctor --device cuda --json ...             -> $OUT/doctor_cuda.json
 #   kernels    benchmarks/gpu_bench.py                                      -> $OUT/gpu_bench.json
 #   serving8b  benchmarks/serving.py --model 8b                             -> $OUT/serving_cuda_8b.json
+#   longprompts benchmarks/long_prompts.py --model 8b                     -> $OUT/long_prompts_cuda_8b.json
 #   smollm2    benchmarks/serving.py --model /root/smollm2/*.gguf           -> $OUT/serving_cuda_smollm2.json
 #   figures    benchmarks/paper_figures.py --model /root/smollm2/*.gguf --random-model 8b
 #                                                                           -> $OUT/paper_figures_cuda_smollm2.json
-# (default: all of them). Each stage gets a share of the time still left (a stage that ends early leaves its
+# (default: all of them but longprompts, which is asked for by name). Each stage gets a share of the time still left (a stage that ends early leaves its
 # time to the next) and runs under `timeout`; the Python benchmarks get a --budget-s a little under their
 # share and write their JSON after every run, so a cut stage still leaves its finished figures. The SmolLM2
 # stages need the GGUF staged by benchmarks/device/stage_smollm2.py (this script runs join_smollm2.sh itself
@@ -42,8 +43,8 @@ END=$((START + TOTAL_S))
 SERVING_ARGS=${SERVING_ARGS:-}  # extra benchmarks/serving.py arguments, e.g. "--max-fast-tokens 2048"
 GRACE=15  # seconds between a benchmark's own budget and its timeout: model load, last save, exit
 
-declare -A SHARE=([tests]=17 [doctor]=6 [kernels]=10 [serving8b]=22 [smollm2]=17 [figures]=28)
-ORDER=(tests doctor kernels serving8b smollm2 figures)
+declare -A SHARE=([tests]=17 [doctor]=6 [kernels]=10 [serving8b]=22 [longprompts]=15 [smollm2]=17 [figures]=28)
+ORDER=(tests doctor kernels serving8b longprompts smollm2 figures)
 selected=()
 for s in "${ORDER[@]}"; do
     [[ ",$STAGES," == *",$s,"* ]] && selected+=("$s")
@@ -108,6 +109,10 @@ for stage in "${selected[@]}"; do
     serving8b)
         run_stage serving8b "$secs" python3 benchmarks/serving.py --device cuda --model 8b --budget-s "$budget" \
             --no-plots $SERVING_ARGS --out "$OUT/serving_cuda_8b.json"
+        ;;
+    longprompts)
+        run_stage longprompts "$secs" python3 benchmarks/long_prompts.py --device cuda --model 8b \
+            --budget-s "$budget" --out "$OUT/long_prompts_cuda_8b.json"
         ;;
     smollm2)
         if [[ -z "$SMOL" ]]; then
