@@ -8,7 +8,7 @@
 #   doctor     python3 -m llm42 doctor --device cuda --json ...             -> $OUT/doctor_cuda.json
 #   kernels    benchmarks/gpu_bench.py                                      -> $OUT/gpu_bench.json
 #   serving8b  benchmarks/serving.py --model 8b                             -> $OUT/serving_cuda_8b.json
-#   longprompts benchmarks/long_prompts.py --model 8b                     -> $OUT/long_prompts_cuda_8b.json
+#   longprompts python3 -m llm42.bench.long_prompts --model 8b            -> $OUT/long_prompts_cuda_8b.json
 #   smollm2    benchmarks/serving.py --model /root/smollm2/*.gguf           -> $OUT/serving_cuda_smollm2.json
 #   figures    benchmarks/paper_figures.py --model /root/smollm2/*.gguf --random-model 8b
 #                                                                           -> $OUT/paper_figures_cuda_smollm2.json
@@ -111,7 +111,7 @@ for stage in "${selected[@]}"; do
             --no-plots $SERVING_ARGS --out "$OUT/serving_cuda_8b.json"
         ;;
     longprompts)
-        run_stage longprompts "$secs" python3 benchmarks/long_prompts.py --device cuda --model 8b \
+        run_stage longprompts "$secs" python3 -m llm42.bench.long_prompts --device cuda --model 8b \
             --budget-s "$budget" --out "$OUT/long_prompts_cuda_8b.json"
         ;;
     smollm2)

@@ -1,5 +1,6 @@
-"""Long prompts (``benchmarks/long_prompts.py``): time to first token against the prefill roofline, and what a
-long prompt's arrival costs the requests already decoding.
+"""Long prompts: time to first token against the prefill roofline, and free requests' gaps while one arrives.
+
+Run from the repository root: ``python -m llm42.bench.long_prompts --help``.
 
 One model per run, in this order, each phase ending by its share of ``--budget-s``:
 
@@ -206,7 +207,7 @@ def _ints(text: str) -> tuple[int, ...]:
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="long_prompts.py", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog="python -m llm42.bench.long_prompts", description=__doc__.splitlines()[0])
     add_common_args(p, out_help="results JSON (default benchmarks/results/long_prompts_<device>_<model>.json)",
                     budget_s=400)
     p.add_argument("--model", default=None, help="8b (default on cuda), tiny (default on cpu), stories260k, "
@@ -243,3 +244,7 @@ def main(argv: list[str] | None = None, *, repo: Path | None = None) -> int:
         print(f"long_prompts: {exc}", file=sys.stderr)
         return 2
     return finish(results, out, no_plots=True, plotter="", report=report(results))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
