@@ -90,9 +90,10 @@ def test_generate_prints_one_json_line_per_prompt_matching_the_library(capsys):
         assert record["finish_reason"] == completion.finish_reason
 
 
-def test_generate_with_max_model_len_commits_what_the_whole_context_does(capsys):
+@pytest.mark.parametrize("extra", [("--max-model-len", "64"), ("--canonical-thread",)])
+def test_generate_with_engine_knobs_commits_what_the_defaults_do(capsys, extra):
     code, out, _ = run_cli(capsys, "generate", "Once upon a time", "--deterministic", "--logprobs",
-                           "--max-new-tokens", "6", "--max-model-len", "64", *SMALL)
+                           "--max-new-tokens", "6", *extra, *SMALL)
     assert code == 0
     record = json.loads(out)
     params = SamplingParams(max_new_tokens=6, deterministic=True, logprobs=True)

@@ -33,11 +33,12 @@ PARAMS = [SamplingParams(max_new_tokens=10, deterministic=True, logprobs=True),
           SamplingParams(max_new_tokens=10, deterministic=True, temperature=0.7, seed=3, logprobs=True)]
 
 
+@pytest.mark.parametrize("canonical_thread", [False, True])  # True: the pass raises on its worker thread
 @pytest.mark.parametrize("fail_at", [1, 4, 9])
-def test_failed_canonical_pass_loses_nothing_and_resumes_bit_exact(fail_at):
+def test_failed_canonical_pass_loses_nothing_and_resumes_bit_exact(fail_at, canonical_thread):
     reference = DVRGenerator(WEIGHTS, CFG, window=3, group=2).generate(PROMPTS, PARAMS)
     gen = DVRGenerator(WEIGHTS, CFG, window=3, group=2, canonical_policy=FailOncePolicy(fail_at),
-                       fast_policy=NoisyFastPolicy(scale=1.0, seed=1))
+                       fast_policy=NoisyFastPolicy(scale=1.0, seed=1), canonical_thread=canonical_thread)
     rids = [gen.submit(p, s) for p, s in zip(PROMPTS, PARAMS)]
     streamed = {rid: [] for rid in rids}
     failures = 0

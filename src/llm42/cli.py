@@ -86,6 +86,9 @@ def _add_engine_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-model-len", type=int, default=None, metavar="TOKENS",
                    help="longest prompt + output a request may have; sizes the K/V default, RoPE and block "
                         "tables (default: the model's context, capped by the K/V store)")
+    p.add_argument("--canonical-thread", action="store_true",
+                   help="CPU: run canonical passes on a worker thread, so free requests keep decoding while "
+                        "one runs (committed output is unchanged)")
 
 
 def _add_prompt_args(p: argparse.ArgumentParser) -> None:
@@ -352,7 +355,7 @@ def _cmd_generate(args: argparse.Namespace) -> int:
     if not prompts:
         raise CLIError("no prompts: give them as arguments or with --file")
     params = _sampling_params(args, deterministic=args.deterministic, logprobs=args.logprobs)
-    gen = _Loader(args, args.model)(max_model_len=args.max_model_len)
+    gen = _Loader(args, args.model)(max_model_len=args.max_model_len, canonical_thread=args.canonical_thread)
     _check_chat(args, "generate", gen, prompts)
     with _progress(args, "generate", params.max_new_tokens * len(prompts)) as bar:
         outs = _run(gen, prompts, [params] * len(prompts), bar)
@@ -545,7 +548,8 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     except ValueError as exc:
         raise CLIError(str(exc).replace("Limits.", "--").replace("_", "-")) from None
     loader = _Loader(args, args.model)
-    gen = loader(max_num_seqs=args.max_num_seqs, max_model_len=args.max_model_len)
+    gen = loader(max_num_seqs=args.max_num_seqs, max_model_len=args.max_model_len,
+                 canonical_thread=args.canonical_thread)
     name = args.served_model_name or (loader.path.stem if loader.path.is_file() else loader.path.name)
     print(f"llm42 serve: {loader.path} on {args.device} as {name!r}; canonical pass R = {args.window} x "
           f"{args.group} rows; http://{args.host}:{args.port}/v1", file=sys.stderr)

@@ -132,12 +132,14 @@ class DVRGenerator:
         adaptive_draft: bool = False,
         overlap: bool = True,
         max_model_len: int | None = None,
+        canonical_thread: bool = False,
     ):
         self.canonical_config = CanonicalConfig(window=window, group=group)
         self.config = EngineConfig(
             max_num_seqs=max_num_seqs, max_fast_tokens=max_fast_tokens, kv_cache_tokens=kv_cache_tokens,
             block_size=block_size, prefix_cache=prefix_cache, seed=seed, use_cuda_graphs=use_cuda_graphs,
             adaptive_draft=adaptive_draft, overlap=overlap, max_model_len=max_model_len,
+            canonical_thread=canonical_thread,
         )
         _check_injected("scheduler", scheduler, Scheduler, "a Scheduler (an object with schedule(state))")
         _check_injected("fast_policy", fast_policy, ReductionPolicy, "a ReductionPolicy")
@@ -170,7 +172,8 @@ class DVRGenerator:
         is_graphed = use_cuda_graphs and self.device.type == "cuda"
         if verifier is None:
             verifier = Verifier(self.runner, self.canonical_policy, self.canonical_config,
-                                use_graph=None if is_graphed else False, max_model_len=self.max_model_len)
+                                use_graph=None if is_graphed else False, use_thread=canonical_thread,
+                                max_model_len=self.max_model_len)
         else:
             self.canonical_policy = getattr(verifier, "policy", self.canonical_policy)
         self.verifier = verifier
@@ -707,6 +710,9 @@ class DVRGenerator:
                     in_flight.wait()
                 self._pool.retry_frees(self.kv)
             finally:
+                stop_worker = getattr(getattr(self.verifier, "canonical_pass", None), "close", None)
+                if callable(stop_worker):  # a CPU pass's worker thread (canonical_thread=True)
+                    stop_worker()
                 self._is_closed = True
                 self._pool.finished.clear()
                 self._owners.clear()

@@ -37,6 +37,7 @@ class WideModel:
         block_size: int = 16,
         prefix_cache: bool = True,
         adaptive_draft: bool = False,
+        canonical_thread: bool = False,
         verifier: Callable[[], object] | None = None,
     ) -> Callable[[], DVRGenerator]:
         """Builds a fresh generator per call over the shared weights.
@@ -49,6 +50,8 @@ class WideModel:
         reference must use the same one. ``block_size`` (K/V page size) is not:
         it only moves K/V around, and small pages make prefix-cache hits common.
         ``adaptive_draft`` changes only when requests draft and verify, never what they commit.
+        ``canonical_thread`` runs the passes on a worker thread while fast steps go on: only when a
+        pass is applied changes.
         ``verifier`` (a factory, called per generator) replaces the canonical pass and commit rule:
         the mutation controls plug broken ones in here; ``key_block`` is then the verifier's business.
         """
@@ -60,7 +63,8 @@ class WideModel:
                 self.weights, self.cfg, window=canonical.window, group=canonical.group,
                 fast_policy=fast_policy, scheduler=None if scheduler is None else scheduler(),
                 max_num_seqs=max_num_seqs, kv_cache_tokens=kv_cache_tokens, block_size=block_size,
-                prefix_cache=prefix_cache, adaptive_draft=adaptive_draft, **canonical_side,
+                prefix_cache=prefix_cache, adaptive_draft=adaptive_draft, canonical_thread=canonical_thread,
+                **canonical_side,
             )
 
         return build

@@ -2,8 +2,8 @@
 
 Drawn: prompts (with shared prefixes), greedy and seeded top-k/top-p sampling,
 stop ids, window/group, arrival schedules, batch mixes of deterministic and
-free requests, the default or a perturbing scheduler, and the plain or a noisy
-fast path. Deterministic requests always ask for log-probs, compared bit for
+free requests, the default or a perturbing scheduler, the plain or a noisy
+fast path, and canonical passes inline or on a worker thread. Deterministic requests always ask for log-probs, compared bit for
 bit: on the suite's model plain CPU drift changes log-prob bits, hardly ever a
 token. What the properties must exercise is asserted, not only counted: every
 run of the noisy variant rolls back, and a follow-up request that shares a K/V
@@ -119,6 +119,8 @@ def contract_example(model, data, *, is_noisy: bool, mutation: Mutation | None =
     key_block = data.draw(st.sampled_from([64, 4, 16]), label="key_block")
     # adaptive speculation depth: drafts and verifies at other times, commits the same tokens
     adaptive_draft = data.draw(st.booleans(), label="adaptive_draft")
+    # passes on a worker thread, applied whenever they are done: later and at other steps than inline
+    canonical_thread = data.draw(st.booleans(), label="canonical_thread")
     schedules = data.draw(st.lists(ls.arrival_schedules(num_requests=len(mix), max_gap=4), min_size=1,
                                    max_size=3), label="schedules")
     prompts = [p for p, _ in mix]
@@ -127,7 +129,7 @@ def contract_example(model, data, *, is_noisy: bool, mutation: Mutation | None =
     factory = model.factory(
         canonical, fast_policy=policy, scheduler=lambda: make_scheduler(scheduler_kind, scheduler_seed),
         max_num_seqs=max_num_seqs, kv_cache_tokens=kv_cache_tokens, key_block=key_block, block_size=block_size,
-        adaptive_draft=adaptive_draft, verifier=verifier,
+        adaptive_draft=adaptive_draft, canonical_thread=canonical_thread, verifier=verifier,
     )
     check = check_against_reference(factory, prompts, params, schedules=schedules, after={len(mix) - 1: base},
                                     reference_factory=model.factory(canonical, key_block=key_block,

@@ -60,6 +60,7 @@ class LongPromptConfig:
     max_fast_tokens: int
     seed: int
     use_cuda_graphs: bool
+    canonical_thread: bool = False
 
     @property
     def max_positions(self) -> int:
@@ -178,7 +179,7 @@ def run_long_prompts(config: LongPromptConfig, *, out: Path, repo: Path) -> dict
         gen = DVRGenerator(model.weights, model.cfg, window=config.window, group=config.group,
                            max_num_seqs=config.free_batch + 2, max_fast_tokens=config.max_fast_tokens,
                            kv_cache_tokens=kv_tokens, max_model_len=config.max_positions,
-                           use_cuda_graphs=config.use_cuda_graphs)
+                           use_cuda_graphs=config.use_cuda_graphs, canonical_thread=config.canonical_thread)
         run.save()
         run.guarded("ttft", lambda: ttft_phase(run, gen, model, config, ceilings, budget.phase(0.7)))
         run.guarded("itl", lambda: itl_phase(run, gen, model, config))
@@ -219,6 +220,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--itl-prompt", type=int, default=None, help="the long prompt admitted in the ITL phase")
     p.add_argument("--itl-steps", type=int, default=None, help="baseline steps before the long prompt")
     p.add_argument("--max-fast-tokens", type=int, default=None)
+    p.add_argument("--canonical-thread", action="store_true",
+                   help="CPU: canonical passes on a worker thread (DVRGenerator(canonical_thread=True))")
     return p.parse_args(argv)
 
 
@@ -235,7 +238,7 @@ def main(argv: list[str] | None = None, *, repo: Path | None = None) -> int:
             reps=pick(args.reps, 3, 1), free_batch=pick(args.free_batch, 64, 4),
             free_new_tokens=pick(args.free_new_tokens, 2048, 64), itl_prompt=pick(args.itl_prompt, 8192, 64),
             itl_steps=pick(args.itl_steps, 32, 4), max_fast_tokens=pick(args.max_fast_tokens, 2048, 128),
-            seed=args.seed, use_cuda_graphs=not args.no_cuda_graphs,
+            seed=args.seed, use_cuda_graphs=not args.no_cuda_graphs, canonical_thread=args.canonical_thread,
         )
         stem = Path(model).stem.split(".")[0].lower() if "/" in model or model.endswith(".gguf") else model
         out = args.out or repo / "benchmarks" / "results" / f"long_prompts_{args.device}_{stem}.json"

@@ -39,6 +39,9 @@ class EngineConfig:
     ``max_model_len``: the longest prompt + output a request may have, and what every per-request
     table (RoPE, block tables, decode-graph bounds) is sized to; ``None``: the model's context
     capped by the K/V store (``model_len`` resolves it). It never changes a committed bit.
+    ``canonical_thread``: on the CPU, run each canonical pass on a worker thread, so the fast steps
+    of free requests go on while it runs (on CUDA a pass is always asynchronous: the device runs it
+    while the host prepares the next step). Committed output is unchanged.
     """
 
     max_num_seqs: int = 256
@@ -51,6 +54,7 @@ class EngineConfig:
     adaptive_draft: bool = False
     overlap: bool = True
     max_model_len: int | None = None
+    canonical_thread: bool = False
 
     def __post_init__(self) -> None:
         owner = "DVRGenerator"
@@ -59,7 +63,7 @@ class EngineConfig:
         for name in ("kv_cache_tokens", "max_model_len"):
             if getattr(self, name) is not None:
                 positive_int(owner, name, getattr(self, name))
-        for name in ("prefix_cache", "use_cuda_graphs", "adaptive_draft", "overlap"):
+        for name in ("prefix_cache", "use_cuda_graphs", "adaptive_draft", "overlap", "canonical_thread"):
             strict_bool(owner, name, getattr(self, name))
         if not isinstance(self.seed, int) or isinstance(self.seed, bool):
             raise TypeError(f"{owner} seed must be an int, got {type(self.seed).__name__} {self.seed!r}")

@@ -10,7 +10,11 @@ tensor's shape is a function of R and the model only (invariant 2).
 ``launch`` queues a staged pass (on the caller's stream, or with ``use_stream=True`` on its
 own stream after the work already queued, so it sees every K/V write before it), copies the
 sampled tokens and log-probs to pinned host memory and records an event; the caller applies
-the result when ``is_ready``. Where a row asks for processed log-probs or top-N alternatives,
+the result when ``is_ready``. On the CPU a pass is computed inside ``launch`` unless
+``use_thread=True``: then it runs on one worker thread while the caller goes on (its fast
+steps write other requests' K/V slots, never the ones the pass reads or writes), and is
+ready when the thread is done — the CPU's counterpart of a pass the device runs while the
+host prepares the next step. Where a row asks for processed log-probs or top-N alternatives,
 or the caller gives the tokens to score (``targets``), ``llm42.sampler.logprob_details`` runs
 on the pass's R logits rows after the sampler (eagerly, also on CUDA: its ops give a row the
 same bits at any shape).
@@ -19,6 +23,7 @@ same bits at any shape).
 from __future__ import annotations
 
 import dataclasses
+from concurrent.futures import Future, ThreadPoolExecutor
 
 import torch
 
@@ -38,23 +43,33 @@ class PassResult:
     ``top`` (device tensors, ids [R, K] and log-probs [R, K]) when the pass computed top-N alternatives.
     """
 
-    def __init__(self, tokens: torch.Tensor, logprobs: torch.Tensor, event: torch.cuda.Event | None,
-                 top: tuple[torch.Tensor, torch.Tensor] | None = None):
+    def __init__(self, tokens: torch.Tensor | None, logprobs: torch.Tensor | None, event: torch.cuda.Event | None,
+                 top: tuple[torch.Tensor, torch.Tensor] | None = None, *, future: Future | None = None):
         self._tokens = tokens
         self._logprobs = logprobs
         self._event = event
         self._top = top
+        self._future = future  # a CPU pass on the worker thread: (tokens, log-probs, top) once done
 
     def is_ready(self) -> bool:
+        if self._future is not None:
+            return self._future.done()
         return self._event is None or self._event.query()
 
+    def _resolve(self) -> None:
+        if self._future is not None:  # re-raises what the pass raised on the worker thread
+            self._tokens, self._logprobs, self._top = self._future.result()
+            self._future = None
+
     def wait(self) -> tuple[list[int], list[float]]:
+        self._resolve()
         if self._event is not None:
             self._event.synchronize()
         return self._tokens.tolist(), self._logprobs.tolist()
 
     def top_logprobs(self) -> list[dict[int, float]] | None:
         """Per row, its most likely tokens (id -> log-prob, most likely first, probability-0 entries left out)."""
+        self._resolve()
         if self._top is None:
             return None
         return top_dicts(*self._top)
@@ -74,7 +89,8 @@ class CanonicalPass:
     """
 
     def __init__(self, weights: Weights, cfg: ModelConfig, policy: ReductionPolicy, num_rows: int, *,
-                 use_graph: bool | None = None, use_stream: bool = False, max_model_len: int | None = None):
+                 use_graph: bool | None = None, use_stream: bool = False, use_thread: bool = False,
+                 max_model_len: int | None = None):
         self.weights = weights
         self.cfg = cfg
         self.max_model_len = cfg.max_position_embeddings if max_model_len is None else max_model_len
@@ -91,6 +107,8 @@ class CanonicalPass:
         # its own stream only on request: on the H200 the side-stream pass next to replayed fast steps
         # hung the device in one run (cause not found), so by default a pass shares the caller's stream
         self._stream = torch.cuda.Stream(self.device) if is_cuda and use_stream else None
+        self._use_thread = use_thread and not is_cuda  # a CUDA pass is already asynchronous: the device runs it
+        self._worker: ThreadPoolExecutor | None = None  # started by the first threaded launch
         self._host_tokens = torch.zeros(num_rows, dtype=torch.int64, pin_memory=is_cuda)
         self._host_logprobs = torch.zeros(num_rows, dtype=torch.float32, pin_memory=is_cuda)
         self._pending: PassResult | None = None
@@ -211,6 +229,13 @@ class CanonicalPass:
         """
         if self._pending is not None and not self._pending.is_ready():
             self._pending.wait()  # the static buffers are still in use by the previous pass
+        if self._use_thread:
+            inputs = self.stage(segments, kv, per_row)  # the static buffers are written here, read there
+            if self._worker is None:
+                self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="llm42-canonical")
+            future = self._worker.submit(self._run_with_details, inputs, per_row, targets)
+            self._pending = PassResult(None, None, None, future=future)
+            return self._pending
         if self._stream is None:
             tokens, logprobs, top = self._run_with_details(self.stage(segments, kv, per_row), per_row, targets)
             if tokens.is_cuda:
@@ -231,3 +256,9 @@ class CanonicalPass:
             event.record()
         self._pending = PassResult(self._host_tokens, self._host_logprobs, event, top)
         return self._pending
+
+    def close(self) -> None:
+        """Wait for a pass in flight and stop the worker thread, if one was started (idempotent)."""
+        if self._worker is not None:
+            self._worker.shutdown(wait=True)
+            self._worker = None

@@ -42,12 +42,13 @@ class Verifier:
     fast steps keep running); ``finish`` waits for it and applies the commit rule,
     rolling back each request's K/V to its committed prefix. ``verify`` is the two
     in one. ``use_graph=None`` captures the pass as a CUDA graph on CUDA and runs the
-    same static-buffer pass eagerly elsewhere. ``max_model_len``: the longest sequence a
+    same static-buffer pass eagerly elsewhere; ``use_thread=True`` runs it there on a worker thread
+    (``CanonicalPass``). ``max_model_len``: the longest sequence a
     pass's row may belong to (default: the model's context; ``DVRGenerator`` passes its own).
     """
 
     def __init__(self, runner: ModelRunner, policy: ReductionPolicy, config: CanonicalConfig, *,
-                 use_graph: bool | None = None, max_model_len: int | None = None):
+                 use_graph: bool | None = None, use_thread: bool = False, max_model_len: int | None = None):
         if not getattr(policy, "is_shape_closed", False):
             raise ValueError(f"canonical_policy {policy!r} is not shape-closed (is_shape_closed is not True)")
         if use_graph and not getattr(policy, "is_graph_safe", False):
@@ -57,7 +58,7 @@ class Verifier:
         self.policy = policy
         self.config = config
         self.canonical_pass = CanonicalPass(runner.weights, runner.cfg, policy, config.num_rows, use_graph=use_graph,
-                                            max_model_len=max_model_len)
+                                            use_thread=use_thread, max_model_len=max_model_len)
 
     @property
     def is_graphed(self) -> bool:
