@@ -13,6 +13,7 @@ import random
 import time
 
 import pytest
+import torch
 
 from llm42 import DVRGenerator, SamplingParams
 from llm42.model.weights import random_weights
@@ -126,3 +127,68 @@ def test_abort_score_and_close_with_a_pass_on_the_thread():
 def test_canonical_thread_must_be_a_bool():
     with pytest.raises(TypeError, match="canonical_thread"):
         DVRGenerator(WEIGHTS, CFG, canonical_thread=1)
+
+
+def test_passes_on_the_thread_run_in_the_callers_inference_mode():
+    """Autograd modes are thread-local: built and run under inference_mode, the K/V are inference tensors,
+    which the worker may only write inside inference mode too."""
+    prompts, params = _requests(3, 6)
+    reference, _ = _run_counting_overlap(_generator(thread=False), prompts, params)
+    with torch.inference_mode():
+        threaded, _ = _run_counting_overlap(_generator(thread=True), prompts, params)
+    for p, a, b in zip(params, reference, threaded):
+        if p.deterministic:
+            assert (b.token_ids, b.logprobs) == (a.token_ids, a.logprobs)
+
+
+class VerySlowCanonicalPolicy(FixedShapePolicy):
+    def attention(self, *args, **kwargs):
+        time.sleep(0.05)
+        return super().attention(*args, **kwargs)
+
+
+def test_a_step_with_nothing_to_launch_waits_only_briefly_so_new_requests_run_beside_the_pass():
+    gen = DVRGenerator(WEIGHTS, CFG, window=4, group=2, kv_cache_tokens=4096,
+                       canonical_policy=VerySlowCanonicalPolicy(), canonical_thread=True)
+    det = gen.submit([1, 5, 9, 13, 17], SamplingParams(max_new_tokens=4, deterministic=True))
+    _step_until_a_pass_is_running(gen)
+    start = time.perf_counter()
+    gen.step()  # nothing to launch: the det request is in the pass
+    assert time.perf_counter() - start < 0.05  # it did not wait for the whole pass (>= 0.1 s: two layers)
+    free = gen.submit([1, 7, 7, 7], SamplingParams(max_new_tokens=3, ignore_eos=True))
+    while not gen.is_finished(free):
+        in_flight = gen._canonical_in_flight
+        assert in_flight is not None and not in_flight.is_ready(), "the free request waited for the pass"
+        gen.step()
+    assert len(gen.result(free).token_ids) == 3
+    while gen.has_unfinished():
+        gen.step()
+    assert len(gen.result(det).token_ids) == 4
+
+
+def test_an_interrupted_wait_returns_only_once_the_worker_is_done(monkeypatch):
+    """^C while the host waits for a pass: the worker still writes the pass's K/V, so the interrupt is
+    raised only after it has finished (the caller may then free those blocks)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    import llm42.verify.canonical_pass as canonical_pass
+
+    real_wait, calls = canonical_pass.concurrent.futures.wait, []
+
+    def interrupted_once(futures, timeout=None):
+        calls.append(timeout)
+        if len(calls) == 1:
+            raise KeyboardInterrupt
+        return real_wait(futures, timeout=timeout)
+
+    def slow_pass():
+        time.sleep(0.1)
+        return torch.zeros(2, dtype=torch.int64), torch.zeros(2), None
+
+    with ThreadPoolExecutor(max_workers=1) as worker:
+        future = worker.submit(slow_pass)
+        result = canonical_pass.PassResult(None, None, None, future=future)
+        monkeypatch.setattr(canonical_pass.concurrent.futures, "wait", interrupted_once)
+        with pytest.raises(KeyboardInterrupt):
+            result.wait()
+        assert future.done() and len(calls) == 2

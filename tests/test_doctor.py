@@ -134,6 +134,15 @@ def test_attention_whose_bits_depend_on_its_tile_mates_fails_doctor():
     assert any("random rows" in d for d in by_op["attention[context 130]"].differing)
 
 
+def test_doctor_on_a_generator_whose_max_model_len_cut_its_tables():
+    """The probes' positions stay within the generator's RoPE tables (max_model_len rows, not the context)."""
+    gen = DVRGenerator.from_config(tiny_config(vocab_size=512, max_position_embeddings=512), window=4, group=2,
+                                   kv_cache_tokens=256, max_model_len=64)
+    assert gen.weights.rope_cos.shape[0] == 64
+    report = run_doctor(gen, check_processes=False, check_fast_drift=False)
+    assert report.is_ok, report.format()
+
+
 def test_a_batch_size_dependent_epsilon_is_information_not_a_failure():
     """At a fixed R the canonical pass never changes its row count, so only N-invariance sees it."""
     report = run_doctor(policy=BatchSizeEpsNormPolicy(), window=4, group=4, check_processes=False,

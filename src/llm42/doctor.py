@@ -466,10 +466,16 @@ def _op_probes(target: DoctorModel, policy: ReductionPolicy, num_rows: int,
               dense("add_rms_norm", {"x": (hidden,), "residual": (hidden,)}, add_rms_norm),
               _rope_probe(target, ops, num_rows, gen, randn),
               dense("swiglu", {"gate_up": (inter2,)}, lambda rows, i: (ops.swiglu(rows["gate_up"])[i],))]
-    max_pos = cfg.max_position_embeddings
+    max_pos = _num_positions(target)
     for context_len in sorted({min(7, max_pos), min(130, max_pos)}):
         probes.append(_attention_probe(target, policy, num_rows, gen, randn, context_len))
     return probes + _sample_probes(target, policy, num_rows, gen, randn)
+
+
+def _num_positions(target: DoctorModel) -> int:
+    """Positions the model can run here: its context, or fewer where a generator's ``max_model_len`` cut the
+    RoPE tables (and so every block table) shorter."""
+    return min(target.cfg.max_position_embeddings, target.weights.rope_cos.shape[0])
 
 
 def _rope_probe(target: DoctorModel, ops, num_rows, gen, randn) -> _Probe:
@@ -477,7 +483,7 @@ def _rope_probe(target: DoctorModel, ops, num_rows, gen, randn) -> _Probe:
     w, cfg = target.weights, target.cfg
     lw = w.layers[0]
     hq, hkv, d = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
-    max_pos = cfg.max_position_embeddings
+    max_pos = _num_positions(target)
 
     def zero_rows(n):
         return {"q": torch.zeros((n, hq, d), dtype=w.dtype), "k": torch.zeros((n, hkv, d), dtype=w.dtype),
@@ -512,7 +518,7 @@ def _attention_probe(target: DoctorModel, policy, num_rows, gen, randn, context_
     shorter and longer); the others see 1 .. 2 x context_len + 64 keys through random block tables."""
     w, cfg = target.weights, target.cfg
     hq, hkv, d = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
-    max_pos = cfg.max_position_embeddings
+    max_pos = _num_positions(target)
     max_filler_context = min(max_pos, 2 * context_len + 64)
     width = -(-max_pos // _BLOCK_SIZE)  # block-table width of the canonical pass
     num_blocks = 2 * -(-max_filler_context // _BLOCK_SIZE)

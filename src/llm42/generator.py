@@ -71,6 +71,16 @@ def _default_kv_tokens(cfg: ModelConfig, dtype: torch.dtype, device: torch.devic
     return max(floor, min(16 * context, cap))
 
 
+# how long a step with nothing to launch waits for the canonical pass in flight before it returns
+_IDLE_WAIT_S = 0.005
+
+
+def _wait_ready(launched: LaunchedPass, timeout_s: float) -> bool:
+    """Whether ``launched`` finished within ``timeout_s`` (a result without ``wait_ready``: wait for it)."""
+    wait_ready = getattr(launched.result, "wait_ready", None)
+    return True if wait_ready is None else wait_ready(timeout_s)
+
+
 def _check_injected(name: str, value, protocol, what: str) -> None:
     if value is not None and not isinstance(value, protocol):
         raise TypeError(f"{name} must be {what}, got {type(value).__name__}")
@@ -475,9 +485,11 @@ class DVRGenerator:
         if not self.config.overlap:
             fast.read(fast.take(), events, self._finish)
         if plan.is_empty and fast.in_flight is None and self._canonical_in_flight is not None:
-            # nothing else to launch: wait for the pass here instead of returning an empty step the caller
-            # would spin on (every request running is inside that pass or waits on what it commits)
-            self._finish_canonical(events)
+            # nothing else to launch: wait (a little) for the pass here instead of returning an empty step
+            # the caller would spin on. Bounded, so a caller's loop still takes new requests meanwhile
+            # (AsyncEngine drains its commands between steps): a free one may run beside the pass
+            if _wait_ready(self._canonical_in_flight, _IDLE_WAIT_S):
+                self._finish_canonical(events)
         if plan.has_canonical_pass:
             if self._canonical_in_flight is not None:  # one pass at a time: its static buffers are shared
                 self._finish_canonical(events)
@@ -703,6 +715,11 @@ class DVRGenerator:
             if self._is_closed:
                 return
             try:
+                if self._canonical_in_flight is not None:
+                    try:  # apply it (its commits are kept); one that failed is dropped, the rest still closes
+                        self._finish_canonical(self._events)
+                    except Exception:  # noqa: BLE001 - close must free everything whatever the pass did
+                        pass
                 for rid in [r.rid for r in self._pool.waiting] + list(self._pool.running):
                     self._stop(rid)
                 in_flight = self.fast_step.take()

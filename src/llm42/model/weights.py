@@ -102,14 +102,24 @@ def meta_tensors(cfg: ModelConfig, dtype: torch.dtype) -> dict[str, torch.Tensor
 def rope_tables(cfg: ModelConfig, device: torch.device | str, num_positions: int | None = None
                 ) -> tuple[torch.Tensor, torch.Tensor]:
     """cos/sin [num_positions, head_dim] in float32 (default: the model's context), the rotate-half
-    layout transformers uses. Computed on the CPU element by element, so a position's row has the
-    same bits however many rows the table has."""
+    layout transformers uses.
+
+    Always computed on the CPU over the model's whole context, then cut to ``num_positions`` rows:
+    the library's vectorized cos/sin hands a loop's last few elements to a scalar tail, which can
+    round differently, and where that tail falls depends on the tensor's size. Computing the same
+    full-size tensor every time gives a position's row the same bits whatever ``num_positions`` is
+    (the table is committed arithmetic: RoPE feeds the canonical pass). The full table is transient
+    host memory (2 x 4 x context x head_dim bytes: 128 MiB at 131,072 positions and head_dim 128)."""
     inv_freq = rope_inv_freq(cfg)
-    rows = cfg.max_position_embeddings if num_positions is None else num_positions
-    positions = torch.arange(rows, dtype=torch.float32)
+    context = cfg.max_position_embeddings
+    rows = context if num_positions is None else num_positions
+    positions = torch.arange(context, dtype=torch.float32)
     freqs = positions[:, None] * inv_freq[None, :]
     emb = torch.cat((freqs, freqs), dim=-1)
-    return emb.cos().to(device), emb.sin().to(device)
+    cos, sin = emb.cos(), emb.sin()
+    if rows < context:  # a copy of the rows kept, so the full tables are freed
+        cos, sin = cos[:rows].clone(), sin[:rows].clone()
+    return cos.to(device), sin.to(device)
 
 
 def with_rope_positions(weights: Weights, cfg: ModelConfig, num_positions: int) -> Weights:

@@ -22,7 +22,9 @@ same bits at any shape).
 
 from __future__ import annotations
 
+import concurrent.futures
 import dataclasses
+import time
 from concurrent.futures import Future, ThreadPoolExecutor
 
 import torch
@@ -56,10 +58,36 @@ class PassResult:
             return self._future.done()
         return self._event is None or self._event.query()
 
+    def wait_ready(self, timeout_s: float) -> bool:
+        """Block up to ``timeout_s`` seconds for the pass to finish; whether it has."""
+        if self._future is not None:
+            concurrent.futures.wait([self._future], timeout=timeout_s)
+            return self._future.done()
+        if self._event is None:
+            return True
+        deadline = time.perf_counter() + timeout_s
+        while not self._event.query():
+            if time.perf_counter() >= deadline:
+                return False
+            time.sleep(50e-6)
+        return True
+
     def _resolve(self) -> None:
-        if self._future is not None:  # re-raises what the pass raised on the worker thread
-            self._tokens, self._logprobs, self._top = self._future.result()
-            self._future = None
+        if self._future is None:
+            return
+        # the worker writes the pass's K/V until it is done: an interrupt (^C) here must not let the caller
+        # go on (abort, free blocks) while it does, so wait it out and raise the interrupt afterwards
+        interrupted = None
+        while True:
+            try:
+                concurrent.futures.wait([self._future])
+                break
+            except BaseException as exc:  # noqa: BLE001 - re-raised below, once the worker is done
+                interrupted = exc
+        future, self._future = self._future, None
+        if interrupted is not None:
+            raise interrupted
+        self._tokens, self._logprobs, self._top = future.result()  # re-raises what the pass raised
 
     def wait(self) -> tuple[list[int], list[float]]:
         self._resolve()
@@ -233,7 +261,13 @@ class CanonicalPass:
             inputs = self.stage(segments, kv, per_row)  # the static buffers are written here, read there
             if self._worker is None:
                 self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="llm42-canonical")
-            future = self._worker.submit(self._run_with_details, inputs, per_row, targets)
+            grad, inference = torch.is_grad_enabled(), torch.is_inference_mode_enabled()
+
+            def run():  # autograd and inference modes are thread-local: the worker takes on the caller's
+                with torch.inference_mode(inference), torch.set_grad_enabled(grad):
+                    return self._run_with_details(inputs, per_row, targets)
+
+            future = self._worker.submit(run)
             self._pending = PassResult(None, None, None, future=future)
             return self._pending
         if self._stream is None:
