@@ -192,3 +192,20 @@ def test_an_interrupted_wait_returns_only_once_the_worker_is_done(monkeypatch):
         with pytest.raises(KeyboardInterrupt):
             result.wait()
         assert future.done() and len(calls) == 2
+
+
+class FailingCanonicalPolicy(FixedShapePolicy):
+    def attention(self, *args, **kwargs):
+        time.sleep(0.02)
+        raise RuntimeError("injected fault on the worker thread")
+
+
+def test_close_frees_everything_after_a_pass_that_failed_on_the_thread():
+    gen = DVRGenerator(WEIGHTS, CFG, window=4, group=2, kv_cache_tokens=4096,
+                       canonical_policy=FailingCanonicalPolicy(), canonical_thread=True)
+    gen.submit([1, 5, 9, 13, 17], SamplingParams(max_new_tokens=4, deterministic=True))
+    gen.step()  # launches the prompt's canonical pass, which raises on the thread
+    assert gen._canonical_in_flight is not None
+    kv = gen.kv
+    gen.close()  # the pass's error is not close()'s: every request is aborted and freed all the same
+    assert gen.is_closed and kv.num_used_blocks == 0
