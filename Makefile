@@ -27,7 +27,7 @@ demo: $(STAMP)
 	$(PY) -m llm42 demo
 
 test: $(STAMP)
-	$(PY) -m pytest -q --hypothesis-profile=ci
+	$(PY) -m pytest -q --hypothesis-profile=ci --durations=15
 
 clean:
 	rm -rf $(VENV) build src/*.egg-info .pytest_cache .hypothesis
