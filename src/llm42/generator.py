@@ -494,7 +494,7 @@ class DVRGenerator:
             if self._canonical_in_flight is not None:  # one pass at a time: its static buffers are shared
                 self._finish_canonical(events)
             self._launch_canonical(plan)
-            # applied now when it has already finished (always on the CPU), else by a later step
+            # applied now when it has already finished (always on the CPU without canonical_thread), else later
             launched = self._canonical_in_flight
             if launched is not None and (not self.config.overlap or launched.is_ready()):
                 self._finish_canonical(events)
