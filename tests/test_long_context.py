@@ -1,9 +1,9 @@
 """A checkpoint whose config says 131,072 positions: everything sized by context follows max_model_len.
 
 The checkpoint is tiny (hidden 64, 2 layers) but its config.json is Llama-3.1's context and RoPE
-(llama3 scaling). Nothing may be sized to the 131,072 positions where a request needs fewer, the
-RoPE tables keep the values of the full table at every position, and the knob never changes a
-committed bit.
+(llama3 scaling). Nothing the engine keeps may be sized to the 131,072 positions where a request
+needs fewer (the host computes the full RoPE table once, transiently, and keeps max_model_len rows
+of it), the RoPE rows are the full table's, and the knob never changes a committed bit.
 """
 
 from __future__ import annotations
@@ -101,7 +101,7 @@ def test_rope_tables_of_fewer_rows_equal_the_full_table_at_every_position(checkp
     assert not torch.equal(rope_tables(plain, "cpu", 4096)[0], full_cos[:4096])
 
 
-def test_loading_with_max_model_len_never_builds_a_full_context_rope_table(checkpoint, monkeypatch):
+def test_loading_with_max_model_len_keeps_only_that_many_rope_rows(checkpoint, monkeypatch):
     rows = []
     original = llm42.model.weights.rope_tables
 
