@@ -36,7 +36,7 @@ import torch
 
 from llm42.bench.devicetime import Budget, measure_ceilings, synchronize
 from llm42.bench.metrics import percentile
-from llm42.bench.models import BenchModel, build_model
+from llm42.bench.models import BenchModel, build_model, model_label
 from llm42.bench.roofline import model_sizes
 from llm42.bench.script import OnDevice, Run, add_common_args, finish, log, run_meta
 from llm42.generator import DVRGenerator
@@ -240,7 +240,7 @@ def main(argv: list[str] | None = None, *, repo: Path | None = None) -> int:
             itl_steps=pick(args.itl_steps, 32, 4), max_fast_tokens=pick(args.max_fast_tokens, 2048, 128),
             seed=args.seed, use_cuda_graphs=not args.no_cuda_graphs, canonical_thread=args.canonical_thread,
         )
-        stem = Path(model).stem.split(".")[0].lower() if "/" in model or model.endswith(".gguf") else model
+        stem = model_label(Path(model)) if Path(model).exists() else model
         out = args.out or repo / "benchmarks" / "results" / f"long_prompts_{args.device}_{stem}.json"
         results = run_long_prompts(config, out=out, repo=repo)
     except (RuntimeError, ValueError, OSError) as exc:

@@ -123,10 +123,15 @@ def rope_tables(cfg: ModelConfig, device: torch.device | str, num_positions: int
 
 
 def with_rope_positions(weights: Weights, cfg: ModelConfig, num_positions: int) -> Weights:
-    """``weights`` whose RoPE tables have exactly ``num_positions`` rows (the others shared, not copied)."""
-    if weights.rope_cos.shape[0] == num_positions:
+    """``weights`` whose RoPE tables have exactly ``num_positions`` rows (the others shared, not copied).
+    Fewer rows are cut from the tables held (the same values: see ``rope_tables``); more are computed."""
+    rows = weights.rope_cos.shape[0]
+    if rows == num_positions:
         return weights
-    cos, sin = rope_tables(cfg, weights.device, num_positions)
+    if rows > num_positions:
+        cos, sin = weights.rope_cos[:num_positions].clone(), weights.rope_sin[:num_positions].clone()
+    else:
+        cos, sin = rope_tables(cfg, weights.device, num_positions)
     return dataclasses.replace(weights, rope_cos=cos, rope_sin=sin)
 
 
