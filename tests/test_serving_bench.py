@@ -136,8 +136,9 @@ def test_paper_figures_writes_every_section(figures):
     assert real["fig10"]["determinism"]["num_identical"] == real["fig10"]["determinism"]["num_checked"]
     random = results["random"]
     calibration = random["calibration"]
-    assert calibration["chosen_lm_head_std"] in [t["lm_head_std"] for t in calibration["tried"]]
-    assert random["calibrated"]["lm_head_std"] == calibration["chosen_lm_head_std"]
+    assert calibration["chosen_lm_head_bias_scale"] in [t["lm_head_bias_scale"] for t in calibration["tried"]]
+    assert random["calibrated"]["lm_head_bias_scale"] == calibration["chosen_lm_head_bias_scale"]
+    assert random["calibrated"]["lm_head_std"] == calibration["lm_head_std"]
     assert "fig10" in random["calibrated"] and "fig10" in random["worst_case"]
     assert "upper bound" in random["worst_case"]["note"]
 

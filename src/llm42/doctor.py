@@ -430,7 +430,7 @@ def _linears(w: Weights) -> tuple[tuple[str, torch.Tensor, torch.Tensor | None],
     """(name, weight, bias) of every GEMM the model runs: layer 0's (all layers share the shapes) and lm_head."""
     lw = w.layers[0]
     return (("qkv", lw.qkv, lw.qkv_bias), ("o_proj", lw.o_proj, lw.o_proj_bias),
-            ("gate_up", lw.gate_up, lw.gate_up_bias), ("down", lw.down, lw.down_bias), ("lm_head", w.lm_head, None))
+            ("gate_up", lw.gate_up, lw.gate_up_bias), ("down", lw.down, lw.down_bias), ("lm_head", w.lm_head, w.lm_head_bias))
 
 
 def _op_probes(target: DoctorModel, policy: ReductionPolicy, num_rows: int,

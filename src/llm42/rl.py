@@ -48,13 +48,13 @@ def trainable_weights(weights: Weights) -> Weights:
     layers = tuple(dataclasses.replace(lw, **{f.name: leaf(getattr(lw, f.name)) for f in dataclasses.fields(lw)})
                    for lw in weights.layers)
     return Weights(embed=leaf(weights.embed), layers=layers, norm=leaf(weights.norm), lm_head=leaf(weights.lm_head),
-                   rope_cos=weights.rope_cos, rope_sin=weights.rope_sin)
+                   rope_cos=weights.rope_cos, rope_sin=weights.rope_sin, lm_head_bias=leaf(weights.lm_head_bias))
 
 
 def trainable_parameters(weights: Weights) -> list[torch.Tensor]:
     """The distinct tensors of ``weights`` that require grad (for an optimizer)."""
     seen: dict[int, torch.Tensor] = {}
-    for t in (weights.embed, weights.norm, weights.lm_head,
+    for t in (weights.embed, weights.norm, weights.lm_head, weights.lm_head_bias,
               *(getattr(lw, f.name) for lw in weights.layers for f in dataclasses.fields(lw))):
         if t is not None and t.requires_grad:
             seen.setdefault(id(t), t)

@@ -24,16 +24,18 @@ tokenizer and chat template):
   requests served one at a time; its outputs are the reference the
   deterministic outputs are checked against).
 
-On the 8B shape (random weights): the output head is ``std x N``, N one fixed
-seeded standard-normal matrix, and ``std`` is chosen by bisection on a log
-scale so that the 8B shape's flip rate (measured the same way, on random-id
-prompts) matches the real model's; then Fig. 10 (and Fig. 9 when the budget
-allows) run on the calibrated model, and Fig. 10 again with the default head
-(``DEFAULT_LM_HEAD_STD``), labelled *worst case*. A greedy row's flip rate does
-not depend on a Gaussian head's scale at all (scaling the head scales the
-logits' gaps and their drift alike), so the calibration moves the sampled
-rows' rate only; the JSON records every tried value and whether the target was
-bracketed, and says so when it was not.
+On the 8B shape (random weights): the output head is ``std x N`` plus a logit
+bias ``b x std x sqrt(H) x z`` (``HeadBasis``: N and z fixed seeded draws,
+``std`` the model's default head scale), and ``b`` is chosen by bisection on
+a log scale so that the 8B shape's flip rate (measured the same way, on
+random-id prompts) matches the real model's; then Fig. 10 (and Fig. 9 when
+the budget allows) run on the calibrated model, and Fig. 10 again with the
+default head (``DEFAULT_LM_HEAD_STD``, no bias), labelled *worst case*. The
+head's scale alone cannot calibrate (it scales the logits' gaps and their
+drift alike, so a greedy row's flip rate does not move; round 2's search over
+it did not bracket the real rate); the bias, added exactly, widens the gaps
+and not the drift. The JSON records every tried scale and whether the target
+was bracketed, and says so when it was not.
 """
 
 from __future__ import annotations
@@ -88,7 +90,8 @@ class FiguresConfig:
     flip_alone: int = 32
     flip_steps: int = 32
     calibrate_on: str = "mixed"
-    calibrate_range: tuple[float, float] = (0.02, 2.0)
+    calibrate_range: tuple[float, float] = (0.25, 8.0)  # the head's logit-bias scale (HeadBasis)
+    calibrate_extensions: int = 2
     calibrate_iterations: int = 4
     fig9_windows: tuple[int, ...] = FIG9_WINDOWS
     fig9_groups: tuple[int, ...] = FIG9_GROUPS
@@ -97,6 +100,7 @@ class FiguresConfig:
     worst_case: bool = True
     seed: int = 0
     use_cuda_graphs: bool = True
+    canonical_attention: str = "tiled"
 
     def __post_init__(self) -> None:
         if self.calibrate_on not in CALIBRATE_ON:
@@ -107,6 +111,9 @@ class FiguresConfig:
         lo, hi = self.calibrate_range
         if not 0 < lo < hi:
             raise ValueError(f"calibrate_range must be 0 < lo < hi, got {self.calibrate_range}")
+        if self.calibrate_extensions < 0 or self.calibrate_iterations < 0:
+            raise ValueError("calibrate_extensions and calibrate_iterations must be >= 0, got "
+                             f"{self.calibrate_extensions} and {self.calibrate_iterations}")
 
 
 def _max_positions(config: FiguresConfig) -> int:
@@ -200,7 +207,7 @@ def window_sweep(run: Run, model: BenchModel, workload: Workload, config: Figure
     det_order = deterministic_order(workload.num_requests, seed=config.seed)
     start, span = time.perf_counter(), max(0.0, deadline - time.perf_counter())
     engine = Engine(model, config.window, config.group, kv_tokens, max_num_seqs=workload.num_requests,
-                    use_cuda_graphs=config.use_cuda_graphs)
+                    use_cuda_graphs=config.use_cuda_graphs, canonical_attention=config.canonical_attention)
     entry.update(workload=workload.summary(), mode="dvr@100", points=[])
     log("fig 9 nondet")
     nondet = run.guarded("fig9 nondet", lambda: run_offline(engine, workload, mode_by_name("nondet"),
@@ -260,7 +267,8 @@ def share_sweep(run: Run, model: BenchModel, full: Workload, config: FiguresConf
     max_num_seqs = min(256, full.num_requests)
     totals = sorted((len(r.prompt) + r.max_new_tokens for r in full.requests), reverse=True)
     engine = Engine(model, config.window, config.group, sum(totals[:max_num_seqs]) + WARMUP_KV_TOKENS,
-                    max_num_seqs=max_num_seqs, use_cuda_graphs=config.use_cuda_graphs)
+                    max_num_seqs=max_num_seqs, use_cuda_graphs=config.use_cuda_graphs,
+                    canonical_attention=config.canonical_attention)
     workload, probe, probe_info = probe_and_fit(run, engine, full, FIG10_MODES[:-1], det_order=det_order,
                                                 deadline=deadline, probe_size=max_num_seqs)
     if not probe_info:
@@ -289,42 +297,98 @@ def share_sweep(run: Run, model: BenchModel, full: Workload, config: FiguresConf
 
 # -- calibrating the 8B head ------------------------------------------------------------------------
 
-def _with_head(model: BenchModel, noise: torch.Tensor, std: float) -> BenchModel:
-    head = (noise * std).to(model.weights.dtype)
-    return dataclasses.replace(model, weights=dataclasses.replace(model.weights, lm_head=head), lm_head_std=std,
-                               description=f"{model.description}; output head = {std:.4g} x a fixed seeded N(0, 1)")
+@dataclass(frozen=True)
+class HeadBasis:
+    """The fixed draws a calibrated output head is built from: weight ``std x N``, logit bias ``b x std x sqrt(H) x z``.
+
+    N [V, H] and z [V] are seeded standard normals; ``std x sqrt(H)`` is the
+    spread of the weight's logits ``N h`` for a final hidden state h (|h| is
+    about sqrt(H) after the final RMSNorm), so ``b`` (``bias_scale``) is the
+    bias's spread in units of it. The fast path's drift moves ``N h`` only (the
+    bias is added exactly, the same in every batch), so a larger ``b`` widens
+    the gap between a row's winner and its runner-up without widening the drift:
+    fewer flips, as in a trained model's peaked logits, down to none. Scaling the
+    weight alone cannot do this (it scales the gaps and the drift alike, so a
+    greedy row's flips do not move: round 2's search over ``std`` never
+    reached the real model's rate).
+    """
+
+    noise: torch.Tensor  # N, float32
+    direction: torch.Tensor  # sqrt(H) z, float32
+    std: float
+
+    @classmethod
+    def draw(cls, cfg, device: torch.device, *, std: float, seed: int) -> HeadBasis:
+        generator = torch.Generator(device=device).manual_seed(seed + 4242)
+        noise = torch.randn(cfg.vocab_size, cfg.hidden_size, generator=generator, device=device)
+        z = torch.randn(cfg.vocab_size, generator=generator, device=device)
+        return cls(noise, z * math.sqrt(cfg.hidden_size), std)
+
+    def head(self, bias_scale: float, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """(weight, bias) in ``dtype``; no bias at ``bias_scale`` 0."""
+        bias = (self.direction * (bias_scale * self.std)).to(dtype) if bias_scale else None
+        return (self.noise * self.std).to(dtype), bias
+
+
+def _with_head(model: BenchModel, basis: HeadBasis, bias_scale: float) -> BenchModel:
+    weight, bias = basis.head(bias_scale, model.weights.dtype)
+    return dataclasses.replace(
+        model, weights=dataclasses.replace(model.weights, lm_head=weight, lm_head_bias=bias), lm_head_std=basis.std,
+        lm_head_bias_scale=bias_scale,
+        description=f"{model.description}; output head {basis.std:.4g} x N, logit bias {bias_scale:.4g} x "
+                    f"{basis.std:.4g} x sqrt(H) x z (fixed seeded N, z)")
 
 
 def calibrate_head(model: BenchModel, prompts: list[tuple[int, ...]], target: float, config: FiguresConfig,
                    deadline: float) -> tuple[BenchModel, dict]:
-    """Bisect the head's std on a log scale until the flip rate (``calibrate_on``) matches ``target``."""
+    """Bisect the head's bias scale (``HeadBasis``) on a log scale until the flip rate (``calibrate_on``) matches ``target``.
+
+    The range's two ends are measured first; while both rates lie on the same
+    side of the target the range is extended outwards by 4x on that side (at
+    most ``calibrate_extensions`` times), then bisected. Every tried scale is
+    recorded with its rates; ``is_bracketed`` says whether the target was
+    reached between two measured points.
+    """
     cfg, device = model.cfg, model.weights.device
-    generator = torch.Generator(device=device).manual_seed(config.seed + 4242)
-    noise = torch.randn(cfg.vocab_size, cfg.hidden_size, generator=generator, device=device)
-    num_evals = 2 + config.calibrate_iterations
+    std = model.lm_head_std if model.lm_head_std is not None else 0.02
+    basis = HeadBasis.draw(cfg, device, std=std, seed=config.seed)
+    num_evals = 2 + config.calibrate_extensions + config.calibrate_iterations
     tried = []
 
-    def rate_at(std: float) -> float | None:
+    def rate_at(scale: float) -> float | None:
         each = max(0.0, deadline - time.perf_counter()) / max(1, num_evals - len(tried))
-        got = flip_rate(_with_head(model, noise, std).weights, cfg, prompts, num_steps=config.flip_steps,
+        got = flip_rate(_with_head(model, basis, scale).weights, cfg, prompts, num_steps=config.flip_steps,
                         num_alone=config.flip_alone, seed=config.seed, use_cuda_graphs=config.use_cuda_graphs,
                         deadline=time.perf_counter() + each)
-        _release(device)  # the probe's K/V store and graphs, before the next head is drawn
+        _release(device)  # the probe's K/V store and graphs, before the next head is built
         value = got["rate"] if config.calibrate_on == "mixed" else got[config.calibrate_on]["rate"]
-        tried.append({"lm_head_std": std, "rate": value, "measured": got})
-        log(f"calibration: std {std:.4g} -> {config.calibrate_on} flip rate {value}")
+        tried.append({"lm_head_bias_scale": scale, "rate": value, "measured": got})
+        log(f"calibration: bias scale {scale:.4g} -> {config.calibrate_on} flip rate {value}")
         return value
 
     lo, hi = config.calibrate_range
+    result = {"target_rate": target, "calibrate_on": config.calibrate_on, "lm_head_std": std,
+              "range": [lo, hi], "tried": tried}
     r_lo, r_hi = rate_at(lo), rate_at(hi)
-    result = {"target_rate": target, "calibrate_on": config.calibrate_on, "range": [lo, hi], "tried": tried}
+    for _ in range(config.calibrate_extensions):
+        if r_lo is None or r_hi is None or min(r_lo, r_hi) <= target <= max(r_lo, r_hi):
+            break
+        if time.perf_counter() > deadline:
+            break
+        # extend on the side whose rate is nearer the target
+        if abs(r_hi - target) <= abs(r_lo - target):
+            lo, r_lo, hi = hi, r_hi, hi * 4
+            r_hi = rate_at(hi)
+        else:
+            hi, r_hi, lo = lo, r_lo, lo / 4
+            r_lo = rate_at(lo)
+    result["searched"] = [lo, hi]
     if r_lo is None or r_hi is None:
-        chosen, result["is_bracketed"] = hi, False
-    elif not min(r_lo, r_hi) <= target <= max(r_lo, r_hi):
-        chosen = lo if abs(r_lo - target) <= abs(r_hi - target) else hi
         result["is_bracketed"] = False
-        result["note"] = ("the target rate lies outside the rates at both ends of the range: the closest end was "
-                          "chosen and the calibrated figures do not reproduce the real model's flip rate")
+    elif not min(r_lo, r_hi) <= target <= max(r_lo, r_hi):
+        result["is_bracketed"] = False
+        result["note"] = ("the target rate lies outside the rates measured over the searched range: the closest "
+                          "point was chosen and the calibrated figures do not reproduce the real model's flip rate")
     else:
         result["is_bracketed"] = True
         is_increasing = r_hi >= r_lo
@@ -339,11 +403,12 @@ def calibrate_head(model: BenchModel, prompts: list[tuple[int, ...]], target: fl
                 lo = mid
             else:
                 hi = mid
-        chosen = min((t for t in tried if t["rate"] is not None), key=lambda t: abs(t["rate"] - target))["lm_head_std"]
-    result["chosen_lm_head_std"] = chosen
-    result["achieved_rate"] = next(t["rate"] for t in tried if t["lm_head_std"] == chosen)
-    calibrated = _with_head(model, noise, chosen)
-    del noise
+    measured = [t for t in tried if t["rate"] is not None]
+    chosen = min(measured, key=lambda t: abs(t["rate"] - target))["lm_head_bias_scale"] if measured else hi
+    result["chosen_lm_head_bias_scale"] = chosen
+    result["achieved_rate"] = next((t["rate"] for t in tried if t["lm_head_bias_scale"] == chosen), None)
+    calibrated = _with_head(model, basis, chosen)
+    del basis
     return calibrated, result
 
 
@@ -396,9 +461,11 @@ def run_figures(config: FiguresConfig, *, out: Path, repo: Path, cache_dir: Path
     }
     run = Run(config, out, budget, results)
     with run.until_done():
-        real_share = 0.5 if config.random_model else 1.0
+        # with no real-model figures asked for (--real-figures ''), only its flip rate: the calibration's target
+        real_share = (0.5 if config.real_figures else 0.12) if config.random_model else 1.0
         real_deadline = budget.phase(real_share)
-        flip_deadline = time.perf_counter() + 0.15 * max(0.0, real_deadline - time.perf_counter())
+        flip_share = 0.15 if config.real_figures else 1.0
+        flip_deadline = time.perf_counter() + flip_share * max(0.0, real_deadline - time.perf_counter())
         flip_prompts = [r.prompt for r in _workload(real, config.flip_rows, config).requests]
         log("real model: flip rate")
         real_flips = run.guarded("real flip rate", lambda: flip_rate(
@@ -410,19 +477,23 @@ def run_figures(config: FiguresConfig, *, out: Path, repo: Path, cache_dir: Path
         del real
         _release(device)
         if config.random_model:
-            _random_model_figures(run, config, device, max_positions, real_flips)
+            _random_model_figures(run, config, device, max_positions, real_flips, share=1.0 - real_share)
     return results
 
 
 def _random_model_figures(run: Run, config: FiguresConfig, device: torch.device, max_positions: int,
-                          real_flips: dict | None) -> None:
-    """Calibrate the random model's head to the real model's flip rate, then its figures, then the worst case."""
+                          real_flips: dict | None, *, share: float) -> None:
+    """Calibrate the random model's head to the real model's flip rate, then its figures, then the worst case.
+
+    ``share``: the budget's share left for all of it (calibration 36 % of it, the worst case 16 %).
+    """
     budget = run.budget
     run.results["random"] = section = {"label": "random", "name": config.random_model}
     base = build_model(config.random_model, device=device, dtype=config.dtype, max_positions=max_positions,
                        seed=config.seed)
     section["model"] = base.summary()
-    calibration_deadline = budget.phase(0.18)
+    calibration_share, worst_share = 0.36 * share, (0.16 * share if config.worst_case else 0.0)
+    calibration_deadline = budget.phase(calibration_share)
     target = None
     if real_flips is not None:
         target = real_flips["rate"] if config.calibrate_on == "mixed" else real_flips[config.calibrate_on]["rate"]
@@ -437,10 +508,10 @@ def _random_model_figures(run: Run, config: FiguresConfig, device: torch.device,
     else:
         section["calibration"] = {"skipped": "the real model's flip rate was not measured"}
     run.save()
-    worst_share = 0.08 if config.worst_case else 0.0
     if calibrated is not None:
-        section["calibrated"] = {"label": "calibrated", "lm_head_std": calibrated.lm_head_std}
-        _figures_for(run, calibrated, config.random_figures, config, budget.phase(0.5 - 0.18 - worst_share),
+        section["calibrated"] = {"label": "calibrated", "lm_head_std": calibrated.lm_head_std,
+                                 "lm_head_bias_scale": calibrated.lm_head_bias_scale}
+        _figures_for(run, calibrated, config.random_figures, config, budget.phase(share - calibration_share - worst_share),
                      section["calibrated"], with_fig6=False)
         del calibrated
         _release(device)
@@ -492,7 +563,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--random-figures", default="10,9")
     p.add_argument("--no-worst-case", action="store_true", help="skip the uncalibrated 8B figures")
     p.add_argument("--calibrate-on", choices=CALIBRATE_ON, default="mixed")
-    p.add_argument("--calibrate-range", default="0.02,2.0", help="lm_head std range searched (log-scale bisection)")
+    p.add_argument("--calibrate-range", default="0.25,8", help="the output head's logit-bias scale: the range "
+                   "searched (log-scale bisection, extended 4x outwards up to twice when it does not bracket)")
     for name in ("fig6-measured", "fig6-batch", "fig6-new-tokens", "fig9-requests", "fig10-requests", "flip-rows",
                  "flip-alone", "flip-steps"):
         p.add_argument(f"--{name}", type=int, default=None)
@@ -528,9 +600,10 @@ def main(argv: list[str] | None = None, *, repo: Path | None = None) -> int:
             fig10_requests=pick(args.fig10_requests, 256, 6), no_batching_requests=pick(None, 4, 2),
             flip_rows=pick(args.flip_rows, 256, 6), flip_alone=pick(args.flip_alone, 32, 2),
             flip_steps=pick(args.flip_steps, 32, 3), calibrate_on=args.calibrate_on, calibrate_range=(lo, hi),
-            calibrate_iterations=pick(None, 4, 1), real_figures=names(args.real_figures),
+            calibrate_iterations=pick(None, 4, 1),
+            calibrate_extensions=pick(None, 2, 0), real_figures=names(args.real_figures),
             random_figures=names(args.random_figures), worst_case=not args.no_worst_case, seed=args.seed,
-            use_cuda_graphs=not args.no_cuda_graphs,
+            use_cuda_graphs=not args.no_cuda_graphs, canonical_attention=args.canonical_attention,
         )
         stem = model_label(Path(model)) if Path(model).exists() else model
         out = args.out or repo / "benchmarks" / "results" / f"paper_figures_{args.device}_{stem}.json"
@@ -551,8 +624,8 @@ def report(results: dict) -> str:
         lines.append(f"real flip rate: {flips.get('rate')} (greedy {flips['greedy']['rate']}, sampled "
                      f"{flips['sampled']['rate']}, {flips['num_compared']} tokens compared)")
     calibration = random.get("calibration") or {}
-    if "chosen_lm_head_std" in calibration:
-        lines.append(f"calibration: lm_head_std {calibration['chosen_lm_head_std']:.4g} -> rate "
+    if "chosen_lm_head_bias_scale" in calibration:
+        lines.append(f"calibration: lm_head_bias_scale {calibration['chosen_lm_head_bias_scale']:.4g} -> rate "
                      f"{calibration['achieved_rate']} (target {calibration['target_rate']}, bracketed "
                      f"{calibration['is_bracketed']})")
     for section in sections:

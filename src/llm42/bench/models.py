@@ -4,7 +4,8 @@
 Random weights are fine for throughput: the work per token depends on the
 shapes only. Rollback rates depend on how peaked the logits are (how often the
 fast path's drift flips the top token), which a random model only imitates
-through the scale of its output head (``DEFAULT_LM_HEAD_STD``).
+through its output head: its scale (``DEFAULT_LM_HEAD_STD``), and the logit
+bias that ``benchmarks/paper_figures.py`` calibrates to a real model's flip rate.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ class BenchModel:
     weights: Weights
     description: str
     lm_head_std: float | None = None  # random models only; None = the same std as every other weight
+    lm_head_bias_scale: float | None = None  # random models only: the logit-bias scale calibrated by paper_figures.py
     tokenizer: object | None = None  # a checkpoint's tokenizer (builds chat prompts); None for random models
     source: str | None = None  # the checkpoint path, for tools that load it again (transformers)
 
@@ -54,6 +56,7 @@ class BenchModel:
             "head_dim": cfg.head_dim,
             "max_position_embeddings": cfg.max_position_embeddings,
             "lm_head_std": self.lm_head_std,
+            "lm_head_bias_scale": self.lm_head_bias_scale,
             "tie_word_embeddings": cfg.tie_word_embeddings,
             "source": self.source,
         }

@@ -310,12 +310,13 @@ def plot_calibration(results: dict, path: Path) -> Path | None:
         return None
     plt = _pyplot()
     fig, (ax,) = _panels(plt, 1, f"Output-head calibration — {results['label']}", width=5.5)
-    tried = sorted(tried, key=lambda t: t["lm_head_std"])
-    ax.plot([t["lm_head_std"] for t in tried], [t["rate"] for t in tried], "o-", label="8B shape, measured")
+    key = "lm_head_bias_scale" if "lm_head_bias_scale" in tried[0] else "lm_head_std"  # round 2's JSON searched the std
+    tried = sorted(tried, key=lambda t: t[key])
+    ax.plot([t[key] for t in tried], [t["rate"] for t in tried], "o-", label="8B shape, measured")
     ax.axhline(calibration["target_rate"], linestyle="--", color="tab:green", label="real model")
-    ax.axvline(calibration["chosen_lm_head_std"], linestyle=":", color="tab:gray", label="chosen")
+    ax.axvline(calibration[f"chosen_{key}"], linestyle=":", color="tab:gray", label="chosen")
     ax.set_xscale("log")
-    ax.set_xlabel("lm_head std")
+    ax.set_xlabel("logit-bias scale" if key == "lm_head_bias_scale" else "lm_head std")
     ax.set_ylabel(f"flip rate per token ({calibration['calibrate_on']} rows)")
     ax.grid(alpha=0.3)
     _legend(ax)

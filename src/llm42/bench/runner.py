@@ -30,7 +30,7 @@ from llm42.bench.modes import BATCH_INVARIANT, Mode, deterministic_indices, samp
 from llm42.bench.workloads import FIRST_TOKEN_ID, Workload
 from llm42.generator import DVRGenerator
 from llm42.params import SamplingParams
-from llm42.policies import BatchInvariantPolicy, ReductionPolicy
+from llm42.policies import BatchInvariantPolicy, FixedShapePolicy, ReductionPolicy
 from llm42.sampler import SAMPLING_VARIANTS
 
 WARMUP_PROMPT = (FIRST_TOKEN_ID, FIRST_TOKEN_ID + 1)
@@ -97,15 +97,18 @@ class Engine:
     use_cuda_graphs: bool = True
     fast_policy: ReductionPolicy | None = None
     max_fast_tokens: int = 512
+    canonical_attention: str = "tiled"  # FixedShapePolicy(attention_kernel=...): the canonical pass's attention
 
     def generator(self, mode: Mode, *, window: int | None = None, group: int | None = None,
                   ) -> tuple[DVRGenerator, list[str]]:
         """A fresh generator for ``mode``, and notes on how it deviates from the plan (empty normally)."""
-        fast_policy = BatchInvariantPolicy() if mode.is_batch_invariant else self.fast_policy
+        kernel = self.canonical_attention
+        fast_policy = BatchInvariantPolicy(attention_kernel=kernel) if mode.is_batch_invariant else self.fast_policy
         gen = DVRGenerator(
             self.model.weights, self.model.cfg,
             window=window or self.window, group=group or self.group,
-            fast_policy=fast_policy, kv_cache_tokens=self.kv_cache_tokens,
+            fast_policy=fast_policy, canonical_policy=FixedShapePolicy(attention_kernel=kernel),
+            kv_cache_tokens=self.kv_cache_tokens,
             max_num_seqs=self.max_num_seqs, max_fast_tokens=self.max_fast_tokens,
             use_cuda_graphs=self.use_cuda_graphs, overlap=mode.is_overlapped,
         )

@@ -23,6 +23,7 @@ import torch
 
 from llm42.bench.devicetime import Budget, write_json
 from llm42.bench.suite import device_info, git_info
+from llm42.policies.fixed_shape import ATTENTION_KERNELS
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -39,6 +40,9 @@ def add_common_args(p: argparse.ArgumentParser, *, out_help: str, budget_s: floa
     p.add_argument("--window", type=int, default=32, help="T, tokens per request per canonical pass")
     p.add_argument("--group", type=int, default=8, help="G, requests per canonical pass")
     p.add_argument("--no-cuda-graphs", action="store_true")
+    p.add_argument("--canonical-attention", choices=ATTENTION_KERNELS, default="tiled",
+                   help="the canonical pass's attention kernel, FixedShapePolicy(attention_kernel=...): "
+                   "part of the canonical config (the batch_invariant baseline takes the same one)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--threads", type=int, default=1, help="CPU intra-op threads")
     p.add_argument("--cache-dir", type=Path, default=None,

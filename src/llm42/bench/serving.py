@@ -100,6 +100,7 @@ class ServingConfig:
     seed: int = 0
     lm_head_std: float | None = None
     use_cuda_graphs: bool = True
+    canonical_attention: str = "tiled"
 
     def __post_init__(self) -> None:
         for name in (*self.offline_modes, *self.online_modes):
@@ -251,7 +252,7 @@ def _engine(model: BenchModel, config: ServingConfig, workload: Workload) -> Eng
     return Engine(model, config.window, config.group, kv_cache_tokens=kv_tokens_for(model, workload,
                                                                                     config.max_num_seqs),
                   max_num_seqs=config.max_num_seqs, use_cuda_graphs=config.use_cuda_graphs,
-                  max_fast_tokens=config.max_fast_tokens)
+                  max_fast_tokens=config.max_fast_tokens, canonical_attention=config.canonical_attention)
 
 
 def serving_summary(run: RunResult, *, nondet: RunResult | None) -> dict:
@@ -426,7 +427,7 @@ def transformers_phase(run: Run, model: BenchModel, deadline: float) -> None:
                            vocab_size=model.cfg.vocab_size, seed=config.seed, sampled_share=0.0)
     engine = Engine(model, config.window, config.group, workload.num_kv_tokens + WARMUP_KV_TOKENS,
                     max_num_seqs=config.hf_batch, use_cuda_graphs=config.use_cuda_graphs,
-                    max_fast_tokens=config.max_fast_tokens)
+                    max_fast_tokens=config.max_fast_tokens, canonical_attention=config.canonical_attention)
     det_order = deterministic_order(workload.num_requests, seed=config.seed)
     share = (deadline - time.perf_counter()) / 3
     mine = run.guarded("transformers llm42 side", lambda: run_offline(
@@ -598,7 +599,7 @@ def main(argv: list[str] | None = None, *, repo: Path | None = None) -> int:
             hf_compare=not args.no_hf, hf_batch=pick(args.hf_batch, 256, 4),
             hf_prompt_tokens=pick(None, 128, 8), hf_new_tokens=pick(args.hf_new_tokens, 256, 8),
             hf_compile=not args.hf_no_compile, seed=args.seed, lm_head_std=args.lm_head_std,
-            use_cuda_graphs=not args.no_cuda_graphs,
+            use_cuda_graphs=not args.no_cuda_graphs, canonical_attention=args.canonical_attention,
         )
         out = args.out or repo / "benchmarks" / "results" / f"serving_{args.device}_{_model_stem(model)}.json"
         results = run_serving(config, out=out, repo=repo, cache_dir=args.cache_dir)

@@ -80,7 +80,7 @@ def forward(
         residual = residual[inputs.logits_rows]
         mlp_out = mlp_out[inputs.logits_rows]
     h, _ = ops.add_rms_norm(mlp_out, residual, weights.norm, eps)
-    logits = policy.linear(h, weights.lm_head)
+    logits = policy.linear(h, weights.lm_head, weights.lm_head_bias)
     if tp is not None:
         logits = tp.gather_vocab(logits, cfg.vocab_size)  # [L, V] on every rank: each samples the same tokens
     return policy.process_logits(logits, inputs)

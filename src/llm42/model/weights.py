@@ -46,6 +46,9 @@ class Weights:
     lm_head: torch.Tensor  # [V, H] (the embedding itself when tied)
     rope_cos: torch.Tensor  # [num_positions, head_dim] float32: positions 0 .. num_positions - 1 can run
     rope_sin: torch.Tensor  # [num_positions, head_dim] float32
+    # a bias added to the logits: no supported checkpoint family has one; the benchmarks' calibrated random
+    # heads do (llm42.bench.figures.HeadBasis)
+    lm_head_bias: torch.Tensor | None = None  # [V]
     # tensor parallelism: this rank's group; embed/lm_head then hold its vocabulary rows [ceil(V / ranks), H]
     tp: TensorParallel | None = None
 
@@ -186,6 +189,8 @@ def weight_views(cfg: ModelConfig, weights: Weights) -> dict[str, torch.Tensor]:
     views = {"model.embed_tokens.weight": weights.embed, "model.norm.weight": weights.norm}
     if not cfg.tie_word_embeddings:
         views["lm_head.weight"] = weights.lm_head
+    if weights.lm_head_bias is not None:
+        views["lm_head.bias"] = weights.lm_head_bias
 
     def split(names: list[str], weight: torch.Tensor, bias: torch.Tensor | None, sizes: list[int]) -> None:
         begin = 0

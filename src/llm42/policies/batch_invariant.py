@@ -69,7 +69,9 @@ class BatchInvariantPolicy(ExactRowOps):
       the canonical pass's row-per-program norm.
     - Attention: the canonical pass's attention — one KV split, key blocks of
       ``key_block`` positions aligned at position 0, each row reduced on its
-      own — which depends on nothing but the row's own query and keys.
+      own — which depends on nothing but the row's own query and keys
+      (``attention_kernel``: the canonical pass's ``"tiled"`` kernel or its
+      one-program-per-row ``"rows"`` kernel, as ``FixedShapePolicy``).
     - Row ops (residual add, RoPE, K/V writes, SwiGLU): the unfused torch
       composition (``TorchRowOps``), row-wise elementwise kernels.
 
@@ -83,17 +85,22 @@ class BatchInvariantPolicy(ExactRowOps):
     is_graph_safe = True
 
     def __init__(self, *, matmul_rows: int = 32, norm_rows: int = 256, key_block: int = 64,
-                 matmul: str = "auto"):
+                 matmul: str = "auto", attention_kernel: str = "tiled"):
         self.matmul_rows = _check_positive("matmul_rows", matmul_rows)
         self.norm_rows = _check_positive("norm_rows", norm_rows)
         if matmul not in ("auto", "tiled"):
             raise ValueError(f"BatchInvariantPolicy matmul must be 'auto' or 'tiled', got {matmul!r}")
         self.matmul = matmul
-        self._reference = FixedShapePolicy(key_block=key_block, attention_backend="triton")
+        self._reference = FixedShapePolicy(key_block=key_block, attention_backend="triton",
+                                           attention_kernel=attention_kernel)
 
     @property
     def key_block(self) -> int:
         return self._reference.key_block
+
+    @property
+    def attention_kernel(self) -> str:
+        return self._reference.attention_kernel
 
     def matmul_backend(self, device: torch.device | str) -> str:
         """Which GEMM runs for tensors on ``device``: 'triton', 'tiled' (CUDA) or 'exact' (elsewhere)."""
@@ -132,4 +139,5 @@ class BatchInvariantPolicy(ExactRowOps):
 
     def __repr__(self) -> str:
         return (f"BatchInvariantPolicy(matmul_rows={self.matmul_rows}, norm_rows={self.norm_rows}, "
-                f"key_block={self.key_block}, matmul={self.matmul!r})")
+                f"key_block={self.key_block}, matmul={self.matmul!r}"
+                + ("" if self.attention_kernel == "tiled" else f", attention_kernel={self.attention_kernel!r}") + ")")
