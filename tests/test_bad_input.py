@@ -179,3 +179,17 @@ def test_empty_string_prompt_is_rejected_like_an_empty_list():
     with pytest.raises(ValueError, match="prompt is empty"):
         gen.generate(["Once", ""], SamplingParams(max_new_tokens=2))
     assert not gen.has_unfinished()
+
+
+@pytest.mark.parametrize("kwargs, field", [
+    (dict(decode_kernel="tiled"), "decode_kernel"),
+    (dict(canonical_key_block=48), "canonical_key_block"),
+    (dict(canonical_key_block=True), "canonical_key_block"),
+])
+def test_fast_policy_options_name_the_field(kwargs, field):
+    from llm42.policies import FastPolicy
+
+    with pytest.raises(ValueError, match=field):
+        FastPolicy(**kwargs)
+    assert "decode_kernel='canonical'" in repr(FastPolicy(decode_kernel="canonical"))
+    assert repr(FastPolicy()) == "FastPolicy()"

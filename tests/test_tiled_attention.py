@@ -25,8 +25,8 @@ from hypothesis import strategies as st  # noqa: E402
 from llm42.kernels import tiled_canonical_attention, tiled_prefill_attention  # noqa: E402
 from llm42.kernels.tiled_attention import PREFILL_LARGE, PREFILL_SMALL, prefill_config  # noqa: E402
 from tests.tiled_attention_checks import (  # noqa: E402
-    Cache, check_canonical_rows_are_their_own, check_kv_independent_of_chunking, check_matches_float64,
-    mixed_rows, prefill_kernel,
+    Cache, check_canonical_rows_are_their_own, check_decode_launch_has_canonical_bits,
+    check_kv_independent_of_chunking, check_matches_float64, mixed_rows, prefill_kernel,
 )
 
 DTYPES = [torch.bfloat16, torch.float16, torch.float32]
@@ -98,3 +98,25 @@ def test_canonical_kernel_rejects_bad_configs():
         cache.run(prefill_kernel((8, 16, 4, 2)), [(0, 3)])
     empty = cache.run(tiled_canonical_attention, [(0, 3)])[:0]
     assert empty.shape[0] == 0
+
+
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(str(v) for v in s))
+@pytest.mark.parametrize("key_block", [16, 32])
+def test_decode_launch_gives_decode_rows_the_canonical_bits(shape, key_block):
+    cache = small_cache(shape, torch.bfloat16, seed=11, num_seqs=5)
+    check_decode_launch_has_canonical_bits(cache, random.Random(3), num_rows=5, key_block=key_block,
+                                           sliding_window=shape[4])
+
+
+def test_decode_launch_check_can_fail():
+    """Negative control: the same check against another key block (other canonical bits) fails."""
+    from llm42.kernels import tiled_canonical_decode_attention
+
+    cache = small_cache(SHAPES[1], torch.bfloat16, seed=12, num_seqs=4, max_context=64)
+    rows = [(s, 40 + s) for s in range(4)]
+    q, _, _, _ = cache.layout(rows, static=False)
+    lens = torch.tensor([p + 1 for _, p in rows])
+    decode = tiled_canonical_decode_attention(q, cache.k, cache.v, cache.tables, lens, block_size=cache.block_size,
+                                              scale=cache.scale, key_block=16)
+    other = cache.run(tiled_canonical_attention, rows, key_block=32)
+    assert not torch.equal(decode.view(torch.int16), other.view(torch.int16))

@@ -162,3 +162,27 @@ def prefill_kernel(config):
     def kernel(*args, **kwargs):
         return tiled_prefill_attention(*args, config=config, **kwargs)
     return kernel
+
+
+def check_decode_launch_has_canonical_bits(cache: Cache, rng: random.Random, *, num_rows: int, key_block: int,
+                                           sliding_window=None) -> None:
+    """``tiled_canonical_decode_attention`` (one row per tile, the fast path's option) on decode rows gives each
+    row the bits the canonical launch gives it: packed with other sequences' decode rows, and as the last row of
+    a verify window of its own sequence. ``num_rows`` decode rows, one per sequence of the cache."""
+    from llm42.kernels import tiled_canonical_decode_attention
+
+    seqs = list(range(min(num_rows, cache.num_seqs)))
+    positions = [rng.randrange(cache.max_context) for _ in seqs]
+    rows = list(zip(seqs, positions))
+    q, _, _, _ = cache.layout(rows, static=False)
+    context_lens = torch.tensor([p + 1 for p in positions], dtype=torch.int64, device=cache.device)
+    tables = cache.tables[torch.tensor(seqs).to(cache.tables.device)]
+    kwargs = dict(key_block=key_block, sliding_window=sliding_window)
+    decode = tiled_canonical_decode_attention(q, cache.k, cache.v, tables, context_lens, block_size=cache.block_size,
+                                              scale=cache.scale, **kwargs)
+    packed = cache.run(tiled_canonical_attention, rows, **kwargs)
+    assert _bits(decode) == _bits(packed)
+    for i, (seq, pos) in enumerate(rows):
+        window = [(seq, p) for p in range(max(0, pos - 7), pos + 1)]
+        verify = cache.run(tiled_canonical_attention, window, static=True, **kwargs)
+        assert _bits(decode[i]) == _bits(verify[-1]), (seq, pos)

@@ -10,6 +10,8 @@ in [--min-context, --max-context]) it compares, bit for bit,
   large decode batch runs) and with the split count it picks for the batch,
 - the canonical row kernel (``canonical_attention``, ``attention_kernel="rows"``),
 - the canonical tiled kernel (``tiled_canonical_attention``, the default),
+- ``FastPolicy(decode_kernel="canonical")``'s launch of it, one row per tile
+  (``tiled_canonical_decode_attention``),
 
 and reports, per pair, the share of output elements and of whole rows
 (all heads) that are bit-identical, and the largest difference.
@@ -54,6 +56,8 @@ def _case(num_heads: int, num_kv_heads: int, head_dim: int, *, batch: int, min_c
                                                       scale=scale, key_block=64),
         "canonical_tiled": kernels.tiled_canonical_attention(q, k, v, positions, rows, tables,
                                                              block_size=block_size, scale=scale, key_block=64),
+        "fast_canonical_decode": kernels.tiled_canonical_decode_attention(q, k, v, tables, contexts,
+                                                                          block_size=block_size, scale=scale),
     }
     torch.cuda.synchronize()
     splits = kernels.choose_num_splits(batch, num_kv_heads, max_ctx, num_sms=kernels.num_sms(q.device))

@@ -1,15 +1,13 @@
 #!/usr/bin/env bash
 # One device call (after stage_smollm2.py's call 1): which canonical attention kernel a chat workload should run,
-# measured side by side, then the 8B head's calibration and the GPU tests the last call did not reach.
+# measured side by side, then the GPU tests the last call did not reach.
 #
 #   bash benchmarks/device/canonical_attention_session.sh [TOTAL_S]
 #
 # 1. benchmarks/device/attention_agreement.py: bit agreement of the fast decode kernel with each canonical kernel
-# 2. benchmarks/serving.py on SmolLM2 (chat prompts), --canonical-attention rows, then tiled (the default), the same
+# 2. benchmarks/serving.py on SmolLM2 (chat prompts), three canonical-attention / fast-decode-kernel pairs, the same
 #    workload and modes: throughput, rollbacks and recompute of the dvr modes, the batch_invariant baseline
-# 3. benchmarks/paper_figures.py: the real model's flip rate only (--real-figures ''), the 8B head calibrated to it,
-#    Fig. 10 on the calibrated 8B shape
-# 4. the GPU tests not reached by the last call (the tiled kernels' bit tests first), verbose, with durations
+# 3. the GPU tests not reached by the last call (the tiled kernels' bit tests first), verbose, with durations
 # JSONs and one logs.txt go to $OUT; each step is bounded by timeout and its share of TOTAL_S (default 560).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -31,25 +29,25 @@ step() {  # step NAME SECONDS COMMAND...
     timeout --signal=TERM --kill-after=10 "$secs" "$@" >"$LOGS/$name.log" 2>&1
     echo "$name: exit $? after $(( $(date +%s) - t0 ))s (timeout ${secs}s)" | tee -a "$LOGS/0_steps.log"
 }
-step agreement "$(share 6)" python3 benchmarks/device/attention_agreement.py --out "$OUT/attention_agreement.json"
+step agreement "$(share 5)" python3 benchmarks/device/attention_agreement.py --out "$OUT/attention_agreement.json"
 if [ -n "$SMOL" ]; then
     ARGS=(--device cuda --model "$SMOL" --cache-dir "$CACHE" --no-plots --max-fast-tokens 2048 --num-requests 512
           --modes nondet,dvr@10,dvr@50,dvr@100,batch_invariant --online-modes nondet,dvr@50 --online-loads 0.7
           --online-num-requests 300 --no-hf --steady-steps 64)
-    for kernel in rows tiled; do
-        secs=$(share 25)
-        step "serving_$kernel" "$secs" python3 benchmarks/serving.py "${ARGS[@]}" --budget-s $(( secs - 15 )) \
-            --canonical-attention "$kernel" --out "$OUT/serving_smollm2_$kernel.json"
+    # canonical attention / fast decode kernel: rows/split (round 3's bits), tiled/split (the default),
+    # tiled/canonical (decode rows with the tiled kernel's canonical bits)
+    for combo in rows/split tiled/split tiled/canonical; do
+        secs=$(share 24)
+        step "serving_${combo/\//_}" "$secs" python3 benchmarks/serving.py "${ARGS[@]}" --budget-s $(( secs - 15 )) \
+            --canonical-attention "${combo%/*}" --fast-decode-kernel "${combo#*/}" \
+            --out "$OUT/serving_smollm2_${combo/\//_}.json"
     done
-    secs=$(share 22)
-    step figures "$secs" python3 benchmarks/paper_figures.py --device cuda --model "$SMOL" --random-model 8b \
-        --cache-dir "$CACHE" --budget-s $(( secs - 15 )) --real-figures "" --random-figures 10 --no-worst-case \
-        --no-plots --out "$OUT/paper_figures_calibrated_8b.json"
 else
-    echo "no /root/smollm2/*.gguf: serving and figures skipped" | tee -a "$LOGS/0_steps.log"
+    echo "no /root/smollm2/*.gguf: serving skipped" | tee -a "$LOGS/0_steps.log"
 fi
 T=tests/gpu/test_tiled_attention.py
-step gpu_tests "$(share 20)" python3 -m pytest -v -p no:cacheprovider -m gpu --durations=20 \
+step gpu_tests "$(share 21)" python3 -m pytest -v -p no:cacheprovider -m gpu --durations=20 \
+    $T::test_decode_launch_gives_decode_rows_the_canonical_bits $T::test_fast_policy_canonical_decode_kernel_keeps_the_contract \
     $T::test_canonical_row_bits_do_not_depend_on_the_launch $T::test_canonical_row_bits_at_1_7_64_256_rows_and_any_index \
     $T::test_canonical_kv_does_not_depend_on_chunking $T::test_tiled_canonical_is_not_the_row_kernel_but_agrees_within_rounding \
     $T::test_canonical_pass_row_bits_do_not_depend_on_the_pass \

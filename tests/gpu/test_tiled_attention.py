@@ -22,8 +22,8 @@ from llm42.model.weights import random_weights  # noqa: E402
 from llm42.policies import FastPolicy, FixedShapePolicy  # noqa: E402
 from llm42.runner import ModelRunner, Segment  # noqa: E402
 from tests.tiled_attention_checks import (  # noqa: E402
-    Cache, check_canonical_rows_are_their_own, check_kv_independent_of_chunking, check_matches_float64,
-    mixed_rows, prefill_kernel,
+    Cache, check_canonical_rows_are_their_own, check_decode_launch_has_canonical_bits,
+    check_kv_independent_of_chunking, check_matches_float64, mixed_rows, prefill_kernel,
 )
 
 pytestmark = pytest.mark.gpu
@@ -151,3 +151,30 @@ def test_fast_policy_prefill_matches_the_canonical_pass_within_rounding(small_mo
     fast = _canonical_logits_and_kv(cfg, weights, layout, 0, 512, FastPolicy(attention_backend="triton"))
     canonical = _canonical_logits_and_kv(cfg, weights, layout, 0, 512, FixedShapePolicy())
     torch.testing.assert_close(fast[0].float(), canonical[0].float(), atol=0.3, rtol=0.05)
+
+
+@pytest.mark.parametrize("shape", [SHAPES[0], SHAPES[1], (9, 3, 64, 16, 1200, None)],
+                         ids=lambda s: "x".join(str(v) for v in s))
+def test_decode_launch_gives_decode_rows_the_canonical_bits(shape):
+    """FastPolicy(decode_kernel="canonical")'s kernel on the H200: each decode row the canonical pass's bits."""
+    cache = cache_for(shape, torch.bfloat16, seed=21, num_seqs=48)
+    check_decode_launch_has_canonical_bits(cache, random.Random(5), num_rows=48, key_block=64,
+                                           sliding_window=shape[5])
+
+
+def test_fast_policy_canonical_decode_kernel_keeps_the_contract(small_model):
+    """Deterministic output does not depend on the fast path's decode kernel; a large batch reaches it."""
+    from llm42 import DVRGenerator
+
+    cfg, weights = small_model
+    rng = random.Random(2)
+    prompts = [[rng.randrange(cfg.vocab_size) for _ in range(rng.randint(5, 60))] for _ in range(96)]
+    params = [SamplingParams(max_new_tokens=24, ignore_eos=True, deterministic=(i % 8 == 0), temperature=0.0)
+              for i in range(len(prompts))]
+    outputs = {}
+    for kernel in ("split", "canonical"):
+        gen = DVRGenerator(weights, cfg, fast_policy=FastPolicy(decode_kernel=kernel), max_num_seqs=96)
+        outputs[kernel] = [o.token_ids for o in gen.generate(prompts, params)]
+        gen.close()
+    det = [i for i, p in enumerate(params) if p.deterministic]
+    assert [outputs["split"][i] for i in det] == [outputs["canonical"][i] for i in det]

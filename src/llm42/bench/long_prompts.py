@@ -41,7 +41,7 @@ from llm42.bench.roofline import model_sizes
 from llm42.bench.script import OnDevice, Run, add_common_args, finish, log, run_meta
 from llm42.generator import DVRGenerator
 from llm42.params import SamplingParams
-from llm42.policies import FixedShapePolicy
+from llm42.policies import FastPolicy, FixedShapePolicy
 
 
 @dataclass(frozen=True)
@@ -63,6 +63,7 @@ class LongPromptConfig:
     use_cuda_graphs: bool
     canonical_thread: bool = False
     canonical_attention: str = "tiled"
+    fast_decode_kernel: str = "split"
 
     @property
     def max_positions(self) -> int:
@@ -182,7 +183,8 @@ def run_long_prompts(config: LongPromptConfig, *, out: Path, repo: Path) -> dict
                            max_num_seqs=config.free_batch + 2, max_fast_tokens=config.max_fast_tokens,
                            kv_cache_tokens=kv_tokens, max_model_len=config.max_positions,
                            use_cuda_graphs=config.use_cuda_graphs, canonical_thread=config.canonical_thread,
-                           canonical_policy=FixedShapePolicy(attention_kernel=config.canonical_attention))
+                           canonical_policy=FixedShapePolicy(attention_kernel=config.canonical_attention),
+                           fast_policy=FastPolicy(decode_kernel=config.fast_decode_kernel))
         run.save()
         run.guarded("ttft", lambda: ttft_phase(run, gen, model, config, ceilings, budget.phase(0.7)))
         run.guarded("itl", lambda: itl_phase(run, gen, model, config))
@@ -242,7 +244,7 @@ def main(argv: list[str] | None = None, *, repo: Path | None = None) -> int:
             free_new_tokens=pick(args.free_new_tokens, 2048, 64), itl_prompt=pick(args.itl_prompt, 8192, 64),
             itl_steps=pick(args.itl_steps, 32, 4), max_fast_tokens=pick(args.max_fast_tokens, 2048, 128),
             seed=args.seed, use_cuda_graphs=not args.no_cuda_graphs, canonical_thread=args.canonical_thread,
-            canonical_attention=args.canonical_attention,
+            canonical_attention=args.canonical_attention, fast_decode_kernel=args.fast_decode_kernel,
         )
         stem = model_label(Path(model)) if Path(model).exists() else model
         out = args.out or repo / "benchmarks" / "results" / f"long_prompts_{args.device}_{stem}.json"

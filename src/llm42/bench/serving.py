@@ -101,6 +101,15 @@ class ServingConfig:
     lm_head_std: float | None = None
     use_cuda_graphs: bool = True
     canonical_attention: str = "tiled"
+    fast_decode_kernel: str = "split"
+
+    def fast_policy(self):
+        """The non-batch-invariant modes' fast path: None (the default FastPolicy) unless a decode kernel is set."""
+        if self.fast_decode_kernel == "split":
+            return None
+        from llm42.policies import FastPolicy
+
+        return FastPolicy(decode_kernel=self.fast_decode_kernel)
 
     def __post_init__(self) -> None:
         for name in (*self.offline_modes, *self.online_modes):
@@ -183,7 +192,8 @@ def steady_decode(model: BenchModel, config: ServingConfig, *, is_overlapped: bo
     gen = DVRGenerator(model.weights, model.cfg, window=config.window, group=config.group, max_num_seqs=batch,
                        max_fast_tokens=max(config.max_fast_tokens, batch),
                        kv_cache_tokens=batch * (config.steady_prompt_tokens + new_tokens + 32) + WARMUP_KV_TOKENS,
-                       use_cuda_graphs=config.use_cuda_graphs, overlap=is_overlapped)
+                       use_cuda_graphs=config.use_cuda_graphs, overlap=is_overlapped,
+                       fast_policy=config.fast_policy())
     notes = capture_decode_graphs(gen, buckets=(batch,)) if gen.fast_step.decode_graphs is not None else []
     rng = random.Random(f"steady-{config.seed}")
     params = SamplingParams(max_new_tokens=new_tokens, ignore_eos=True)
@@ -252,7 +262,8 @@ def _engine(model: BenchModel, config: ServingConfig, workload: Workload) -> Eng
     return Engine(model, config.window, config.group, kv_cache_tokens=kv_tokens_for(model, workload,
                                                                                     config.max_num_seqs),
                   max_num_seqs=config.max_num_seqs, use_cuda_graphs=config.use_cuda_graphs,
-                  max_fast_tokens=config.max_fast_tokens, canonical_attention=config.canonical_attention)
+                  max_fast_tokens=config.max_fast_tokens, canonical_attention=config.canonical_attention,
+                  fast_policy=config.fast_policy())
 
 
 def serving_summary(run: RunResult, *, nondet: RunResult | None) -> dict:
@@ -427,7 +438,8 @@ def transformers_phase(run: Run, model: BenchModel, deadline: float) -> None:
                            vocab_size=model.cfg.vocab_size, seed=config.seed, sampled_share=0.0)
     engine = Engine(model, config.window, config.group, workload.num_kv_tokens + WARMUP_KV_TOKENS,
                     max_num_seqs=config.hf_batch, use_cuda_graphs=config.use_cuda_graphs,
-                    max_fast_tokens=config.max_fast_tokens, canonical_attention=config.canonical_attention)
+                    max_fast_tokens=config.max_fast_tokens, canonical_attention=config.canonical_attention,
+                  fast_policy=config.fast_policy())
     det_order = deterministic_order(workload.num_requests, seed=config.seed)
     share = (deadline - time.perf_counter()) / 3
     mine = run.guarded("transformers llm42 side", lambda: run_offline(
@@ -600,6 +612,7 @@ def main(argv: list[str] | None = None, *, repo: Path | None = None) -> int:
             hf_prompt_tokens=pick(None, 128, 8), hf_new_tokens=pick(args.hf_new_tokens, 256, 8),
             hf_compile=not args.hf_no_compile, seed=args.seed, lm_head_std=args.lm_head_std,
             use_cuda_graphs=not args.no_cuda_graphs, canonical_attention=args.canonical_attention,
+            fast_decode_kernel=args.fast_decode_kernel,
         )
         out = args.out or repo / "benchmarks" / "results" / f"serving_{args.device}_{_model_stem(model)}.json"
         results = run_serving(config, out=out, repo=repo, cache_dir=args.cache_dir)

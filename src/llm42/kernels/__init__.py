@@ -13,9 +13,13 @@ from llm42.kernels.attention import (
     paged_decode_attention,
 )
 from llm42.kernels.norm import rms_norm
-from llm42.kernels.tiled_attention import tiled_canonical_attention, tiled_prefill_attention
+from llm42.kernels.tiled_attention import (
+    tiled_canonical_attention,
+    tiled_canonical_decode_attention,
+    tiled_prefill_attention,
+)
 
 __all__ = [
     "MAX_SPLITS", "canonical_attention", "choose_num_splits", "num_sms", "paged_decode_attention", "rms_norm",
-    "tiled_canonical_attention", "tiled_prefill_attention",
+    "tiled_canonical_attention", "tiled_canonical_decode_attention", "tiled_prefill_attention",
 ]

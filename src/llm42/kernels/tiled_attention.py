@@ -123,11 +123,11 @@ def _tiled_attention_kernel(
     qk_scale, window,
     GROUPS: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr, PAGE: tl.constexpr, HAS_WINDOW: tl.constexpr, DOT_PRECISION: tl.constexpr,
-    IS_CANONICAL: tl.constexpr, UPCAST: tl.constexpr,
+    IS_CANONICAL: tl.constexpr, UPCAST: tl.constexpr, ROWS: tl.constexpr,
 ):
+    # ROWS query rows per tile (at most BLOCK_M // GROUPS; M-rows past ROWS x GROUPS are padding, never stored)
     tile = num_tiles - 1 - tl.program_id(0)  # the tiles with the longest key ranges (usually the last) first
     kv_head = tl.program_id(1)
-    ROWS: tl.constexpr = BLOCK_M // GROUPS
     offs_m = tl.arange(0, BLOCK_M)
     offs_d = tl.arange(0, BLOCK_D)
     d_mask = offs_d < HEAD_DIM
@@ -196,7 +196,7 @@ def _tiled_attention_kernel(
 
 
 def _launch(q, k_cache, v_cache, positions, row_seq, block_tables, *, block_size, scale, sliding_window,
-            block_m, block_n, num_warps, num_stages, is_canonical):
+            block_m, block_n, num_warps, num_stages, is_canonical, rows_per_tile=None):
     num_rows = q.shape[0]
     num_heads, num_kv_heads, head_dim = _check_shapes(q, k_cache, v_cache)
     groups = num_heads // num_kv_heads
@@ -209,7 +209,7 @@ def _launch(q, k_cache, v_cache, positions, row_seq, block_tables, *, block_size
     out = torch.empty_like(q)
     if num_rows == 0:
         return out
-    rows_per_tile = block_m // groups
+    rows_per_tile = block_m // groups if rows_per_tile is None else rows_per_tile
     num_tiles = -(-num_rows // rows_per_tile)
     _tiled_attention_kernel[(num_tiles, num_kv_heads)](
         q, k_cache, v_cache, out, positions, row_seq, block_tables, num_rows, num_tiles,
@@ -218,8 +218,8 @@ def _launch(q, k_cache, v_cache, positions, row_seq, block_tables, *, block_size
         scale * _LOG2E, window,
         GROUPS=groups, HEAD_DIM=head_dim, BLOCK_D=max(16, triton.next_power_of_2(head_dim)), BLOCK_M=block_m,
         BLOCK_N=block_n, PAGE=block_size, HAS_WINDOW=has_window, DOT_PRECISION=_dot_precision(k_cache.dtype),
-        IS_CANONICAL=is_canonical, UPCAST=q.device.type != "cuda", num_warps=num_warps, num_stages=num_stages,
-        enable_fp_fusion=not is_canonical,
+        IS_CANONICAL=is_canonical, UPCAST=q.device.type != "cuda", ROWS=rows_per_tile, num_warps=num_warps,
+        num_stages=num_stages, enable_fp_fusion=not is_canonical,
     )
     return out
 
@@ -277,3 +277,40 @@ def tiled_canonical_attention(
     return _launch(q, k_cache, v_cache, positions, row_seq, block_tables, block_size=block_size, scale=scale,
                    sliding_window=sliding_window, block_m=CANONICAL_TILE_M, block_n=key_block,
                    num_warps=CANONICAL_TILE_WARPS, num_stages=CANONICAL_TILE_STAGES, is_canonical=True)
+
+
+def tiled_canonical_decode_attention(
+    q: torch.Tensor,  # [B, Hq, D]: one query row per sequence, at position context_lens[b] - 1
+    k_cache: torch.Tensor,  # [num_slots, Hkv, D]
+    v_cache: torch.Tensor,  # [num_slots, Hkv, D]
+    block_tables: torch.Tensor,  # [B, max_blocks] int64
+    context_lens: torch.Tensor,  # [B] int64, >= 1
+    *,
+    block_size: int,
+    scale: float,
+    key_block: int = 64,
+    sliding_window: int | None = None,
+) -> torch.Tensor:
+    """Decode rows with the canonical tiled kernel's bits, one row per tile (the fast path's option); [B, Hq, D].
+
+    The canonical launch packs ``CANONICAL_TILE_M // G`` rows per tile, so decode
+    rows of different sequences share a program and run one after the other.
+    Here each tile holds one row (one program per row and kv head, as the split-KV
+    decode kernel with one split); everything else is the canonical launch's — the
+    same tile height, key blocks, warps, stages and no FMA contraction. A
+    row's bits do not depend on its tile-mates (the canonical kernel's
+    property), so each row gets exactly the bits the canonical pass computes for
+    it: a fast decode step that uses this agrees with the canonical pass on
+    attention, and only the other ops' drift can make it roll back.
+    """
+    groups = q.shape[1] // max(k_cache.shape[1], 1)
+    if groups > CANONICAL_TILE_M:
+        raise ValueError(f"the canonical tiled kernel takes at most {CANONICAL_TILE_M} query heads per kv head, "
+                         f"got {groups}")
+    num_seqs = q.shape[0]
+    positions = context_lens - 1
+    row_seq = torch.arange(num_seqs, device=q.device)
+    return _launch(q, k_cache, v_cache, positions, row_seq, block_tables, block_size=block_size, scale=scale,
+                   sliding_window=sliding_window, block_m=CANONICAL_TILE_M, block_n=key_block,
+                   num_warps=CANONICAL_TILE_WARPS, num_stages=CANONICAL_TILE_STAGES, is_canonical=True,
+                   rows_per_tile=1)

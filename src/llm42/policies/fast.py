@@ -11,6 +11,8 @@ from llm42.ops.attention import padded_attention
 from llm42.policies.base import FusedRowOps
 from llm42.ops.norm import rms_norm
 
+DECODE_KERNELS = ("split", "canonical")  # FastPolicy(decode_kernel=...) on CUDA
+
 
 class FastPolicy(FusedRowOps):
     """The fast path: dynamic batches, library GEMMs, the fastest attention for the step.
@@ -28,6 +30,15 @@ class FastPolicy(FusedRowOps):
     ``"triton"`` never uses flash-attn; ``"flash"`` needs ``flash_attn`` to
     import (ValueError here otherwise) and raises at a call it cannot serve.
     Steps with prefill rows always take the kernels above.
+
+    ``decode_kernel``: ``"split"`` (default) is the split-KV decode kernel above.
+    ``"canonical"`` gives decode steps the canonical tiled kernel's bits
+    (``tiled_canonical_decode_attention``, one row per tile, ``canonical_key_block``
+    keys per block: set it to the canonical pass's ``key_block``) wherever the
+    split-KV kernel would use one split, i.e. the batch alone fills the GPU;
+    smaller batches keep the split kernel. A deterministic request's fast tokens
+    then agree with the canonical pass on attention, and roll back only where
+    the GEMMs' or norms' drift flips them.
     """
 
     name = "fast"
@@ -35,8 +46,19 @@ class FastPolicy(FusedRowOps):
     is_graph_safe = True  # no host syncs or host-side state: decode steps may be CUDA-graph captured
     attention_backend = "auto"  # also what subclasses that do not call __init__ get
 
-    def __init__(self, *, attention_backend: str = "auto"):
+    decode_kernel = "split"
+    canonical_key_block = 64
+
+    def __init__(self, *, attention_backend: str = "auto", decode_kernel: str = "split",
+                 canonical_key_block: int = 64):
         self.attention_backend = flash.check_backend(attention_backend)
+        if decode_kernel not in DECODE_KERNELS:
+            raise ValueError(f"decode_kernel must be one of {DECODE_KERNELS}, got {decode_kernel!r}")
+        if (not isinstance(canonical_key_block, int) or isinstance(canonical_key_block, bool)
+                or canonical_key_block < 16 or canonical_key_block & (canonical_key_block - 1)):
+            raise ValueError(f"canonical_key_block must be a power of two >= 16, got {canonical_key_block!r}")
+        self.decode_kernel = decode_kernel
+        self.canonical_key_block = canonical_key_block
 
     def linear(self, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
         return F.linear(x, weight, bias)
@@ -58,6 +80,12 @@ class FastPolicy(FusedRowOps):
         if q.is_cuda:
             from llm42 import kernels
 
+            if is_decode and self.decode_kernel == "canonical" and kernels.choose_num_splits(
+                    inputs.num_seqs, k_cache.shape[1], inputs.max_context_len, num_sms=kernels.num_sms(q.device),
+                    block_n=kernels.attention.DECODE_BLOCK_N) == 1:
+                return kernels.tiled_canonical_decode_attention(
+                    q, k_cache, v_cache, inputs.block_tables, inputs.context_lens, block_size=block_size,
+                    scale=scale, key_block=self.canonical_key_block, sliding_window=sliding_window)
             if is_decode:
                 return kernels.paged_decode_attention(
                     q, k_cache, v_cache, inputs.block_tables, inputs.context_lens, block_size=block_size,
@@ -76,5 +104,7 @@ class FastPolicy(FusedRowOps):
         return logits
 
     def __repr__(self) -> str:
-        backend = "" if self.attention_backend == "auto" else f"attention_backend={self.attention_backend!r}"
-        return f"{type(self).__name__}({backend})"
+        args = [] if self.attention_backend == "auto" else [f"attention_backend={self.attention_backend!r}"]
+        if self.decode_kernel != "split":
+            args.append(f"decode_kernel={self.decode_kernel!r}, canonical_key_block={self.canonical_key_block}")
+        return f"{type(self).__name__}({', '.join(args)})"
