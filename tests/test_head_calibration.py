@@ -111,11 +111,11 @@ def _fake_probe(monkeypatch, tiny, rate_of_scale):
 
 def test_calibration_bisects_to_the_target(monkeypatch, tiny):
     calls = _fake_probe(monkeypatch, tiny, lambda b: 0.1 / (1 + b))
-    target = 0.1 / (1 + 2.0)  # reached at scale 2
+    target = 0.1 / (1 + 4.0)  # reached at scale 4
     model, result = calibrate_head(tiny, [(5, 6, 7)], target, _config(calibrate_iterations=6),
                                    deadline=math.inf)
     assert result["is_bracketed"] and "note" not in result
-    assert [round(p, 3) for p in calls[:2]] == [0.25, 8.0]  # the model really carries the tried scales
+    assert [round(p, 3) for p in calls[:2]] == [1.0, 16.0]  # the model really carries the tried scales
     assert len(result["tried"]) == 2 + 6
     assert model.lm_head_bias_scale == result["chosen_lm_head_bias_scale"]
     assert abs(result["achieved_rate"] - target) / target < 0.15
@@ -125,10 +125,10 @@ def test_calibration_bisects_to_the_target(monkeypatch, tiny):
 
 def test_calibration_extends_the_range_when_its_ends_do_not_bracket(monkeypatch, tiny):
     calls = _fake_probe(monkeypatch, tiny, lambda b: 0.1 / (1 + b))
-    target = 0.1 / (1 + 20.0)  # beyond the default range's 8: needs one 4x extension (32)
+    target = 0.1 / (1 + 40.0)  # beyond the default range's 16: needs one 4x extension (64)
     _, result = calibrate_head(tiny, [(5, 6, 7)], target, _config(), deadline=math.inf)
-    assert round(calls[2], 3) == 32.0
-    assert result["is_bracketed"] and result["searched"][0] >= 8.0
+    assert round(calls[2], 3) == 64.0
+    assert result["is_bracketed"] and result["searched"][0] >= 16.0
     assert abs(result["achieved_rate"] - target) / target < 0.3
 
 
@@ -146,3 +146,15 @@ def test_calibration_range_is_validated():
         _config(calibrate_range=(2.0, 1.0))
     with pytest.raises(ValueError, match="calibrate_extensions"):
         _config(calibrate_extensions=-1)
+
+
+def test_flip_probe_measures_min_steps_even_past_its_deadline(tiny):
+    """On the H200 the first probe's set-up (compilation, graph capture) outlasted its slice and measured
+    nothing; ``min_steps`` steps are always measured."""
+    from llm42.bench.flips import flip_rate
+
+    prompts = [(5, 6, 7, 8), (9, 10, 11), (12, 13)]
+    got = flip_rate(tiny.weights, tiny.cfg, prompts, num_steps=6, num_alone=1, deadline=0.0, min_steps=3)
+    assert got["num_steps"] == 3 and got["num_compared"] == 3
+    none = flip_rate(tiny.weights, tiny.cfg, prompts, num_steps=6, num_alone=1, deadline=0.0)
+    assert none["num_steps"] == 0 and none["rate"] is None  # what happened there

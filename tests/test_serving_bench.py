@@ -171,7 +171,7 @@ def test_gpu_bench_runs_its_staging_eagerly_on_the_cpu(tmp_path):
     assert all(r["eager_pass_ms"] > 0 and "graph_pass_ms" not in r for r in results["canonical"])
 
 
-def test_long_prompts_measures_ttft_and_the_free_requests_gaps(tmp_path):
+def test_long_prompts_measures_ttft_and_the_free_requests_gaps(tmp_path, capsys):
     from llm42.bench.long_prompts import main
 
     out = tmp_path / "long_prompts.json"
@@ -190,6 +190,9 @@ def test_long_prompts_measures_ttft_and_the_free_requests_gaps(tmp_path):
         assert itl[label]["num_gaps"] > 0 and itl[label]["p50_ms"] > 0
     # the deterministic prompt is prefilled by ceil(40 / R = 16) canonical passes, the free one in one fast step
     assert itl["det_prompt"]["ttft_ms"] > 0 and itl["det_over_free"] > 0
+    # --replot re-prints a saved run's table and runs nothing
+    assert main(["--replot", str(out), "--device", "cuda"]) == 0
+    assert "TTFT / roofline" in capsys.readouterr().out
 
 
 def test_prefill_roofline_is_the_prompts_flops_at_the_gemm_rate():

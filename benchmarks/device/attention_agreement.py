@@ -12,6 +12,10 @@ in [--min-context, --max-context]) it compares, bit for bit,
 - the canonical tiled kernel (``tiled_canonical_attention``, the default),
 - ``FastPolicy(decode_kernel="canonical")``'s launch of it, one row per tile
   (``tiled_canonical_decode_attention``),
+- the tiled canonical launch compiled with FMA contraction (``fp_fusion=True``;
+  the canonical launch disables it, the row and decode kernels do not), packed,
+  one row per tile, and as the last row of an 8-row verify window (the
+  unfused kernel in that window too),
 
 and reports, per pair, the share of output elements and of whole rows
 (all heads) that are bit-identical, and the largest difference.
@@ -29,6 +33,15 @@ from pathlib import Path
 import torch
 
 SHAPES = {"smollm2": (9, 3, 64), "llama8b": (32, 8, 128)}  # query heads, kv heads, head dim
+
+
+def _tiled_fused(q, k, v, positions, row_seq, tables, block_size, scale, *, rows_per_tile=None):
+    from llm42.kernels import tiled_attention as ta
+
+    return ta._launch(q, k, v, positions, row_seq, tables, block_size=block_size, scale=scale, sliding_window=None,
+                      block_m=ta.CANONICAL_TILE_M, block_n=64, num_warps=ta.CANONICAL_TILE_WARPS,
+                      num_stages=ta.CANONICAL_TILE_STAGES, is_canonical=True, rows_per_tile=rows_per_tile,
+                      fp_fusion=True)
 
 
 def _case(num_heads: int, num_kv_heads: int, head_dim: int, *, batch: int, min_context: int, max_context: int,
@@ -58,7 +71,29 @@ def _case(num_heads: int, num_kv_heads: int, head_dim: int, *, batch: int, min_c
                                                              block_size=block_size, scale=scale, key_block=64),
         "fast_canonical_decode": kernels.tiled_canonical_decode_attention(q, k, v, tables, contexts,
                                                                           block_size=block_size, scale=scale),
+        # the canonical tiled launch compiled with FMA contraction (as the row and decode kernels are)
+        "canonical_tiled_fused": _tiled_fused(q, k, v, positions, rows, tables, block_size, scale),
+        "canonical_tiled_fused_1row": _tiled_fused(q, k, v, positions, rows, tables, block_size, scale,
+                                                   rows_per_tile=1),
     }
+    # each row again as the last row of an 8-row verify window of its own sequence (static layout), fused
+    window_rows = []
+    for b in range(batch):
+        pos = int(positions[b])
+        window_rows += [(b, p) for p in range(max(0, pos - 7), pos + 1)]
+    last = torch.tensor([i for i in range(len(window_rows)) if i + 1 == len(window_rows)
+                         or window_rows[i + 1][0] != window_rows[i][0]], device="cuda")
+    wq = torch.randn(len(window_rows), num_heads, head_dim, generator=gen, device="cuda").to(dtype)
+    wq[last] = q
+    wpos = torch.tensor([p for _, p in window_rows], device="cuda")
+    wseq = torch.tensor([s for s, _ in window_rows], device="cuda")
+    first = {}
+    wrow_seq = torch.tensor([first.setdefault(s, i) for i, (s, _) in enumerate(window_rows)], device="cuda")
+    out["canonical_tiled_fused_window"] = _tiled_fused(wq, k, v, wpos, wrow_seq, tables[wseq], block_size,
+                                                       scale)[last]
+    out["canonical_tiled_window"] = kernels.tiled_canonical_attention(wq, k, v, wpos, wrow_seq, tables[wseq],
+                                                                      block_size=block_size, scale=scale,
+                                                                      key_block=64)[last]
     torch.cuda.synchronize()
     splits = kernels.choose_num_splits(batch, num_kv_heads, max_ctx, num_sms=kernels.num_sms(q.device))
     pairs = {}

@@ -90,7 +90,7 @@ class FiguresConfig:
     flip_alone: int = 32
     flip_steps: int = 32
     calibrate_on: str = "mixed"
-    calibrate_range: tuple[float, float] = (0.25, 8.0)  # the head's logit-bias scale (HeadBasis)
+    calibrate_range: tuple[float, float] = (1.0, 16.0)  # the head's logit-bias scale (HeadBasis)
     calibrate_extensions: int = 2
     calibrate_iterations: int = 4
     fig9_windows: tuple[int, ...] = FIG9_WINDOWS
@@ -359,7 +359,7 @@ def calibrate_head(model: BenchModel, prompts: list[tuple[int, ...]], target: fl
         each = max(0.0, deadline - time.perf_counter()) / max(1, num_evals - len(tried))
         got = flip_rate(_with_head(model, basis, scale).weights, cfg, prompts, num_steps=config.flip_steps,
                         num_alone=config.flip_alone, seed=config.seed, use_cuda_graphs=config.use_cuda_graphs,
-                        deadline=time.perf_counter() + each)
+                        deadline=time.perf_counter() + each, min_steps=min(8, config.flip_steps))
         _release(device)  # the probe's K/V store and graphs, before the next head is built
         value = got["rate"] if config.calibrate_on == "mixed" else got[config.calibrate_on]["rate"]
         tried.append({"lm_head_bias_scale": scale, "rate": value, "measured": got})
@@ -563,7 +563,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--random-figures", default="10,9")
     p.add_argument("--no-worst-case", action="store_true", help="skip the uncalibrated 8B figures")
     p.add_argument("--calibrate-on", choices=CALIBRATE_ON, default="mixed")
-    p.add_argument("--calibrate-range", default="0.25,8", help="the output head's logit-bias scale: the range "
+    p.add_argument("--calibrate-range", default="1,16", help="the output head's logit-bias scale: the range "
                    "searched (log-scale bisection, extended 4x outwards up to twice when it does not bracket)")
     for name in ("fig6-measured", "fig6-batch", "fig6-new-tokens", "fig9-requests", "fig10-requests", "flip-rows",
                  "flip-alone", "flip-steps"):

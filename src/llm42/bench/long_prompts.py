@@ -26,6 +26,7 @@ rewritten to ``--out`` after every phase.
 from __future__ import annotations
 
 import argparse
+import json
 import random
 import sys
 import time
@@ -234,6 +235,9 @@ def main(argv: list[str] | None = None, *, repo: Path | None = None) -> int:
     """0: every phase ran; 1: a phase failed or the budget cut the run; 2: nothing could run."""
     repo = Path.cwd() if repo is None else repo
     args = parse_args(argv)
+    if args.replot is not None:  # this benchmark draws no plots: --replot prints a saved run's report
+        print(report(json.loads(args.replot.read_text())))
+        return 0
     pick = OnDevice(args)
     model = pick(args.model, "8b", "tiny")
     try:

@@ -196,7 +196,7 @@ def _tiled_attention_kernel(
 
 
 def _launch(q, k_cache, v_cache, positions, row_seq, block_tables, *, block_size, scale, sliding_window,
-            block_m, block_n, num_warps, num_stages, is_canonical, rows_per_tile=None):
+            block_m, block_n, num_warps, num_stages, is_canonical, rows_per_tile=None, fp_fusion=None):
     num_rows = q.shape[0]
     num_heads, num_kv_heads, head_dim = _check_shapes(q, k_cache, v_cache)
     groups = num_heads // num_kv_heads
@@ -219,7 +219,7 @@ def _launch(q, k_cache, v_cache, positions, row_seq, block_tables, *, block_size
         GROUPS=groups, HEAD_DIM=head_dim, BLOCK_D=max(16, triton.next_power_of_2(head_dim)), BLOCK_M=block_m,
         BLOCK_N=block_n, PAGE=block_size, HAS_WINDOW=has_window, DOT_PRECISION=_dot_precision(k_cache.dtype),
         IS_CANONICAL=is_canonical, UPCAST=q.device.type != "cuda", ROWS=rows_per_tile, num_warps=num_warps,
-        num_stages=num_stages, enable_fp_fusion=not is_canonical,
+        num_stages=num_stages, enable_fp_fusion=(not is_canonical) if fp_fusion is None else fp_fusion,
     )
     return out
 
