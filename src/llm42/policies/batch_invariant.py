@@ -16,6 +16,7 @@ import torch
 import torch.nn.functional as F
 
 from llm42.inputs import StepInputs
+from llm42.ops import flash
 from llm42.policies.base import ExactRowOps
 from llm42.policies.fixed_shape import FixedShapePolicy
 
@@ -71,7 +72,10 @@ class BatchInvariantPolicy(ExactRowOps):
       ``key_block`` positions aligned at position 0, each row reduced on its
       own — which depends on nothing but the row's own query and keys
       (``attention_kernel``: the canonical pass's ``"tiled"`` kernel or its
-      one-program-per-row ``"rows"`` kernel, as ``FixedShapePolicy``).
+      one-program-per-row ``"rows"`` kernel, as ``FixedShapePolicy``). Decode
+      steps take the tiled kernel one row per program
+      (``tiled_canonical_decode_attention``: the same bits, without packing
+      rows of different sequences into one program, which runs them in turn).
     - Row ops (residual add, RoPE, K/V writes, SwiGLU): the unfused torch
       composition (``TorchRowOps``), row-wise elementwise kernels.
 
@@ -130,6 +134,16 @@ class BatchInvariantPolicy(ExactRowOps):
         return out.view(*x.shape[:-1], out.shape[-1])
 
     def attention(self, q, k_cache, v_cache, inputs: StepInputs, *, block_size, scale, sliding_window):
+        is_decode = inputs.num_rows == inputs.num_seqs and inputs.table_rows is None
+        if q.is_cuda and is_decode and self.attention_kernel == "tiled" and not flash.use_flash(
+                self._reference.attention_backend, q, k_cache, v_cache, block_size=block_size):
+            # the same bits as the packed canonical launch (each row's bits are its own), one program per row
+            # instead of 64 / G decode rows of different sequences run one after another in each program
+            from llm42 import kernels
+
+            return kernels.tiled_canonical_decode_attention(
+                q, k_cache, v_cache, inputs.block_tables, inputs.context_lens, block_size=block_size, scale=scale,
+                key_block=self.key_block, sliding_window=sliding_window)
         return self._reference.attention(
             q, k_cache, v_cache, inputs, block_size=block_size, scale=scale, sliding_window=sliding_window
         )
