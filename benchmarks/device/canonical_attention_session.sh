@@ -5,7 +5,8 @@
 #   bash benchmarks/device/canonical_attention_session.sh [TOTAL_S]
 #
 # 1. benchmarks/device/attention_agreement.py: bit agreement of the fast decode kernel with each canonical kernel
-# 2. benchmarks/serving.py on SmolLM2 (chat prompts), three canonical-attention / fast-decode-kernel pairs, the same
+# 2. benchmarks/serving.py on SmolLM2 (chat prompts): a short warm-up run (GGUF conversion, first compilations), then
+#    three canonical-attention / fast-decode-kernel pairs, the same
 #    workload and modes: throughput, rollbacks and recompute of the dvr modes, the batch_invariant baseline
 # 3. the GPU tests not reached by the last call (the tiled kernels' bit tests first), verbose, with durations
 # JSONs and one logs.txt go to $OUT; each step is bounded by timeout and its share of TOTAL_S (default 560).
@@ -34,10 +35,14 @@ if [ -n "$SMOL" ]; then
     ARGS=(--device cuda --model "$SMOL" --cache-dir "$CACHE" --no-plots --max-fast-tokens 2048 --num-requests 512
           --modes nondet,dvr@10,dvr@50,dvr@100,batch_invariant --online-modes nondet,dvr@50 --online-loads 0.7
           --online-num-requests 300 --no-hf --steady-steps 64)
+    # the GGUF conversion and the first compilations out of the timed runs: on a fresh machine they took the
+    # whole budget of the first run (round 4's rows/split, benchmarks/results/h200_round4/README.md)
+    step warmup "$(share 10)" python3 benchmarks/serving.py "${ARGS[@]}" --budget-s $(( $(share 10) - 5 )) \
+        --num-requests 32 --modes nondet,dvr@50 --online-modes "" --out "$LOGS/warmup.json"
     # canonical attention / fast decode kernel: rows/split (round 3's bits), tiled/split (the default),
     # tiled/canonical (decode rows with the tiled kernel's canonical bits)
     for combo in rows/split tiled/split tiled/canonical; do
-        secs=$(share 24)
+        secs=$(share 21)
         step "serving_${combo/\//_}" "$secs" python3 benchmarks/serving.py "${ARGS[@]}" --budget-s $(( secs - 15 )) \
             --canonical-attention "${combo%/*}" --fast-decode-kernel "${combo#*/}" \
             --out "$OUT/serving_smollm2_${combo/\//_}.json"
@@ -46,7 +51,7 @@ else
     echo "no /root/smollm2/*.gguf: serving skipped" | tee -a "$LOGS/0_steps.log"
 fi
 T=tests/gpu/test_tiled_attention.py
-step gpu_tests "$(share 21)" python3 -m pytest -v -p no:cacheprovider -m gpu --durations=20 \
+step gpu_tests "$(share 19)" python3 -m pytest -v -p no:cacheprovider -m gpu --durations=20 \
     $T::test_decode_launch_gives_decode_rows_the_canonical_bits $T::test_fast_policy_canonical_decode_kernel_keeps_the_contract \
     $T::test_canonical_row_bits_do_not_depend_on_the_launch $T::test_canonical_row_bits_at_1_7_64_256_rows_and_any_index \
     $T::test_canonical_kv_does_not_depend_on_chunking $T::test_tiled_canonical_is_not_the_row_kernel_but_agrees_within_rounding \
