@@ -43,5 +43,14 @@ class StepInputs:
         return len(self.seq_starts) - 1
 
     @property
+    def is_decode(self) -> bool:
+        """One query row per sequence, in sequence order, each with its own table row: a decode step.
+
+        Staged prompt chunks (fast prefill, the canonical pass) also give each row its own "sequence",
+        but carry ``table_rows`` saying which rows share one: not decode.
+        """
+        return self.num_rows == self.num_seqs and self.table_rows is None
+
+    @property
     def max_query_len(self) -> int:
         return max(b - a for a, b in zip(self.seq_starts, self.seq_starts[1:]))

@@ -256,6 +256,13 @@ def tiled_prefill_attention(
                    num_stages=num_stages, is_canonical=False)
 
 
+def _check_canonical_groups(q: torch.Tensor, k_cache: torch.Tensor) -> None:
+    groups = q.shape[1] // max(k_cache.shape[1], 1)
+    if groups > CANONICAL_TILE_M:
+        raise ValueError(f"the canonical tiled kernel takes at most {CANONICAL_TILE_M} query heads per kv head, "
+                         f"got {groups}")
+
+
 def tiled_canonical_attention(
     q: torch.Tensor,  # [N, Hq, D]
     k_cache: torch.Tensor,  # [num_slots, Hkv, D]
@@ -270,10 +277,7 @@ def tiled_canonical_attention(
     sliding_window: int | None = None,
 ) -> torch.Tensor:
     """Canonical tiled attention: one fixed launch configuration, each row's bits its own; returns [N, Hq, D]."""
-    groups = q.shape[1] // max(k_cache.shape[1], 1)
-    if groups > CANONICAL_TILE_M:
-        raise ValueError(f"the canonical tiled kernel takes at most {CANONICAL_TILE_M} query heads per kv head, "
-                         f"got {groups}")
+    _check_canonical_groups(q, k_cache)
     return _launch(q, k_cache, v_cache, positions, row_seq, block_tables, block_size=block_size, scale=scale,
                    sliding_window=sliding_window, block_m=CANONICAL_TILE_M, block_n=key_block,
                    num_warps=CANONICAL_TILE_WARPS, num_stages=CANONICAL_TILE_STAGES, is_canonical=True)
@@ -303,10 +307,7 @@ def tiled_canonical_decode_attention(
     it: a fast decode step that uses this agrees with the canonical pass on
     attention, and only the other ops' drift can make it roll back.
     """
-    groups = q.shape[1] // max(k_cache.shape[1], 1)
-    if groups > CANONICAL_TILE_M:
-        raise ValueError(f"the canonical tiled kernel takes at most {CANONICAL_TILE_M} query heads per kv head, "
-                         f"got {groups}")
+    _check_canonical_groups(q, k_cache)
     num_seqs = q.shape[0]
     positions = context_lens - 1
     row_seq = torch.arange(num_seqs, device=q.device)

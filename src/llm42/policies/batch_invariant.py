@@ -134,8 +134,7 @@ class BatchInvariantPolicy(ExactRowOps):
         return out.view(*x.shape[:-1], out.shape[-1])
 
     def attention(self, q, k_cache, v_cache, inputs: StepInputs, *, block_size, scale, sliding_window):
-        is_decode = inputs.num_rows == inputs.num_seqs and inputs.table_rows is None
-        if q.is_cuda and is_decode and self.attention_kernel == "tiled" and not flash.use_flash(
+        if q.is_cuda and inputs.is_decode and self.attention_kernel == "tiled" and not flash.use_flash(
                 self._reference.attention_backend, q, k_cache, v_cache, block_size=block_size):
             # the same bits as the packed canonical launch (each row's bits are its own), one program per row
             # instead of 64 / G decode rows of different sequences run one after another in each program

@@ -71,9 +71,7 @@ class FastPolicy(FusedRowOps):
         return rms_norm(x, weight, eps)
 
     def attention(self, q, k_cache, v_cache, inputs: StepInputs, *, block_size, scale, sliding_window):
-        # decode: one query row per sequence, in sequence order. Staged prompt chunks (FastPrefill) also give
-        # each row its own "sequence", but carry table_rows saying which rows share one: not decode
-        is_decode = inputs.num_rows == inputs.num_seqs and inputs.table_rows is None
+        is_decode = inputs.is_decode
         if flash.use_flash(self.attention_backend, q, k_cache, v_cache, block_size=block_size) and is_decode:
             return flash.decode_attention(q, k_cache, v_cache, inputs.block_tables, inputs.context_lens,
                                           block_size=block_size, scale=scale, sliding_window=sliding_window)
