@@ -22,11 +22,18 @@ def _pyplot():
     return plt
 
 
+def _wrapped(title: str, *, max_chars: int) -> str:
+    """``title`` broken at " — " or spaces so no line is wider than the figure (about ``max_chars``)."""
+    import textwrap
+
+    return "\n".join(textwrap.wrap(title, width=max(max_chars, 20), break_on_hyphens=False)) or title
+
+
 def _panels(plt, count: int, title: str, *, width: float = 4.6, height: float = 3.4, max_columns: int = 2):
     columns = min(count, max_columns)
     rows = -(-count // columns)
     fig, axes = plt.subplots(rows, columns, figsize=(width * columns, height * rows + 0.4), squeeze=False)
-    fig.suptitle(title, fontsize=10)
+    fig.suptitle(_wrapped(title, max_chars=int(11 * width * columns)), fontsize=10)
     flat = list(axes.flat)
     for ax in flat[count:]:
         ax.set_visible(False)
