@@ -143,14 +143,23 @@ class DVRGenerator:
         overlap: bool = True,
         max_model_len: int | None = None,
         canonical_thread: bool = False,
+        max_canonical_tokens: int | None = None,
     ):
         self.canonical_config = CanonicalConfig(window=window, group=group)
         self.config = EngineConfig(
             max_num_seqs=max_num_seqs, max_fast_tokens=max_fast_tokens, kv_cache_tokens=kv_cache_tokens,
             block_size=block_size, prefix_cache=prefix_cache, seed=seed, use_cuda_graphs=use_cuda_graphs,
             adaptive_draft=adaptive_draft, overlap=overlap, max_model_len=max_model_len,
-            canonical_thread=canonical_thread,
+            canonical_thread=canonical_thread, max_canonical_tokens=max_canonical_tokens,
         )
+        num_canonical_tokens = self.config.canonical_tokens(self.canonical_config.num_rows)
+        scratch = getattr(kv_store, "num_scratch_slots", None)  # an injected store: a pass's padding rows write there
+        if scratch is not None and scratch < num_canonical_tokens:
+            if max_canonical_tokens is not None:
+                raise ValueError(f"DVRGenerator max_canonical_tokens ({max_canonical_tokens}) exceeds the injected "
+                                 f"kv_store's {scratch} scratch slots")
+            num_canonical_tokens = max(self.canonical_config.num_rows,
+                                       scratch // self.canonical_config.num_rows * self.canonical_config.num_rows)
         _check_injected("scheduler", scheduler, Scheduler, "a Scheduler (an object with schedule(state))")
         _check_injected("fast_policy", fast_policy, ReductionPolicy, "a ReductionPolicy")
         _check_injected("canonical_policy", canonical_policy, ReductionPolicy, "a ReductionPolicy")
@@ -183,17 +192,23 @@ class DVRGenerator:
         if verifier is None:
             verifier = Verifier(self.runner, self.canonical_policy, self.canonical_config,
                                 use_graph=None if is_graphed else False, use_thread=canonical_thread,
-                                max_model_len=self.max_model_len)
+                                max_model_len=self.max_model_len, max_rows=num_canonical_tokens)
         else:
             self.canonical_policy = getattr(verifier, "policy", self.canonical_policy)
+            own = getattr(verifier, "max_rows", self.canonical_config.num_rows)  # a user's verifier: R rows
+            if max_canonical_tokens is not None and max_canonical_tokens != own:
+                raise ValueError(f"DVRGenerator max_canonical_tokens ({max_canonical_tokens}) differs from the "
+                                 f"injected verifier's passes of {own} rows")
+            num_canonical_tokens = own
         self.verifier = verifier
+        self.max_canonical_tokens = num_canonical_tokens
         self.scheduler = scheduler if scheduler is not None else DefaultScheduler()
         if kv_store is None:
             kv_store = KVStore(
                 cfg,
                 num_blocks=kv_capacity // block_size,
                 block_size=block_size,
-                num_scratch_slots=max(self.canonical_config.num_rows, max_fast_tokens),
+                num_scratch_slots=max(num_canonical_tokens, max_fast_tokens),
                 dtype=weights.dtype,
                 device=self.device,
                 enable_prefix_cache=prefix_cache,
@@ -467,7 +482,7 @@ class DVRGenerator:
         if self._canonical_in_flight is not None and self._canonical_in_flight.is_ready():
             self._finish_canonical(events)
         state = SchedulerState(self._pool.views(), self.canonical_config.window, self.canonical_config.group,
-                               self.config.max_fast_tokens, self._num_steps)
+                               self.config.max_fast_tokens, self._num_steps, self.max_canonical_tokens)
         plan = self.scheduler.schedule(state)
         validate_plan(plan, state)
         fast = self.fast_step
@@ -767,14 +782,16 @@ class DVRGenerator:
             window = (req.committed_token(start), *req.candidates)
             work.append(CanonicalWork(Segment(req.rid, window, start, req.params, req.seed), is_prefill=False))
         launch = getattr(self.verifier, "launch", None)
+        num_rows = self.canonical_config.num_rows
         if launch is None:  # a user's verifier with verify() only: synchronous
             self._apply_commits(work, self.verifier.verify(work, self.kv), self._events)
         else:
             self._canonical_in_flight = launch(work, self.kv)
+            num_rows = getattr(self._canonical_in_flight.result, "num_rows", None) or num_rows
             for w in work:
                 running[w.segment.rid].is_verifying = True
         self.stats["canonical_passes"] += 1
-        self.stats["canonical_rows"] += self.canonical_config.num_rows
+        self.stats["canonical_rows"] += num_rows
         self.stats["canonical_rows_used"] += sum(len(w.segment.tokens) for w in work)
 
     def _finish_canonical(self, events: dict[int, list[int]]) -> None:

@@ -53,10 +53,19 @@ class SchedulerState:
     group: int  # G
     max_fast_tokens: int  # token rows one fast step may process
     step: int
+    # token rows one canonical pass may process (a multiple of R; None: R). A pass of more than R rows
+    # holds prompt chunks beside its windows; its windows' rows plus its prompt chunks are at most R
+    max_canonical_tokens: int | None = None
 
     @property
     def num_canonical_rows(self) -> int:
+        """R = window x group: the rows of a canonical pass, and the most rows its results cover."""
         return self.window * self.group
+
+    @property
+    def max_canonical_rows(self) -> int:
+        """The most rows one canonical pass takes (``max_canonical_tokens``, else R)."""
+        return self.num_canonical_rows if self.max_canonical_tokens is None else self.max_canonical_tokens
 
 
 @dataclass(frozen=True)
@@ -136,8 +145,17 @@ def validate_plan(plan: Plan, state: SchedulerState) -> None:
     if fast_rows > state.max_fast_tokens:
         raise InvalidPlanError(f"plan's fast step has {fast_rows} rows, over max_fast_tokens={state.max_fast_tokens}")
     rows = canonical_rows(plan, views)
+    if rows > state.max_canonical_rows:
+        raise InvalidPlanError(f"plan's canonical pass needs {rows} rows, over R = {state.num_canonical_rows}"
+                               if state.max_canonical_rows == state.num_canonical_rows else
+                               f"plan's canonical pass needs {rows} rows, over max_canonical_tokens = "
+                               f"{state.max_canonical_rows}")
     if rows > state.num_canonical_rows:
-        raise InvalidPlanError(f"plan's canonical pass needs {rows} rows, over R = {state.num_canonical_rows}")
+        results = sum(1 + views[r].num_candidates for r in plan.verify) + len(plan.canonical_prefill)
+        if results > state.num_canonical_rows:
+            raise InvalidPlanError(
+                f"plan's canonical pass of {rows} rows needs results for {results} rows (its windows' rows and "
+                f"one per prompt chunk), over R = {state.num_canonical_rows}")
 
 
 def fast_prefill_chunks(state: SchedulerState, budget: int) -> list[PrefillChunk]:
@@ -165,7 +183,8 @@ class DefaultScheduler:
     spare rows; a canonical pass is formed when a deterministic request has a
     full window (or its prompt is pending), and its rows are filled — due
     windows first, then partial windows of other deterministic requests (up
-    to G windows), then deterministic prompt chunks.
+    to G windows, R rows), then deterministic prompt chunks, up to
+    ``max_canonical_tokens`` rows in all (one result row per chunk within R).
     """
 
     def schedule(self, state: SchedulerState) -> Plan:
@@ -183,12 +202,15 @@ class DefaultScheduler:
                 verify.append(v.rid)
                 rows_left -= 1 + v.num_candidates
         canonical_prefill = []
+        results_left = rows_left  # the R rows the pass's results cover: one per prompt chunk
+        rows_left += state.max_canonical_rows - state.num_canonical_rows
         for v in det_prefill:
-            if rows_left == 0:
+            if rows_left == 0 or results_left == 0:
                 break
             n = min(v.num_prompt_remaining, rows_left)
             canonical_prefill.append(PrefillChunk(v.rid, n))
             rows_left -= n
+            results_left -= 1
 
         in_canonical = set(verify)
         fast_decode = [v.rid for v in reqs if not v.is_prefill and v.rid not in in_canonical

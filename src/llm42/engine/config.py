@@ -42,6 +42,10 @@ class EngineConfig:
     ``canonical_thread``: on the CPU, run each canonical pass on a worker thread, so the fast steps
     of free requests go on while it runs (on CUDA a pass is always asynchronous: the device runs it
     while the host prepares the next step). Committed output is unchanged.
+    ``max_canonical_tokens``: token rows one canonical pass may process, a multiple of R; ``None``:
+    ``max_fast_tokens`` rounded down to a multiple of R, at least R (a deterministic prompt then
+    blocks the device no longer per pass than a free prompt's chunk does). A pass of more than R rows
+    carries prompt chunks, its GEMMs on R-row blocks: it never changes a committed bit.
     """
 
     max_num_seqs: int = 256
@@ -55,12 +59,13 @@ class EngineConfig:
     overlap: bool = True
     max_model_len: int | None = None
     canonical_thread: bool = False
+    max_canonical_tokens: int | None = None
 
     def __post_init__(self) -> None:
         owner = "DVRGenerator"
         for name in ("max_num_seqs", "max_fast_tokens", "block_size"):
             positive_int(owner, name, getattr(self, name))
-        for name in ("kv_cache_tokens", "max_model_len"):
+        for name in ("kv_cache_tokens", "max_model_len", "max_canonical_tokens"):
             if getattr(self, name) is not None:
                 positive_int(owner, name, getattr(self, name))
         for name in ("prefix_cache", "use_cuda_graphs", "adaptive_draft", "overlap", "canonical_thread"):
@@ -73,6 +78,15 @@ class EngineConfig:
         """The config of the engine knobs among ``kwargs`` (others ignored): rejects bad ones before
         anything is loaded."""
         return cls(**{f.name: kwargs[f.name] for f in fields(cls) if f.name in kwargs})
+
+    def canonical_tokens(self, num_rows: int) -> int:
+        """The most rows one canonical pass of R = ``num_rows`` takes (``max_canonical_tokens`` resolved)."""
+        if self.max_canonical_tokens is None:
+            return max(num_rows, self.max_fast_tokens // num_rows * num_rows)
+        if self.max_canonical_tokens % num_rows:
+            raise ValueError(f"DVRGenerator max_canonical_tokens ({self.max_canonical_tokens}) must be a multiple "
+                             f"of R = window x group = {num_rows}")
+        return self.max_canonical_tokens
 
     def model_len(self, cfg: ModelConfig, kv_capacity: int) -> int:
         """The longest request for ``cfg`` over a K/V store of ``kv_capacity`` tokens: ``max_model_len``,

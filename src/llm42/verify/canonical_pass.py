@@ -18,6 +18,16 @@ host prepares the next step. Where a row asks for processed log-probs or top-N a
 or the caller gives the tokens to score (``targets``), ``llm42.sampler.logprob_details`` runs
 on the pass's R logits rows after the sampler (eagerly, also on CUDA: its ops give a row the
 same bits at any shape).
+
+A *wide* pass (``max_rows`` > R) takes up to ``max_rows`` rows of prompt chunks and windows in
+one launch, in buckets of R, 2R, 4R, ... rows, for long prompts: every GEMM still runs on
+blocks of exactly R rows (``GemmRowBlocks``), and the head and the sampler on R selected
+rows (``wanted``: each window's rows, each prompt chunk's last row), so a row gets the bits an
+R-row pass gives it (position invariance at M = R, observation O2); attention and the
+row-wise kernels run over all the bucket's rows at once, which they compute row by row (the
+canonical attention kernels' bits are a row's own, whatever the launch). What it saves: an
+8,192-token prompt takes 4 launches of 2,048 rows instead of 32 of 256, and its attention
+fills the GPU (256 rows give the tiled kernel 128 programs on 132 SMs).
 """
 
 from __future__ import annotations
@@ -39,6 +49,48 @@ from llm42.engine.decode_state import to_device
 from llm42.sampler import SamplingRows, logprob_details, sample, sampling_variant
 
 
+class GemmRowBlocks:
+    """A canonical policy whose GEMMs run on blocks of exactly ``rows`` rows (the wide pass's).
+
+    ``linear`` (and ``row_parallel_linear``, where the policy has one) of n > ``rows`` rows is the
+    policy's own on each contiguous block of ``rows`` rows, concatenated: the very call an R-row
+    pass makes, so each row gets the bits it gets there. Everything else is the policy's.
+    """
+
+    def __init__(self, policy: ReductionPolicy, rows: int):
+        self._policy = policy
+        self.rows = rows
+        own = getattr(policy, "row_parallel_linear", None)
+        if callable(own):
+            def row_parallel_linear(x, weight, bias, *, tp, shard):
+                return self._blocks(x, lambda part: own(part, weight, bias, tp=tp, shard=shard))
+
+            self.row_parallel_linear = row_parallel_linear
+
+    def __getattr__(self, name: str):
+        return getattr(self._policy, name)
+
+    def _blocks(self, x: torch.Tensor, fn) -> torch.Tensor:
+        if x.shape[0] <= self.rows:
+            return fn(x)
+        return torch.cat([fn(x[i: i + self.rows]) for i in range(0, x.shape[0], self.rows)])
+
+    def linear(self, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+        return self._blocks(x, lambda part: self._policy.linear(part, weight, bias))
+
+    def __repr__(self) -> str:
+        return f"GemmRowBlocks({self._policy!r}, rows={self.rows})"
+
+
+def pass_buckets(num_rows: int, max_rows: int) -> tuple[int, ...]:
+    """The row counts a pass runs at: R, 2R, 4R, ... below ``max_rows``, then ``max_rows``."""
+    sizes, size = [], num_rows
+    while size < max_rows:
+        sizes.append(size)
+        size *= 2
+    return tuple(sizes) + (max_rows,)
+
+
 class PassResult:
     """Tokens and log-probs of one launched pass, readable once its event has completed.
 
@@ -46,12 +98,25 @@ class PassResult:
     """
 
     def __init__(self, tokens: torch.Tensor | None, logprobs: torch.Tensor | None, event: torch.cuda.Event | None,
-                 top: tuple[torch.Tensor, torch.Tensor] | None = None, *, future: Future | None = None):
+                 top: tuple[torch.Tensor, torch.Tensor] | None = None, *, future: Future | None = None,
+                 wanted: list[int] | None = None, num_rows: int | None = None):
         self._tokens = tokens
         self._logprobs = logprobs
         self._event = event
         self._top = top
         self._future = future  # a CPU pass on the worker thread: (tokens, log-probs, top) once done
+        # a wide pass computed results for the pass rows ``wanted`` only (in that order): results are
+        # handed out per pass row all the same, 0 / nan / {} at the rows nobody asked for
+        self._wanted = wanted
+        self.num_rows = num_rows  # the rows the pass computed (its bucket)
+
+    def _per_row(self, values: list, fill) -> list:
+        if self._wanted is None:
+            return values
+        out = [fill] * self.num_rows
+        for value, row in zip(values, self._wanted):
+            out[row] = value
+        return out
 
     def is_ready(self) -> bool:
         if self._future is not None:
@@ -93,14 +158,14 @@ class PassResult:
         self._resolve()
         if self._event is not None:
             self._event.synchronize()
-        return self._tokens.tolist(), self._logprobs.tolist()
+        return self._per_row(self._tokens.tolist(), 0), self._per_row(self._logprobs.tolist(), float("nan"))
 
     def top_logprobs(self) -> list[dict[int, float]] | None:
         """Per row, its most likely tokens (id -> log-prob, most likely first, probability-0 entries left out)."""
         self._resolve()
         if self._top is None:
             return None
-        return top_dicts(*self._top)
+        return self._per_row(top_dicts(*self._top), {})
 
 
 def top_dicts(ids: torch.Tensor, logprobs: torch.Tensor) -> list[dict[int, float]]:
@@ -110,27 +175,38 @@ def top_dicts(ids: torch.Tensor, logprobs: torch.Tensor) -> list[dict[int, float
 
 
 class CanonicalPass:
-    """Exactly ``num_rows`` rows of forward + sampler through a shape-closed policy.
+    """``num_rows`` (R) rows of forward + sampler through a shape-closed policy; up to ``max_rows``.
 
-    ``max_model_len``: the longest sequence a row may belong to (default: the model's context); it
-    sizes the per-row block tables, never a kernel's schedule (a row reads only its own positions).
+    ``max_rows`` (a multiple of R, default R): the most rows one pass takes; a pass of more than R
+    rows runs at the smallest bucket (``pass_buckets``) that holds them, its GEMMs on R-row blocks
+    and its head and sampler on the R rows ``wanted`` (see the module docstring). ``max_model_len``:
+    the longest sequence a row may belong to (default: the model's context); it sizes the per-row
+    block tables, never a kernel's schedule (a row reads only its own positions).
     """
 
     def __init__(self, weights: Weights, cfg: ModelConfig, policy: ReductionPolicy, num_rows: int, *,
-                 use_graph: bool | None = None, use_stream: bool = False, use_thread: bool = False,
-                 max_model_len: int | None = None):
+                 max_rows: int | None = None, use_graph: bool | None = None, use_stream: bool = False,
+                 use_thread: bool = False, max_model_len: int | None = None):
         self.weights = weights
         self.cfg = cfg
         self.max_model_len = cfg.max_position_embeddings if max_model_len is None else max_model_len
         self.policy = policy
         self.num_rows = num_rows
+        max_rows = num_rows if max_rows is None else max_rows
+        if max_rows < num_rows or max_rows % num_rows:
+            raise ValueError(f"a canonical pass's max_rows ({max_rows}) must be a multiple of R = {num_rows}")
+        self.max_rows = max_rows
+        self.buckets = pass_buckets(num_rows, max_rows)
         self.device = weights.device
         self.is_graphed = resolve_use_graph(use_graph, self.device)
         self._kv = None
-        self._forward_graph: torch.cuda.CUDAGraph | None = None
-        self._samplers: dict[tuple[bool, bool], tuple[torch.cuda.CUDAGraph, tuple[torch.Tensor, torch.Tensor]]] = {}
+        self._forward_graphs: dict[int, tuple[torch.cuda.CUDAGraph, torch.Tensor]] = {}  # bucket -> (graph, logits)
+        self._samplers: dict[tuple[int, bool, bool],
+                             tuple[torch.cuda.CUDAGraph, tuple[torch.Tensor, torch.Tensor]]] = {}
         self._pool = None
         self._variant = (False, False)  # (any row sampled, any sampled row filtered)
+        self._bucket = num_rows  # the bucket staged last
+        self._wanted: list[int] | None = None  # the pass rows a wide staged pass computes results for
         is_cuda = self.device.type == "cuda"
         # its own stream only on request: on the H200 the side-stream pass next to replayed fast steps
         # hung the device in one run (cause not found), so by default a pass shares the caller's stream
@@ -141,37 +217,55 @@ class CanonicalPass:
         self._host_logprobs = torch.zeros(num_rows, dtype=torch.float32, pin_memory=is_cuda)
         self._pending: PassResult | None = None
 
+    def bucket_for(self, num_real: int) -> int:
+        """The rows a pass of ``num_real`` real rows computes."""
+        return next(b for b in self.buckets if b >= num_real)
+
     # -- static buffers and capture ---------------------------------------------------------------
     def _bind(self, kv) -> None:
-        """Allocate static buffers for ``kv`` and (on CUDA) capture the forward pass."""
+        """Allocate static buffers for ``kv`` and (on CUDA) capture the R-row forward pass."""
         cfg, num_rows, device = self.cfg, self.num_rows, self.device
-        self._rows = StaticRows(num_rows, self.max_model_len, kv, device)
+        self._rows = StaticRows(self.max_rows, self.max_model_len, kv, device)
         self._sampling_ints = torch.zeros((3, num_rows), dtype=torch.int64, device=device)  # top_k, seeds, pos
         self._sampling_floats = torch.zeros((2, num_rows), dtype=torch.float32, device=device)  # temp, top_p
         self._sampling_floats[1] = 1.0
         self._staging_ints = Staging(self._sampling_ints)
         self._staging_floats = Staging(self._sampling_floats)
-        self._inputs = StepInputs(
-            token_ids=self._rows.view("token_ids", num_rows),
-            positions=self._rows.view("positions", num_rows),
-            slot_mapping=self._rows.view("slot_mapping", num_rows),
-            row_seq=self._rows.row_seq,
-            block_tables=self._rows.block_tables,
-            context_lens=self._rows.view("context_lens", num_rows),
-            seq_starts=tuple(range(num_rows + 1)),
-            max_context_len=self.max_model_len,  # a bound; CUDA kernels never read it
-            logits_rows=None,
-            table_rows=self._rows.view("table_rows", num_rows),
-        )
+        self._select = torch.zeros(num_rows, dtype=torch.int64, device=device)  # a wide pass's logits rows
+        self._select_staging = Staging(self._select)
+        rows = self._rows
+        self._inputs = {
+            bucket: StepInputs(
+                token_ids=rows.view("token_ids", bucket),
+                positions=rows.view("positions", bucket),
+                slot_mapping=rows.view("slot_mapping", bucket),
+                row_seq=rows.row_seq[:bucket],
+                block_tables=rows.block_tables[:bucket],
+                context_lens=rows.view("context_lens", bucket),
+                seq_starts=tuple(range(bucket + 1)),
+                max_context_len=self.max_model_len,  # a bound; CUDA kernels never read it
+                logits_rows=None if bucket == num_rows else self._select,
+                table_rows=rows.view("table_rows", bucket),
+            )
+            for bucket in self.buckets
+        }
+        self._policies = {bucket: self.policy if bucket == num_rows else GemmRowBlocks(self.policy, num_rows)
+                          for bucket in self.buckets}
         self._kv = kv
         self._samplers.clear()
-        self._forward_graph = None
+        self._forward_graphs.clear()
         if self.is_graphed:
             self._pool = torch.cuda.graph_pool_handle()
-            layers = kv.layers()
-            self._forward_graph, self._logits = capture_graph(
-                lambda: forward(self.weights, cfg, self._inputs, layers, self.policy), self._pool
-            )
+            self._capture(num_rows)
+
+    def _forward(self, bucket: int, inputs: StepInputs) -> torch.Tensor:
+        return forward(self.weights, self.cfg, inputs, self._kv.layers(), self._policies[bucket])
+
+    def _capture(self, bucket: int) -> None:
+        """Capture the forward pass of ``bucket`` rows. Its warm-up runs the staged rows (the dummy rows
+        at bind time): writing the K/V the replay then writes again, bit for bit the same."""
+        inputs = self._inputs[bucket]
+        self._forward_graphs[bucket] = capture_graph(lambda: self._forward(bucket, inputs), self._pool)
 
     def _sampling_rows(self) -> SamplingRows:
         ints, floats = self._sampling_ints, self._sampling_floats
@@ -179,28 +273,45 @@ class CanonicalPass:
                             positions=ints[2], is_any_sampled=self._variant[0],
                             is_any_filtered=self._variant[1])
 
-    def _sampler(self) -> tuple[torch.cuda.CUDAGraph, tuple[torch.Tensor, torch.Tensor]]:
-        key = self._variant
+    def _sampler(self, bucket: int) -> tuple[torch.cuda.CUDAGraph, tuple[torch.Tensor, torch.Tensor]]:
+        key = (bucket, *self._variant)
         if key not in self._samplers:
-            rows = self._sampling_rows()
-            self._samplers[key] = capture_graph(lambda: sample(self._logits, rows), self._pool)
+            rows, logits = self._sampling_rows(), self._forward_graphs[bucket][1]
+            self._samplers[key] = capture_graph(lambda: sample(logits, rows), self._pool)
         return self._samplers[key]
 
     # -- staging and running -----------------------------------------------------------------------
-    def stage(self, segments, kv, per_row=None) -> StepInputs:
+    def stage(self, segments, kv, per_row=None, *, wanted: list[int] | None = None) -> StepInputs:
         """Write ``segments``' rows (then dummy rows) into the static buffers; returns the pass's inputs.
 
         ``per_row``: (params, seed, position of the sampled token) for each real row; None stages
-        greedy rows. The segments' positions must already be appended in ``kv``.
+        greedy rows. The segments' positions must already be appended in ``kv``. ``wanted``: the
+        rows (pass indices, at most R) whose results a pass of more than R rows computes; default
+        each segment's last row. A pass of at most R rows computes every row's.
         """
         if kv is not self._kv:
             self._bind(kv)
         num_real = sum(len(seg.tokens) for seg in segments)
-        if num_real > self.num_rows:
-            raise ValueError(f"canonical pass got {num_real} rows, more than R = {self.num_rows}")
-        max_context_len, _ = self._rows.stage_segments(kv, segments)
-        self._stage_sampling(per_row or [])
-        return dataclasses.replace(self._inputs, max_context_len=max_context_len)
+        if num_real > self.max_rows:
+            raise ValueError(f"canonical pass got {num_real} rows, more than its {self.max_rows} "
+                             f"(R = {self.num_rows})")
+        bucket = self.bucket_for(num_real)
+        max_context_len, lasts = self._rows.stage_segments(kv, segments, num_rows=bucket)
+        per_row = per_row or []
+        if bucket == self.num_rows:
+            self._wanted = None
+        else:
+            wanted = lasts if wanted is None else list(wanted)
+            if len(wanted) > self.num_rows or any(not 0 <= r < num_real for r in wanted):
+                raise ValueError(f"a wide canonical pass computes results for at most R = {self.num_rows} of its "
+                                 f"{num_real} real rows, got {len(wanted)} wanted rows")
+            self._select_staging.host()[:] = torch.tensor(wanted + [0] * (self.num_rows - len(wanted)))
+            self._select_staging.copy()
+            per_row = [per_row[r] for r in wanted] if per_row else []
+            self._wanted = wanted
+        self._stage_sampling(per_row)
+        self._bucket = bucket
+        return dataclasses.replace(self._inputs[bucket], max_context_len=max_context_len)
 
     def _stage_sampling(self, per_row) -> None:
         pad = self.num_rows - len(per_row)
@@ -215,18 +326,22 @@ class CanonicalPass:
         self._variant = sampling_variant(p for p, _, _ in per_row)
 
     def run(self, inputs: StepInputs) -> tuple[torch.Tensor, torch.Tensor]:
-        """Forward + sampler on the staged pass; returns (tokens [R], log-probs [R])."""
+        """Forward + sampler on the staged pass; returns (tokens [R], log-probs [R]): per row of an R-row
+        pass, per wanted row of a wider one."""
         tokens, logprobs, _ = self._run(inputs)
         return tokens, logprobs
 
     def _run(self, inputs: StepInputs) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """(tokens [R], log-probs [R], logits [R, V]); on CUDA the logits are the graph's static output."""
+        bucket = self._bucket
         if self.is_graphed:
-            self._forward_graph.replay()
-            graph, (tokens, logprobs) = self._sampler()
+            if bucket not in self._forward_graphs:
+                self._capture(bucket)  # a wide bucket, the first time a pass needs it
+            self._forward_graphs[bucket][0].replay()
+            graph, (tokens, logprobs) = self._sampler(bucket)
             graph.replay()
-            return tokens, logprobs, self._logits
-        logits = forward(self.weights, self.cfg, inputs, self._kv.layers(), self.policy)
+            return tokens, logprobs, self._forward_graphs[bucket][1]
+        logits = self._forward(bucket, inputs)
         tokens, logprobs = sample(logits, self._sampling_rows())
         return tokens, logprobs, logits
 
@@ -234,6 +349,8 @@ class CanonicalPass:
                           ) -> tuple[torch.Tensor, torch.Tensor, tuple[torch.Tensor, torch.Tensor] | None]:
         """Run the pass; log-probs in each row's mode, of ``targets`` (first rows) where given, and top-N."""
         tokens, logprobs, logits = self._run(inputs)
+        if self._wanted is not None:
+            per_row = [per_row[r] for r in self._wanted] if per_row else []
         params = [p for p, _, _ in per_row]
         num_top = max((p.num_top_logprobs for p in params), default=0)
         is_any_processed = any(p.is_processed_logprobs for p in params)
@@ -250,15 +367,19 @@ class CanonicalPass:
         chosen, top_ids, top_logprobs = logprob_details(logits, scored, self._sampling_rows(), is_processed, num_top)
         return tokens, chosen, (top_ids, top_logprobs) if num_top else None
 
-    def launch(self, segments, kv, per_row, *, targets: list[int] | None = None) -> PassResult:
+    def launch(self, segments, kv, per_row, *, targets: list[int] | None = None,
+               wanted: list[int] | None = None) -> PassResult:
         """Stage and run one pass, on its own stream on CUDA; the result is read with ``PassResult.wait``.
 
-        ``targets``: tokens to take the log-probs of, one per leading real row, instead of the sampled ones.
+        ``targets``: tokens to take the log-probs of, one per leading real row, instead of the sampled ones
+        (passes of at most R rows). ``wanted``: as ``stage``'s.
         """
         if self._pending is not None and not self._pending.is_ready():
             self._pending.wait()  # the static buffers are still in use by the previous pass
+        if targets is not None and sum(len(seg.tokens) for seg in segments) > self.num_rows:
+            raise ValueError(f"scoring targets need a pass of at most R = {self.num_rows} rows")
         if self._use_thread:
-            inputs = self.stage(segments, kv, per_row)  # the static buffers are written here, read there
+            inputs = self.stage(segments, kv, per_row, wanted=wanted)  # the static buffers are written here
             if self._worker is None:
                 self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="llm42-canonical")
             grad, inference = torch.is_grad_enabled(), torch.is_inference_mode_enabled()
@@ -268,28 +389,33 @@ class CanonicalPass:
                     return self._run_with_details(inputs, per_row, targets)
 
             future = self._worker.submit(run)
-            self._pending = PassResult(None, None, None, future=future)
+            self._pending = PassResult(None, None, None, future=future, **self._result_rows())
             return self._pending
         if self._stream is None:
-            tokens, logprobs, top = self._run_with_details(self.stage(segments, kv, per_row), per_row, targets)
+            inputs = self.stage(segments, kv, per_row, wanted=wanted)
+            tokens, logprobs, top = self._run_with_details(inputs, per_row, targets)
             if tokens.is_cuda:
                 self._host_tokens.copy_(tokens, non_blocking=True)
                 self._host_logprobs.copy_(logprobs, non_blocking=True)
                 event = torch.cuda.Event()
                 event.record()
-                self._pending = PassResult(self._host_tokens, self._host_logprobs, event, top)
+                self._pending = PassResult(self._host_tokens, self._host_logprobs, event, top, **self._result_rows())
             else:
-                self._pending = PassResult(tokens, logprobs, None, top)
+                self._pending = PassResult(tokens, logprobs, None, top, **self._result_rows())
             return self._pending
         self._stream.wait_stream(torch.cuda.current_stream(self.device))
         with torch.cuda.stream(self._stream):
-            tokens, logprobs, top = self._run_with_details(self.stage(segments, kv, per_row), per_row, targets)
+            inputs = self.stage(segments, kv, per_row, wanted=wanted)
+            tokens, logprobs, top = self._run_with_details(inputs, per_row, targets)
             self._host_tokens.copy_(tokens, non_blocking=True)
             self._host_logprobs.copy_(logprobs, non_blocking=True)
             event = torch.cuda.Event()
             event.record()
-        self._pending = PassResult(self._host_tokens, self._host_logprobs, event, top)
+        self._pending = PassResult(self._host_tokens, self._host_logprobs, event, top, **self._result_rows())
         return self._pending
+
+    def _result_rows(self) -> dict:
+        return {"wanted": self._wanted, "num_rows": self._bucket}
 
     def close(self) -> None:
         """Wait for a pass in flight and stop the worker thread, if one was started (idempotent)."""

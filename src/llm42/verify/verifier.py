@@ -36,7 +36,7 @@ class LaunchedPass:
 
 
 class Verifier:
-    """Runs canonical passes of exactly R rows with a shape-closed policy.
+    """Runs canonical passes of R rows (up to ``max_rows``, a multiple of R) with a shape-closed policy.
 
     ``launch`` stages and starts a pass (on its own CUDA stream, so free requests'
     fast steps keep running); ``finish`` waits for it and applies the commit rule,
@@ -48,7 +48,8 @@ class Verifier:
     """
 
     def __init__(self, runner: ModelRunner, policy: ReductionPolicy, config: CanonicalConfig, *,
-                 use_graph: bool | None = None, use_thread: bool = False, max_model_len: int | None = None):
+                 use_graph: bool | None = None, use_thread: bool = False, max_model_len: int | None = None,
+                 max_rows: int | None = None):
         if not getattr(policy, "is_shape_closed", False):
             raise ValueError(f"canonical_policy {policy!r} is not shape-closed (is_shape_closed is not True)")
         if use_graph and not getattr(policy, "is_graph_safe", False):
@@ -57,8 +58,13 @@ class Verifier:
             use_graph = False
         self.policy = policy
         self.config = config
-        self.canonical_pass = CanonicalPass(runner.weights, runner.cfg, policy, config.num_rows, use_graph=use_graph,
-                                            use_thread=use_thread, max_model_len=max_model_len)
+        self.canonical_pass = CanonicalPass(runner.weights, runner.cfg, policy, config.num_rows, max_rows=max_rows,
+                                            use_graph=use_graph, use_thread=use_thread, max_model_len=max_model_len)
+
+    @property
+    def max_rows(self) -> int:
+        """The most rows one pass takes (R, or a multiple of R for wide prompt passes)."""
+        return self.canonical_pass.max_rows
 
     @property
     def is_graphed(self) -> bool:
@@ -69,7 +75,12 @@ class Verifier:
         for seg in segments:
             kv.append(seg.rid, seg.end)
         per_row = [(seg.params, seg.seed, pos + 1) for seg in segments for pos in range(seg.start, seg.end)]
-        return LaunchedPass(work, self.canonical_pass.launch(segments, kv, per_row))
+        wanted, row = [], 0  # a wide pass's results: every window row, each prompt chunk's last row
+        for w in work:
+            size = len(w.segment.tokens)
+            wanted += [row + size - 1] if w.is_prefill else list(range(row, row + size))
+            row += size
+        return LaunchedPass(work, self.canonical_pass.launch(segments, kv, per_row, wanted=wanted))
 
     def finish(self, launched: LaunchedPass, kv) -> list[Commit]:
         tokens, logprobs = launched.result.wait()

@@ -1,0 +1,164 @@
+"""Wide canonical passes: long deterministic prompts in passes of more than R rows, same bits.
+
+A pass of up to ``max_canonical_tokens`` rows (a multiple of R) runs its GEMMs on R-row blocks
+(``GemmRowBlocks``) and its head and sampler on R selected rows, so every row gets the bits an
+R-row pass gives it. These tests run the same deterministic requests with narrow passes
+(``max_canonical_tokens = R``) and wide ones and compare tokens, log-probs, top alternatives and
+the prompts' canonical K/V bit for bit; a negative control shows that a policy whose GEMM rows
+depend on M would break that equality without the R-row blocks.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from llm42 import DVRGenerator, SamplingParams
+from llm42.model.weights import random_weights
+from llm42.policies import FixedShapePolicy
+from llm42.scheduler import InvalidPlanError, Plan, PrefillChunk, SchedulerState, validate_plan
+from llm42.verify.canonical_pass import CanonicalPass, GemmRowBlocks, pass_buckets
+from tests.helpers import tiny_config
+
+CFG = tiny_config(max_position_embeddings=256)
+WEIGHTS = random_weights(CFG, seed=11)
+WINDOW, GROUP = 4, 2  # R = 8
+R = WINDOW * GROUP
+PROMPTS = [[(7 * i + 3 * j) % (CFG.vocab_size - 3) + 3 for j in range(n)] for i, n in enumerate((61, 5, 23, 40))]
+
+
+def _generator(max_canonical_tokens: int | None, **kwargs) -> DVRGenerator:
+    return DVRGenerator(WEIGHTS, CFG, window=WINDOW, group=GROUP, kv_cache_tokens=1024, block_size=8,
+                        max_fast_tokens=64, max_canonical_tokens=max_canonical_tokens, **kwargs)
+
+
+def _params(i: int, **overrides) -> SamplingParams:
+    base = dict(max_new_tokens=10, deterministic=True, ignore_eos=True, seed=100 + i, logprobs=3)
+    if i % 2:
+        base.update(temperature=0.9, top_k=20)
+    return SamplingParams(**{**base, **overrides})
+
+
+def _outputs(gen: DVRGenerator, prompts=PROMPTS, **overrides):
+    completions = gen.generate(prompts, [_params(i, **overrides) for i in range(len(prompts))])
+    return [(c.token_ids, c.logprobs, c.top_logprobs) for c in completions]
+
+
+def _prompt_kv(gen: DVRGenerator, prompt: list[int]) -> list[torch.Tensor]:
+    """The canonical K/V of ``prompt``'s full blocks, as the prefix cache holds them after a request."""
+    blocks = gen.kv.match_prefix(prompt)
+    assert blocks, "the prompt's blocks are not in the prefix cache: nothing to compare"
+    slots = torch.tensor([b * gen.kv.block_size + i for b in blocks for i in range(gen.kv.block_size)])
+    layers = gen.kv.layers()
+    return [t[slots].clone() for t in layers.k + layers.v]
+
+
+def test_the_default_is_max_fast_tokens_rounded_down_to_a_multiple_of_r():
+    gen = _generator(None)
+    assert gen.max_canonical_tokens == 64 and gen.verifier.max_rows == 64
+    assert gen.verifier.canonical_pass.buckets == (8, 16, 32, 64)
+    assert DVRGenerator(WEIGHTS, CFG, window=WINDOW, group=GROUP, kv_cache_tokens=1024,
+                        max_fast_tokens=5).max_canonical_tokens == R
+    assert pass_buckets(8, 40) == (8, 16, 32, 40)
+
+
+def test_bad_max_canonical_tokens_is_refused_naming_the_field():
+    with pytest.raises(ValueError, match="max_canonical_tokens .*multiple of R"):
+        _generator(20)
+    with pytest.raises(TypeError, match="max_canonical_tokens must be an int"):
+        _generator(True)
+    with pytest.raises(ValueError, match="max_canonical_tokens must be a positive integer"):
+        _generator(0)
+
+
+def test_wide_passes_commit_the_narrow_passes_bits():
+    narrow, wide = _generator(R), _generator(8 * R)
+    assert _outputs(wide) == _outputs(narrow)
+    # the wide generator did run passes of more than R rows, and fewer of them
+    assert wide.stats["canonical_passes"] < narrow.stats["canonical_passes"]
+    assert wide.stats["canonical_rows"] > R * wide.stats["canonical_passes"] - R
+    for prompt in PROMPTS:
+        if len(prompt) > R:
+            for a, b in zip(_prompt_kv(wide, prompt), _prompt_kv(narrow, prompt)):
+                assert torch.equal(a, b)
+
+
+def test_wide_passes_next_to_free_requests_and_alone_agree():
+    alone = [(c.token_ids, c.logprobs, c.top_logprobs) for c in
+             (_generator(8 * R).generate([p], _params(i))[0] for i, p in enumerate(PROMPTS[:2]))]
+    gen = _generator(8 * R)
+    free = [gen.submit(list(range(3, 3 + 30)), SamplingParams(max_new_tokens=20, ignore_eos=True))
+            for _ in range(3)]
+    rids = [gen.submit(p, _params(i)) for i, p in enumerate(PROMPTS[:2])]
+    while gen.has_unfinished():
+        gen.step()
+    for rid in free:
+        gen.result(rid)
+    batched = [(c.token_ids, c.logprobs, c.top_logprobs) for c in (gen.result(r) for r in rids)]
+    assert batched == alone
+
+
+def test_score_of_a_widely_prefilled_request_equals_its_committed_logprobs():
+    gen = _generator(8 * R)
+    prompt = PROMPTS[0]
+    completion = gen.generate([prompt], _params(0, logprobs=True))[0]
+    assert gen.score([prompt], [completion.token_ids])[0] == completion.logprobs
+
+
+def test_a_worker_thread_runs_wide_passes_with_the_same_bits():
+    assert _outputs(_generator(8 * R, canonical_thread=True)) == _outputs(_generator(R))
+
+
+class _RowsOfMPolicy(FixedShapePolicy):
+    """A canonical policy whose GEMM rows depend on M (as a library GEMM's may): + M * 2^-10."""
+
+    def linear(self, x, weight, bias=None):
+        return super().linear(x, weight, bias) + x.shape[0] * 2.0 ** -10
+
+
+def test_negative_control_gemms_at_the_pass_width_would_change_the_bits(monkeypatch):
+    def policy_gen(tokens):
+        return _generator(tokens, canonical_policy=_RowsOfMPolicy())
+
+    reference = _outputs(policy_gen(R), PROMPTS[:1], max_new_tokens=4)
+    assert _outputs(policy_gen(8 * R), PROMPTS[:1], max_new_tokens=4) == reference  # R-row blocks: same bits
+    monkeypatch.setattr(GemmRowBlocks, "linear", lambda self, x, weight, bias=None:
+                        self._policy.linear(x, weight, bias))  # GEMMs at M = the bucket instead
+    assert _outputs(policy_gen(8 * R), PROMPTS[:1], max_new_tokens=4) != reference
+
+
+def test_a_pass_refuses_more_rows_or_more_wanted_rows_than_it_takes():
+    cp = CanonicalPass(WEIGHTS, CFG, FixedShapePolicy(), R, max_rows=2 * R, use_graph=False)
+    with pytest.raises(ValueError, match="multiple of R"):
+        CanonicalPass(WEIGHTS, CFG, FixedShapePolicy(), R, max_rows=R + 1, use_graph=False)
+    gen = _generator(2 * R)
+    rid = gen.submit(PROMPTS[0], _params(0))
+    gen._admit()
+    from llm42.runner import Segment
+
+    seg = Segment(rid, tuple(PROMPTS[0][: 2 * R + 1]), 0, _params(0), 1)
+    gen.kv.append(rid, seg.end)
+    with pytest.raises(ValueError, match="more than its 16"):
+        cp.stage([seg], gen.kv)
+    seg = Segment(rid, tuple(PROMPTS[0][: 2 * R]), 0, _params(0), 1)
+    with pytest.raises(ValueError, match="at most R = 8"):
+        cp.stage([seg], gen.kv, wanted=list(range(R + 1)))
+
+
+def _view(rid: int, prompt: int, *, prefilled: int = 0, candidates: int = 0, generated: int = 0):
+    from llm42.scheduler import RequestView
+
+    return RequestView(rid, True, prompt, prefilled, generated, candidates, 0, rid)
+
+
+def test_validate_plan_bounds_a_wide_pass_by_its_rows_and_its_results():
+    views = (_view(0, 100), _view(1, 100), _view(2, 10, prefilled=10, generated=1, candidates=R - 1))
+    state = SchedulerState(views, WINDOW, GROUP, 64, 0, 4 * R)
+    validate_plan(Plan(canonical_prefill=(PrefillChunk(0, 4 * R),)), state)
+    with pytest.raises(InvalidPlanError, match="over max_canonical_tokens = 32"):
+        validate_plan(Plan(canonical_prefill=(PrefillChunk(0, 4 * R + 1),)), state)
+    with pytest.raises(InvalidPlanError, match="results for 10 rows"):
+        validate_plan(Plan(verify=(2,), canonical_prefill=(PrefillChunk(0, 10), PrefillChunk(1, 10))), state)
+    narrow = SchedulerState(views, WINDOW, GROUP, 64, 0)
+    with pytest.raises(InvalidPlanError, match="over R = 8"):
+        validate_plan(Plan(canonical_prefill=(PrefillChunk(0, R + 1),)), narrow)
