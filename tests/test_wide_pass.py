@@ -162,3 +162,37 @@ def test_validate_plan_bounds_a_wide_pass_by_its_rows_and_its_results():
     narrow = SchedulerState(views, WINDOW, GROUP, 64, 0)
     with pytest.raises(InvalidPlanError, match="over R = 8"):
         validate_plan(Plan(canonical_prefill=(PrefillChunk(0, R + 1),)), narrow)
+
+
+class _RecordingPolicy:
+    """A policy stub that records the rows each GEMM call got."""
+
+    def __init__(self, *, has_row_parallel: bool):
+        self.rows_seen: list[int] = []
+        if has_row_parallel:
+            self.row_parallel_linear = self._row_parallel
+
+    def linear(self, x, weight, bias=None):
+        self.rows_seen.append(x.shape[0])
+        out = x @ weight.T
+        return out if bias is None else out + bias
+
+    def _row_parallel(self, x, weight, bias, *, tp, shard):
+        return tp.all_reduce_sum(self.linear(x, weight)) + (0 if bias is None else bias)
+
+
+class _OneRank:
+    @staticmethod
+    def all_reduce_sum(x):
+        return x * 2  # stands for the sum over two ranks holding the same partial product
+
+
+@pytest.mark.parametrize("has_row_parallel", [True, False])
+def test_gemm_row_blocks_hands_every_gemm_r_rows_tensor_parallel_too(has_row_parallel):
+    policy = _RecordingPolicy(has_row_parallel=has_row_parallel)
+    blocks = GemmRowBlocks(policy, R)
+    x, w, b = torch.randn(4 * R, 6), torch.randn(5, 6), torch.randn(5)
+    assert torch.equal(blocks.linear(x, w, b), torch.cat([x[i: i + R] @ w.T + b for i in range(0, 4 * R, R)]))
+    assert torch.equal(blocks.row_parallel_linear(x, w, b, tp=_OneRank(), shard=None),
+                       torch.cat([(x[i: i + R] @ w.T) * 2 + b for i in range(0, 4 * R, R)]))
+    assert set(policy.rows_seen) == {R}

@@ -60,12 +60,6 @@ class GemmRowBlocks:
     def __init__(self, policy: ReductionPolicy, rows: int):
         self._policy = policy
         self.rows = rows
-        own = getattr(policy, "row_parallel_linear", None)
-        if callable(own):
-            def row_parallel_linear(x, weight, bias, *, tp, shard):
-                return self._blocks(x, lambda part: own(part, weight, bias, tp=tp, shard=shard))
-
-            self.row_parallel_linear = row_parallel_linear
 
     def __getattr__(self, name: str):
         return getattr(self._policy, name)
@@ -77,6 +71,14 @@ class GemmRowBlocks:
 
     def linear(self, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
         return self._blocks(x, lambda part: self._policy.linear(part, weight, bias))
+
+    def row_parallel_linear(self, x, weight, bias, *, tp, shard):
+        """The policy's own on R-row blocks, else what ``forward`` does without one (on R-row blocks too)."""
+        own = getattr(self._policy, "row_parallel_linear", None)
+        if callable(own):
+            return self._blocks(x, lambda part: own(part, weight, bias, tp=tp, shard=shard))
+        out = tp.all_reduce_sum(self.linear(x, weight))
+        return out if bias is None else out + bias
 
     def __repr__(self) -> str:
         return f"GemmRowBlocks({self._policy!r}, rows={self.rows})"
@@ -223,7 +225,11 @@ class CanonicalPass:
 
     # -- static buffers and capture ---------------------------------------------------------------
     def _bind(self, kv) -> None:
-        """Allocate static buffers for ``kv`` and (on CUDA) capture the R-row forward pass."""
+        """Allocate static buffers for ``kv`` and (on CUDA) capture the forward pass of every bucket.
+
+        Every bucket at once (on the dummy rows), as a serving engine captures its graphs at start-up:
+        a bucket captured when a pass first needs it would stall that pass (and every request behind it).
+        """
         cfg, num_rows, device = self.cfg, self.num_rows, self.device
         self._rows = StaticRows(self.max_rows, self.max_model_len, kv, device)
         self._sampling_ints = torch.zeros((3, num_rows), dtype=torch.int64, device=device)  # top_k, seeds, pos
@@ -256,14 +262,15 @@ class CanonicalPass:
         self._forward_graphs.clear()
         if self.is_graphed:
             self._pool = torch.cuda.graph_pool_handle()
-            self._capture(num_rows)
+            for bucket in reversed(self.buckets):  # the largest first: the others reuse its pool memory
+                self._capture(bucket)
 
     def _forward(self, bucket: int, inputs: StepInputs) -> torch.Tensor:
         return forward(self.weights, self.cfg, inputs, self._kv.layers(), self._policies[bucket])
 
     def _capture(self, bucket: int) -> None:
-        """Capture the forward pass of ``bucket`` rows. Its warm-up runs the staged rows (the dummy rows
-        at bind time): writing the K/V the replay then writes again, bit for bit the same."""
+        """Capture the forward pass of ``bucket`` rows; its warm-up runs the dummy rows staged at bind time
+        (their K/V goes to the scratch slots)."""
         inputs = self._inputs[bucket]
         self._forward_graphs[bucket] = capture_graph(lambda: self._forward(bucket, inputs), self._pool)
 
@@ -335,8 +342,6 @@ class CanonicalPass:
         """(tokens [R], log-probs [R], logits [R, V]); on CUDA the logits are the graph's static output."""
         bucket = self._bucket
         if self.is_graphed:
-            if bucket not in self._forward_graphs:
-                self._capture(bucket)  # a wide bucket, the first time a pass needs it
             self._forward_graphs[bucket][0].replay()
             graph, (tokens, logprobs) = self._sampler(bucket)
             graph.replay()

@@ -1,0 +1,93 @@
+"""Wide canonical passes on CUDA: the same committed bits as R-row passes, with cuBLAS GEMMs.
+
+On the CPU every canonical GEMM is exact, so a wide pass agrees with narrow passes whatever
+its GEMMs' shapes (tests/test_wide_pass.py checks the staging, the selected rows and the
+R-row blocks). Here the GEMMs are cuBLAS's, whose rows depend on M: the wide pass must run
+them on R-row blocks for its rows to get the bits R-row passes give them. Llama-3.1-8B
+shape (``LLM42_GPU_TEST_LAYERS`` deep), bf16, CUDA graphs on, R = 256, passes of up to
+1,024 rows: deterministic prompts of 1,500 and 700 tokens (one greedy, one sampled, with
+top alternatives), alone and next to free requests; the prompts' canonical K/V compared bit
+for bit. Control: a different canonical config (key blocks of 32 keys) changes the K/V, so
+the comparison can see a difference.
+"""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+import torch
+
+pytest.importorskip("triton")
+
+from llm42 import DVRGenerator, SamplingParams  # noqa: E402
+from llm42.policies import FixedShapePolicy  # noqa: E402
+
+pytestmark = pytest.mark.gpu
+
+WINDOW, GROUP = 32, 8
+
+
+def _generator(llama8b, max_canonical_tokens: int, **kwargs) -> DVRGenerator:
+    cfg, weights = llama8b
+    return DVRGenerator(weights, cfg, window=WINDOW, group=GROUP, kv_cache_tokens=16 * 1024,
+                        max_fast_tokens=1024, max_canonical_tokens=max_canonical_tokens, **kwargs)
+
+
+def _requests(vocab: int):
+    rng = random.Random(7)
+    prompts = [[rng.randrange(3, vocab) for _ in range(n)] for n in (1500, 700)]
+    params = [SamplingParams(max_new_tokens=40, deterministic=True, ignore_eos=True, logprobs=3),
+              SamplingParams(max_new_tokens=40, deterministic=True, ignore_eos=True, temperature=0.8, top_k=50,
+                             seed=11, logprobs=3)]
+    return prompts, params
+
+
+def _run(gen: DVRGenerator, prompts, params, *, num_free: int = 0):
+    rng = random.Random(3)
+    free = [gen.submit([rng.randrange(3, gen.vocab_size) for _ in range(rng.randint(20, 300))],
+                       SamplingParams(max_new_tokens=60, ignore_eos=True)) for _ in range(num_free)]
+    rids = [gen.submit(p, sp) for p, sp in zip(prompts, params)]
+    while gen.has_unfinished():
+        gen.step()
+    for rid in free:
+        gen.result(rid)
+    out = [gen.result(rid) for rid in rids]
+    return [(c.token_ids, c.logprobs, c.top_logprobs) for c in out]
+
+
+def _prompt_kv(gen: DVRGenerator, prompt: list[int]) -> torch.Tensor:
+    blocks = gen.kv.match_prefix(prompt)
+    assert len(blocks) * gen.kv.block_size > 1024, "the prompt's canonical blocks are not cached"
+    slots = torch.tensor([b * gen.kv.block_size + i for b in blocks for i in range(gen.kv.block_size)],
+                         device=gen.device)
+    layers = gen.kv.layers()
+    return torch.stack([t[slots] for t in layers.k + layers.v])
+
+
+def test_wide_passes_commit_the_bits_of_r_row_passes_on_cuda(llama8b, report):
+    cfg, _ = llama8b
+    prompts, params = _requests(cfg.vocab_size)
+    narrow = _generator(llama8b, WINDOW * GROUP)
+    reference = _run(narrow, prompts, params)
+    reference_kv = _prompt_kv(narrow, prompts[0])
+    narrow.close()
+
+    wide = _generator(llama8b, 4 * WINDOW * GROUP)
+    alone = _run(wide, prompts, params)
+    assert wide.stats["canonical_rows"] > 256 * wide.stats["canonical_passes"] - 256, "no wide pass ran"
+    wide_kv = _prompt_kv(wide, prompts[0])
+    batched = _run(_generator(llama8b, 4 * WINDOW * GROUP), prompts, params, num_free=24)
+    wide.close()
+    report("wide_pass_kv_equal", bool(torch.equal(wide_kv, reference_kv)))
+    assert torch.equal(wide_kv, reference_kv)
+    assert alone == reference
+    assert batched == reference
+
+    # control: another canonical config's K/V differs, so the equality above is not vacuous
+    other = _generator(llama8b, 4 * WINDOW * GROUP, canonical_policy=FixedShapePolicy(key_block=32))
+    _run(other, prompts[:1], params[:1])
+    other_kv = _prompt_kv(other, prompts[0])
+    other.close()
+    report("key_block_32_kv_entries_differing", int((other_kv != reference_kv).sum()))
+    assert not torch.equal(other_kv, reference_kv)
