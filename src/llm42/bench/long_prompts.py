@@ -39,6 +39,7 @@ from llm42.bench.devicetime import Budget, measure_ceilings, synchronize
 from llm42.bench.metrics import percentile
 from llm42.bench.models import BenchModel, build_model, model_label
 from llm42.bench.roofline import model_sizes
+from llm42.bench.runner import capture_prefill_graphs
 from llm42.bench.script import OnDevice, Run, add_common_args, finish, log, run_meta
 from llm42.generator import DVRGenerator
 from llm42.params import SamplingParams
@@ -190,7 +191,10 @@ def run_long_prompts(config: LongPromptConfig, *, out: Path, repo: Path) -> dict
                            max_canonical_tokens=config.max_canonical_tokens)
         results["engine"] = {"num_canonical_rows": gen.canonical_config.num_rows,
                              "max_canonical_tokens": gen.max_canonical_tokens,
-                             "max_fast_tokens": config.max_fast_tokens}
+                             "max_fast_tokens": config.max_fast_tokens,
+                             # every prefill row bucket before timing: a prompt whose last chunk needs a new
+                             # bucket would otherwise time its capture (round 5's first 15K-token runs did)
+                             "notes": capture_prefill_graphs(gen)}
         run.save()
         run.guarded("ttft", lambda: ttft_phase(run, gen, model, config, ceilings, budget.phase(0.7)))
         run.guarded("itl", lambda: itl_phase(run, gen, model, config))
