@@ -56,10 +56,11 @@ def _prompt_kv(gen: DVRGenerator, prompt: list[int]) -> list[torch.Tensor]:
 def test_the_default_is_max_fast_tokens_rounded_down_to_a_multiple_of_r():
     gen = _generator(None)
     assert gen.max_canonical_tokens == 64 and gen.verifier.max_rows == 64
-    assert gen.verifier.canonical_pass.buckets == (8, 16, 32, 64)
+    assert gen.verifier.canonical_pass.buckets == (8, 16, 24, 32, 40, 48, 56, 64)  # no graphs: every multiple
     assert DVRGenerator(WEIGHTS, CFG, window=WINDOW, group=GROUP, kv_cache_tokens=1024,
                         max_fast_tokens=5).max_canonical_tokens == R
-    assert pass_buckets(8, 40) == (8, 16, 32, 40)
+    assert pass_buckets(8, 40) == (8, 16, 32, 40)  # with CUDA graphs: one graph per bucket
+    assert pass_buckets(8, 40, is_graphed=False) == (8, 16, 24, 32, 40)
 
 
 def test_bad_max_canonical_tokens_is_refused_naming_the_field():

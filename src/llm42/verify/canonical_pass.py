@@ -20,7 +20,8 @@ on the pass's R logits rows after the sampler (eagerly, also on CUDA: its ops gi
 same bits at any shape).
 
 A *wide* pass (``max_rows`` > R) takes up to ``max_rows`` rows of prompt chunks and windows in
-one launch, in buckets of R, 2R, 4R, ... rows, for long prompts: every GEMM still runs on
+one launch, in buckets of R, 2R, 4R, ... rows (every multiple of R where no CUDA graph is
+captured), for long prompts: every GEMM still runs on
 blocks of exactly R rows (``GemmRowBlocks``), and the head and the sampler on R selected
 rows (``wanted``: each window's rows, each prompt chunk's last row), so a row gets the bits an
 R-row pass gives it (position invariance at M = R, observation O2); attention and the
@@ -84,8 +85,11 @@ class GemmRowBlocks:
         return f"GemmRowBlocks({self._policy!r}, rows={self.rows})"
 
 
-def pass_buckets(num_rows: int, max_rows: int) -> tuple[int, ...]:
-    """The row counts a pass runs at: R, 2R, 4R, ... below ``max_rows``, then ``max_rows``."""
+def pass_buckets(num_rows: int, max_rows: int, *, is_graphed: bool = True) -> tuple[int, ...]:
+    """The row counts a pass runs at: with CUDA graphs R, 2R, 4R, ... below ``max_rows``, then ``max_rows``
+    (a graph per bucket); without, every multiple of R up to ``max_rows`` (no row computed for nothing)."""
+    if not is_graphed:
+        return tuple(range(num_rows, max_rows + 1, num_rows))
     sizes, size = [], num_rows
     while size < max_rows:
         sizes.append(size)
@@ -198,9 +202,9 @@ class CanonicalPass:
         if max_rows < num_rows or max_rows % num_rows:
             raise ValueError(f"a canonical pass's max_rows ({max_rows}) must be a multiple of R = {num_rows}")
         self.max_rows = max_rows
-        self.buckets = pass_buckets(num_rows, max_rows)
         self.device = weights.device
         self.is_graphed = resolve_use_graph(use_graph, self.device)
+        self.buckets = pass_buckets(num_rows, max_rows, is_graphed=self.is_graphed)
         self._kv = None
         self._forward_graphs: dict[int, tuple[torch.cuda.CUDAGraph, torch.Tensor]] = {}  # bucket -> (graph, logits)
         self._samplers: dict[tuple[int, bool, bool],
