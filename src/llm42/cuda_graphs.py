@@ -94,14 +94,17 @@ class StaticRows:
     # segment: each row's index into seq_tables (one table per staged sequence, the last one the scratch table)
     FIELDS = ("token_ids", "positions", "slot_mapping", "context_lens", "table_rows", "segment")
 
-    def __init__(self, num_rows: int, max_model_len: int, kv, device: torch.device):
+    def __init__(self, num_rows: int, max_model_len: int, kv, device: torch.device, *, max_seqs: int | None = None):
+        """``max_seqs``: the most sequences one staging holds (default ``num_rows``): what the host stages."""
         self.num_rows = num_rows
+        self.max_seqs = num_rows if max_seqs is None else max_seqs
         self.ints = torch.zeros((len(self.FIELDS), num_rows), dtype=torch.int64, device=device)
         max_blocks = -(-max_model_len // kv.block_size)
         self.block_tables = torch.full((num_rows, max_blocks), kv.scratch_block, dtype=torch.int64, device=device)
         # the host stages one table per sequence, the device gives each row its copy (block_tables): a
         # 2,048-row chunk of a 15K-token prompt copied 15 MB of per-row tables from the host per step
-        self.seq_tables = torch.full((num_rows + 1, max_blocks), kv.scratch_block, dtype=torch.int64, device=device)
+        self.seq_tables = torch.full((self.max_seqs + 1, max_blocks), kv.scratch_block, dtype=torch.int64,
+                                     device=device)
         self.row_seq = torch.arange(num_rows, device=device)
         self._staging = Staging(self.ints)
         self._table_staging = Staging(self.seq_tables)
@@ -133,6 +136,8 @@ class StaticRows:
         token 0 at position 0, read the scratch block and write distinct scratch slots.
         """
         num_rows = self.num_rows if num_rows is None else num_rows
+        if len(row_tables) > self.max_seqs:
+            raise ValueError(f"{len(row_tables)} sequences staged into static rows that hold at most {self.max_seqs}")
         pad = range(len(tokens), num_rows)
         positions = positions + [0] * len(pad)
         host = self._staging.host()[:, :num_rows]

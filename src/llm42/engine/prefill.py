@@ -34,7 +34,7 @@ class FastPrefill:
         device = weights.device
         self.device = device
         self.max_model_len = cfg.max_position_embeddings if max_model_len is None else max_model_len
-        self._rows = StaticRows(max_rows, self.max_model_len, kv, device)
+        self._rows = StaticRows(max_rows, self.max_model_len, kv, device, max_seqs=max_seqs)
         self._logits_rows = torch.zeros(max_seqs, dtype=torch.int64, device=device)
         self._sampling_ints = torch.zeros((3, max_seqs), dtype=torch.int64, device=device)  # top_k, seeds, pos
         self._sampling_floats = torch.zeros((2, max_seqs), dtype=torch.float32, device=device)  # temp, top_p

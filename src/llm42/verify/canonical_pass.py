@@ -235,7 +235,8 @@ class CanonicalPass:
         a bucket captured when a pass first needs it would stall that pass (and every request behind it).
         """
         cfg, num_rows, device = self.cfg, self.num_rows, self.device
-        self._rows = StaticRows(self.max_rows, self.max_model_len, kv, device)
+        # a pass's sequences: at most R (each takes a row of an R-row pass, a result row of a wider one)
+        self._rows = StaticRows(self.max_rows, self.max_model_len, kv, device, max_seqs=num_rows)
         self._sampling_ints = torch.zeros((3, num_rows), dtype=torch.int64, device=device)  # top_k, seeds, pos
         self._sampling_floats = torch.zeros((2, num_rows), dtype=torch.float32, device=device)  # temp, top_p
         self._sampling_floats[1] = 1.0
