@@ -39,6 +39,7 @@ class WideModel:
         adaptive_draft: bool = False,
         canonical_thread: bool = False,
         verifier: Callable[[], object] | None = None,
+        max_canonical_tokens: int | None = None,
     ) -> Callable[[], DVRGenerator]:
         """Builds a fresh generator per call over the shared weights.
 
@@ -54,6 +55,8 @@ class WideModel:
         pass is applied changes.
         ``verifier`` (a factory, called per generator) replaces the canonical pass and commit rule:
         the mutation controls plug broken ones in here; ``key_block`` is then the verifier's business.
+        ``max_canonical_tokens``: rows per canonical pass (None: the default, passes of up to 512 rows
+        here); never changes a committed bit.
         """
 
         def build() -> DVRGenerator:
@@ -64,7 +67,7 @@ class WideModel:
                 fast_policy=fast_policy, scheduler=None if scheduler is None else scheduler(),
                 max_num_seqs=max_num_seqs, kv_cache_tokens=kv_cache_tokens, block_size=block_size,
                 prefix_cache=prefix_cache, adaptive_draft=adaptive_draft, canonical_thread=canonical_thread,
-                **canonical_side,
+                max_canonical_tokens=max_canonical_tokens, **canonical_side,
             )
 
         return build

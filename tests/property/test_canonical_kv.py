@@ -76,8 +76,11 @@ def test_canonical_kv_is_independent_of_chunking_and_batch(wide_model, data):
     num_positions = len(prompt) + data.draw(st.integers(0, MAX_EXTRA_POSITIONS), label="num_extra_positions")
     key_block = data.draw(st.sampled_from([64, 4, 16]), label="key_block")
 
-    # reference: alone, default scheduler (prompt chunks as large as the pass allows), plain fast path
-    ref_gen = wide_model.factory(canonical, key_block=key_block)()
+    # reference: alone, default scheduler (prompt chunks as large as the pass allows), plain fast path,
+    # canonical passes of R rows or wide ones (up to 512 rows: the whole prompt in one pass)
+    is_wide = data.draw(st.booleans(), label="wide_reference")
+    ref_gen = wide_model.factory(canonical, key_block=key_block,
+                                 max_canonical_tokens=None if is_wide else canonical.num_rows)()
     ref_rid = run_until_canonical(ref_gen, [prompt], [params], (0,), target=0, num_positions=num_positions)
     reference = kv_snapshot(ref_gen, ref_rid, num_positions)
 
