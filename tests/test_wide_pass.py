@@ -197,3 +197,4 @@ def test_gemm_row_blocks_hands_every_gemm_r_rows_tensor_parallel_too(has_row_par
     assert torch.equal(blocks.row_parallel_linear(x, w, b, tp=_OneRank(), shard=None),
                        torch.cat([(x[i: i + R] @ w.T) * 2 + b for i in range(0, 4 * R, R)]))
     assert set(policy.rows_seen) == {R}
+

@@ -36,15 +36,23 @@ def _warmup_stream() -> torch.cuda.Stream:
     return _WARMUP_STREAMS[device]
 
 
-def capture_graph(fn: Callable[[], object], pool) -> tuple[torch.cuda.CUDAGraph, object]:
-    """Warm ``fn`` up on a side stream (Triton compiles, cuBLAS initialises), then capture it."""
-    stream = _warmup_stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
+def capture_graph(fn: Callable[[], object], pool, *, stream: torch.cuda.Stream | None = None
+                  ) -> tuple[torch.cuda.CUDAGraph, object]:
+    """Warm ``fn`` up on a side stream (Triton compiles, cuBLAS initialises), then capture it.
+
+    ``stream``: warm up and capture on this stream instead of the shared ones. cuBLAS keys its
+    workspace by stream and a captured GEMM keeps the capture stream's workspace address, so graphs
+    captured on one stream share one workspace: two of them replayed at the same time on two streams
+    overwrite each other's split-K partial sums. A graph that runs beside the others (the canonical
+    pass on its own stream) is captured on a stream of its own.
+    """
+    warm = _warmup_stream() if stream is None else stream
+    warm.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(warm):
         fn()
-    torch.cuda.current_stream().wait_stream(stream)
+    torch.cuda.current_stream().wait_stream(warm)
     graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph, pool=pool):
+    with torch.cuda.graph(graph, pool=pool, stream=stream):
         out = fn()
     return graph, out
 

@@ -144,6 +144,7 @@ class DVRGenerator:
         max_model_len: int | None = None,
         canonical_thread: bool = False,
         max_canonical_tokens: int | None = None,
+        canonical_stream: bool = False,
     ):
         self.canonical_config = CanonicalConfig(window=window, group=group)
         self.config = EngineConfig(
@@ -151,6 +152,7 @@ class DVRGenerator:
             block_size=block_size, prefix_cache=prefix_cache, seed=seed, use_cuda_graphs=use_cuda_graphs,
             adaptive_draft=adaptive_draft, overlap=overlap, max_model_len=max_model_len,
             canonical_thread=canonical_thread, max_canonical_tokens=max_canonical_tokens,
+            canonical_stream=canonical_stream,
         )
         num_canonical_tokens = self.config.canonical_tokens(self.canonical_config.num_rows)
         scratch = getattr(kv_store, "num_scratch_slots", None)  # an injected store: a pass's padding rows write there
@@ -172,6 +174,9 @@ class DVRGenerator:
                 raise TypeError(f"verifier must have verify(work, kv), got {type(verifier).__name__}")
             if canonical_policy is not None:
                 raise ValueError("pass canonical_policy or verifier, not both: a verifier brings its own policy")
+            if canonical_stream:
+                raise ValueError("pass canonical_stream or verifier, not both: a verifier runs its own passes "
+                                 "(Verifier(..., use_stream=True))")
         if kv_store is not None:
             kv_capacity = kv_store.num_blocks * kv_store.block_size
         else:
@@ -192,7 +197,8 @@ class DVRGenerator:
         if verifier is None:
             verifier = Verifier(self.runner, self.canonical_policy, self.canonical_config,
                                 use_graph=None if is_graphed else False, use_thread=canonical_thread,
-                                max_model_len=self.max_model_len, max_rows=num_canonical_tokens)
+                                max_model_len=self.max_model_len, max_rows=num_canonical_tokens,
+                                use_stream=canonical_stream)
         else:
             self.canonical_policy = getattr(verifier, "policy", self.canonical_policy)
             own = getattr(verifier, "max_rows", self.canonical_config.num_rows)  # a user's verifier: R rows

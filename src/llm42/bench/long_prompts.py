@@ -67,6 +67,7 @@ class LongPromptConfig:
     canonical_attention: str = "tiled"
     fast_decode_kernel: str = "split"
     max_canonical_tokens: int | None = None  # None: the engine's default (max_fast_tokens, in R-row steps)
+    canonical_stream: bool = False  # CUDA: the canonical pass on its own stream
 
     @property
     def max_positions(self) -> int:
@@ -188,7 +189,8 @@ def run_long_prompts(config: LongPromptConfig, *, out: Path, repo: Path) -> dict
                            use_cuda_graphs=config.use_cuda_graphs, canonical_thread=config.canonical_thread,
                            canonical_policy=FixedShapePolicy(attention_kernel=config.canonical_attention),
                            fast_policy=FastPolicy(decode_kernel=config.fast_decode_kernel),
-                           max_canonical_tokens=config.max_canonical_tokens)
+                           max_canonical_tokens=config.max_canonical_tokens,
+                           canonical_stream=config.canonical_stream)
         results["engine"] = {"num_canonical_rows": gen.canonical_config.num_rows,
                              "max_canonical_tokens": gen.max_canonical_tokens,
                              "max_fast_tokens": config.max_fast_tokens,
@@ -238,6 +240,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--max-canonical-tokens", type=int, default=None,
                    help="rows one canonical pass may take (a multiple of R; default: the engine's, "
                    "max_fast_tokens rounded down to a multiple of R)")
+    p.add_argument("--canonical-stream", action="store_true",
+                   help="CUDA: canonical passes on their own stream (DVRGenerator(canonical_stream=True))")
     p.add_argument("--canonical-thread", action="store_true",
                    help="CPU: canonical passes on a worker thread (DVRGenerator(canonical_thread=True))")
     return p.parse_args(argv)
@@ -261,7 +265,7 @@ def main(argv: list[str] | None = None, *, repo: Path | None = None) -> int:
             itl_steps=pick(args.itl_steps, 32, 4), max_fast_tokens=pick(args.max_fast_tokens, 2048, 128),
             seed=args.seed, use_cuda_graphs=not args.no_cuda_graphs, canonical_thread=args.canonical_thread,
             canonical_attention=args.canonical_attention, fast_decode_kernel=args.fast_decode_kernel,
-            max_canonical_tokens=args.max_canonical_tokens,
+            max_canonical_tokens=args.max_canonical_tokens, canonical_stream=args.canonical_stream,
         )
         stem = model_label(Path(model)) if Path(model).exists() else model
         out = args.out or repo / "benchmarks" / "results" / f"long_prompts_{args.device}_{stem}.json"

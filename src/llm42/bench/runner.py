@@ -99,6 +99,7 @@ class Engine:
     max_fast_tokens: int = 512
     canonical_attention: str = "tiled"  # FixedShapePolicy(attention_kernel=...): the canonical pass's attention
     max_canonical_tokens: int | None = None  # DVRGenerator's knob (None: its default)
+    canonical_stream: bool = False  # DVRGenerator's knob: the canonical pass on its own CUDA stream
 
     def generator(self, mode: Mode, *, window: int | None = None, group: int | None = None,
                   ) -> tuple[DVRGenerator, list[str]]:
@@ -112,7 +113,7 @@ class Engine:
             kv_cache_tokens=self.kv_cache_tokens,
             max_num_seqs=self.max_num_seqs, max_fast_tokens=self.max_fast_tokens,
             use_cuda_graphs=self.use_cuda_graphs, overlap=mode.is_overlapped,
-            max_canonical_tokens=self.max_canonical_tokens,
+            max_canonical_tokens=self.max_canonical_tokens, canonical_stream=self.canonical_stream,
         )
         notes = []
         if self.use_cuda_graphs and gen.device.type == "cuda":

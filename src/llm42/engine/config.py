@@ -46,6 +46,10 @@ class EngineConfig:
     ``max_fast_tokens`` rounded down to a multiple of R, at least R (a deterministic prompt then
     blocks the device no longer per pass than a free prompt's chunk does). A pass of more than R rows
     carries prompt chunks, its GEMMs on R-row blocks: it never changes a committed bit.
+    ``canonical_stream``: on CUDA, run each canonical pass on its own stream (its graphs captured there,
+    with their own cuBLAS workspace), so that fast steps run beside it instead of queueing behind it;
+    off by default until measured on the H200 (docs/engine.md). No effect on the CPU (see
+    ``canonical_thread``). Committed output is unchanged.
     """
 
     max_num_seqs: int = 256
@@ -60,6 +64,7 @@ class EngineConfig:
     max_model_len: int | None = None
     canonical_thread: bool = False
     max_canonical_tokens: int | None = None
+    canonical_stream: bool = False
 
     def __post_init__(self) -> None:
         owner = "DVRGenerator"
@@ -68,7 +73,8 @@ class EngineConfig:
         for name in ("kv_cache_tokens", "max_model_len", "max_canonical_tokens"):
             if getattr(self, name) is not None:
                 positive_int(owner, name, getattr(self, name))
-        for name in ("prefix_cache", "use_cuda_graphs", "adaptive_draft", "overlap", "canonical_thread"):
+        for name in ("prefix_cache", "use_cuda_graphs", "adaptive_draft", "overlap", "canonical_thread",
+                     "canonical_stream"):
             strict_bool(owner, name, getattr(self, name))
         if not isinstance(self.seed, int) or isinstance(self.seed, bool):
             raise TypeError(f"{owner} seed must be an int, got {type(self.seed).__name__} {self.seed!r}")

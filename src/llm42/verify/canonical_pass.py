@@ -214,8 +214,11 @@ class CanonicalPass:
         self._bucket = num_rows  # the bucket staged last
         self._wanted: list[int] | None = None  # the pass rows a wide staged pass computes results for
         is_cuda = self.device.type == "cuda"
-        # its own stream only on request: on the H200 the side-stream pass next to replayed fast steps
-        # hung the device in one run (cause not found), so by default a pass shares the caller's stream
+        # its own stream only on request. Round 2 ran the pass on a side stream next to replayed fast steps
+        # and got a wrong sampled needle and a hang: every graph had been captured on torch's one default
+        # capture stream, so the pass's GEMMs and the fast steps' shared one cuBLAS workspace (capture_graph).
+        # The pass's graphs are now captured on its own stream (its own workspace); on the H200 that is
+        # not verified yet, so by default a pass still shares the caller's stream
         self._stream = torch.cuda.Stream(self.device) if is_cuda and use_stream else None
         self._use_thread = use_thread and not is_cuda  # a CUDA pass is already asynchronous: the device runs it
         self._worker: ThreadPoolExecutor | None = None  # started by the first threaded launch
@@ -277,7 +280,8 @@ class CanonicalPass:
         """Capture the forward pass of ``bucket`` rows; its warm-up runs the dummy rows staged at bind time
         (their K/V goes to the scratch slots)."""
         inputs = self._inputs[bucket]
-        self._forward_graphs[bucket] = capture_graph(lambda: self._forward(bucket, inputs), self._pool)
+        self._forward_graphs[bucket] = capture_graph(lambda: self._forward(bucket, inputs), self._pool,
+                                                     stream=self._stream)
 
     def _sampling_rows(self) -> SamplingRows:
         ints, floats = self._sampling_ints, self._sampling_floats
@@ -289,7 +293,7 @@ class CanonicalPass:
         key = (bucket, *self._variant)
         if key not in self._samplers:
             rows, logits = self._sampling_rows(), self._forward_graphs[bucket][1]
-            self._samplers[key] = capture_graph(lambda: sample(logits, rows), self._pool)
+            self._samplers[key] = capture_graph(lambda: sample(logits, rows), self._pool, stream=self._stream)
         return self._samplers[key]
 
     # -- staging and running -----------------------------------------------------------------------

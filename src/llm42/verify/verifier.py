@@ -49,7 +49,7 @@ class Verifier:
 
     def __init__(self, runner: ModelRunner, policy: ReductionPolicy, config: CanonicalConfig, *,
                  use_graph: bool | None = None, use_thread: bool = False, max_model_len: int | None = None,
-                 max_rows: int | None = None):
+                 max_rows: int | None = None, use_stream: bool = False):
         if not getattr(policy, "is_shape_closed", False):
             raise ValueError(f"canonical_policy {policy!r} is not shape-closed (is_shape_closed is not True)")
         if use_graph and not getattr(policy, "is_graph_safe", False):
@@ -59,7 +59,8 @@ class Verifier:
         self.policy = policy
         self.config = config
         self.canonical_pass = CanonicalPass(runner.weights, runner.cfg, policy, config.num_rows, max_rows=max_rows,
-                                            use_graph=use_graph, use_thread=use_thread, max_model_len=max_model_len)
+                                            use_graph=use_graph, use_stream=use_stream, use_thread=use_thread,
+                                            max_model_len=max_model_len)
 
     @property
     def max_rows(self) -> int:

@@ -1,0 +1,39 @@
+"""``canonical_stream``: a CUDA engine option, validated everywhere, without effect on the CPU.
+
+On CUDA each canonical pass then runs on its own stream, its graphs captured there
+(tests/gpu/test_canonical_stream_cuda.py); on the CPU there is no stream to run on
+(``canonical_thread`` is the CPU's counterpart), so committed output and the pass are unchanged.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from llm42 import DVRGenerator, SamplingParams
+from llm42.model.weights import random_weights
+from tests.helpers import tiny_config
+
+CFG = tiny_config(max_position_embeddings=128)
+WEIGHTS = random_weights(CFG, seed=4)
+PARAMS = [SamplingParams(max_new_tokens=8, deterministic=True, ignore_eos=True, logprobs=True),
+          SamplingParams(max_new_tokens=8, deterministic=True, ignore_eos=True, temperature=0.9, seed=3)]
+
+
+def _generator(**kwargs) -> DVRGenerator:
+    return DVRGenerator(WEIGHTS, CFG, window=4, group=2, kv_cache_tokens=512, **kwargs)
+
+
+def test_canonical_stream_must_be_a_bool_and_excludes_an_injected_verifier():
+    with pytest.raises(TypeError, match="canonical_stream must be a bool"):
+        _generator(canonical_stream=1)
+    verifier = _generator().verifier
+    with pytest.raises(ValueError, match="canonical_stream or verifier"):
+        _generator(canonical_stream=True, verifier=verifier)
+
+
+def test_canonical_stream_changes_nothing_on_the_cpu():
+    gen = _generator(canonical_stream=True)
+    assert gen.config.canonical_stream and gen.verifier.canonical_pass._stream is None
+    prompts = [[5, 9, 2, 7] * 5, [11, 3, 8]]
+    outs = [(c.token_ids, c.logprobs) for c in gen.generate(prompts, PARAMS)]
+    assert outs == [(c.token_ids, c.logprobs) for c in _generator().generate(prompts, PARAMS)]
