@@ -63,6 +63,8 @@ class GemmRowBlocks:
         self.rows = rows
 
     def __getattr__(self, name: str):
+        if name == "_policy":  # not set yet (copy, unpickling): no recursion through __getattr__
+            raise AttributeError(name)
         return getattr(self._policy, name)
 
     def _blocks(self, x: torch.Tensor, fn) -> torch.Tensor:
