@@ -48,6 +48,13 @@ class RequestView(NamedTuple):
 
 @dataclass(frozen=True)
 class SchedulerState:
+    """What a scheduler sees of the engine at one step (read-only; a fresh one per step).
+
+    The row budgets a plan must respect: ``max_fast_tokens`` for the fast step,
+    ``max_canonical_rows`` for the canonical pass, of which at most ``num_canonical_rows`` (R)
+    may need results (every verify window's rows, one row per deterministic prompt chunk).
+    """
+
     requests: tuple[RequestView, ...]  # oldest first
     window: int  # T
     group: int  # G
@@ -70,12 +77,22 @@ class SchedulerState:
 
 @dataclass(frozen=True)
 class PrefillChunk:
+    """The next ``num_tokens`` prompt tokens of request ``rid`` (from where its prefill stands)."""
+
     rid: int
     num_tokens: int
 
 
 @dataclass(frozen=True)
 class Plan:
+    """One step's work, by request id: what the engine runs, after ``validate_plan`` accepts it.
+
+    ``fast_decode``: requests that take one fast decode step; ``fast_prefill``: prompt chunks of
+    non-deterministic requests on the fast path; ``verify``: deterministic requests whose window
+    (last committed token + candidates) the canonical pass checks; ``canonical_prefill``: prompt
+    chunks of deterministic requests through the canonical pass. A request appears at most once.
+    """
+
     fast_decode: tuple[int, ...] = ()
     fast_prefill: tuple[PrefillChunk, ...] = ()
     verify: tuple[int, ...] = ()
@@ -92,6 +109,11 @@ class Plan:
 
 @runtime_checkable
 class Scheduler(Protocol):
+    """Anything with ``schedule(state) -> Plan``: called once per engine step (docs/extending.md).
+
+    Any valid plan keeps the determinism contract; a scheduler only moves latency and throughput.
+    """
+
     def schedule(self, state: SchedulerState) -> Plan: ...
 
 
