@@ -19,6 +19,8 @@ from collections.abc import Callable
 import numpy as np
 import torch
 
+from llm42.inputs import StepInputs
+
 
 _WARMUP_STREAMS: dict[int, torch.cuda.Stream] = {}
 
@@ -95,8 +97,10 @@ class Staging:
 
 
 class StaticRows:
-    """Static per-row inputs of a captured pass: one int64 block and one block-table buffer whose
-    rows are wide enough for a sequence of ``max_model_len`` positions."""
+    """Static per-row inputs of a captured pass: one int64 block, a block-table row per pass row (wide
+    enough for a sequence of ``max_model_len`` positions) and one per staged sequence, which the host
+    stages and the device copies to that sequence's rows. The canonical pass and the fast prefill
+    graphs both read their ``StepInputs`` from here (``inputs``)."""
 
     # table_rows: each row's first row with the same block table (one value per sequence: StepInputs.table_rows);
     # segment: each row's index into seq_tables (one table per staged sequence, the last one the scratch table)
@@ -120,6 +124,22 @@ class StaticRows:
 
     def view(self, name: str, num_rows: int) -> torch.Tensor:
         return self.ints[self.FIELDS.index(name), :num_rows]
+
+    def inputs(self, num_rows: int, *, max_context_len: int, logits_rows: torch.Tensor | None) -> StepInputs:
+        """The ``StepInputs`` of the first ``num_rows`` staged rows: each row its own "sequence" with its
+        own table row, ``table_rows`` saying which rows share one."""
+        return StepInputs(
+            token_ids=self.view("token_ids", num_rows),
+            positions=self.view("positions", num_rows),
+            slot_mapping=self.view("slot_mapping", num_rows),
+            row_seq=self.row_seq[:num_rows],
+            block_tables=self.block_tables[:num_rows],
+            context_lens=self.view("context_lens", num_rows),
+            seq_starts=tuple(range(num_rows + 1)),
+            max_context_len=max_context_len,
+            logits_rows=logits_rows,
+            table_rows=self.view("table_rows", num_rows),
+        )
 
     def stage_segments(self, kv, segments, *, num_rows: int | None = None) -> tuple[int, list[int]]:
         """Stage each segment's rows, each row with its sequence's block table, then padding rows.

@@ -13,7 +13,6 @@ from __future__ import annotations
 import torch
 
 from llm42.cuda_graphs import PrefillGraphs, Staging, StaticRows
-from llm42.inputs import StepInputs
 from llm42.model.config import ModelConfig
 from llm42.model.forward import forward
 from llm42.model.weights import Weights
@@ -74,19 +73,8 @@ class FastPrefill:
     def forward_sample(self, num_rows: int, *, variant: tuple[bool, bool], max_context_len: int | None
                        ) -> tuple[torch.Tensor, torch.Tensor]:
         """Forward over the first ``num_rows`` staged rows and sample the staged logits rows (no host syncs)."""
-        rows = self._rows
-        inputs = StepInputs(
-            token_ids=rows.view("token_ids", num_rows),
-            positions=rows.view("positions", num_rows),
-            slot_mapping=rows.view("slot_mapping", num_rows),
-            row_seq=rows.row_seq[:num_rows],
-            block_tables=rows.block_tables[:num_rows],
-            context_lens=rows.view("context_lens", num_rows),
-            seq_starts=tuple(range(num_rows + 1)),
-            max_context_len=self.max_model_len if max_context_len is None else max_context_len,
-            logits_rows=self._logits_rows,
-            table_rows=rows.view("table_rows", num_rows),
-        )
+        inputs = self._rows.inputs(num_rows, logits_rows=self._logits_rows,
+                                   max_context_len=self.max_model_len if max_context_len is None else max_context_len)
         logits = forward(self.weights, self.cfg, inputs, self.kv.layers(), self.policy)
         ints, floats = self._sampling_ints, self._sampling_floats
         sampling = SamplingRows(temperature=floats[0], top_k=ints[0], top_p=floats[1], seeds=ints[1],

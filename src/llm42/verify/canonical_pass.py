@@ -249,22 +249,10 @@ class CanonicalPass:
         self._staging_floats = Staging(self._sampling_floats)
         self._select = torch.zeros(num_rows, dtype=torch.int64, device=device)  # a wide pass's logits rows
         self._select_staging = Staging(self._select)
-        rows = self._rows
-        self._inputs = {
-            bucket: StepInputs(
-                token_ids=rows.view("token_ids", bucket),
-                positions=rows.view("positions", bucket),
-                slot_mapping=rows.view("slot_mapping", bucket),
-                row_seq=rows.row_seq[:bucket],
-                block_tables=rows.block_tables[:bucket],
-                context_lens=rows.view("context_lens", bucket),
-                seq_starts=tuple(range(bucket + 1)),
-                max_context_len=self.max_model_len,  # a bound; CUDA kernels never read it
-                logits_rows=None if bucket == num_rows else self._select,
-                table_rows=rows.view("table_rows", bucket),
-            )
-            for bucket in self.buckets
-        }
+        # max_context_len: a bound (CUDA kernels never read it); stage() replaces it with the pass's own
+        self._inputs = {bucket: self._rows.inputs(bucket, max_context_len=self.max_model_len,
+                                                  logits_rows=None if bucket == num_rows else self._select)
+                        for bucket in self.buckets}
         self._policies = {bucket: self.policy if bucket == num_rows else GemmRowBlocks(self.policy, num_rows)
                           for bucket in self.buckets}
         self._kv = kv
