@@ -26,7 +26,8 @@ from llm42.kernels import tiled_canonical_attention, tiled_prefill_attention  # 
 from llm42.kernels.tiled_attention import PREFILL_LARGE, PREFILL_SMALL, prefill_config  # noqa: E402
 from tests.tiled_attention_checks import (  # noqa: E402
     Cache, check_canonical_rows_are_their_own, check_decode_launch_has_canonical_bits,
-    check_kv_independent_of_chunking, check_matches_float64, mixed_rows, prefill_kernel,
+    check_kv_independent_of_chunking, check_matches_float64, check_unmasked_full_blocks_keep_the_bits, mixed_rows,
+    prefill_kernel,
 )
 
 DTYPES = [torch.bfloat16, torch.float16, torch.float32]
@@ -120,3 +121,30 @@ def test_decode_launch_check_can_fail():
                                               scale=cache.scale, key_block=16)
     other = cache.run(tiled_canonical_attention, rows, key_block=32)
     assert not torch.equal(decode.view(torch.int16), other.view(torch.int16))
+
+
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(str(v) for v in s))
+def test_unmasked_full_blocks_keep_the_canonical_bits(shape):
+    """The canonical launch with the blocks a group sees in full unmasked gives every row the bits of the
+    launch that masks every block (what lets CANONICAL_MASK_EVERY_BLOCK change without changing a bit)."""
+    cache = small_cache(shape, torch.bfloat16, seed=31, max_context=96)
+    compared = check_unmasked_full_blocks_keep_the_bits(cache, random.Random(5), num_launches=2, key_block=16,
+                                                        sliding_window=shape[4])
+    assert compared >= 20
+
+
+def test_unmasked_full_blocks_check_can_fail():
+    """Negative control: the same check against another key block (other canonical bits) fails."""
+    cache = small_cache(SHAPES[1], torch.bfloat16, seed=32, max_context=96)
+    with pytest.raises(AssertionError):
+        check_unmasked_full_blocks_keep_the_bits(cache, random.Random(6), num_launches=1, key_block=16,
+                                                 other=dict(key_block=32))
+
+
+@pytest.mark.parametrize("mask_every_block", [True, False])
+def test_canonical_row_bits_are_their_own_either_way(mask_every_block):
+    cache = small_cache(SHAPES[0], torch.bfloat16, seed=33, max_context=80)
+    compared = check_canonical_rows_are_their_own(cache, random.Random(8), num_probes=3, num_launches=2,
+                                                  max_neighbours=12, key_block=16, sliding_window=SHAPES[0][4],
+                                                  mask_every_block=mask_every_block)
+    assert compared >= 2

@@ -89,11 +89,12 @@ def _bits(t: torch.Tensor) -> bytes:
 
 
 def check_canonical_rows_are_their_own(cache: Cache, rng: random.Random, *, num_probes: int, num_launches: int,
-                                       max_neighbours: int, key_block: int, sliding_window=None) -> int:
+                                       max_neighbours: int, key_block: int, sliding_window=None,
+                                       mask_every_block=None) -> int:
     """Each probe row alone (one-row launch) and inside random launches: next to longer and shorter rows of
     its own sequence, other sequences' rows, at any index and tile, varlen or static: the same bits.
     Returns the number of (probe, launch) comparisons made."""
-    kwargs = dict(key_block=key_block, sliding_window=sliding_window)
+    kwargs = dict(key_block=key_block, sliding_window=sliding_window, mask_every_block=mask_every_block)
     probes = [(rng.randrange(cache.num_seqs), rng.randrange(cache.max_context)) for _ in range(num_probes)]
     probes = list(dict.fromkeys(probes))
     alone = {p: _bits(cache.run(tiled_canonical_attention, [p], **kwargs)[0]) for p in probes}
@@ -126,7 +127,7 @@ def _toy_layer2_kv(out1: torch.Tensor, groups: int) -> tuple[torch.Tensor, torch
 
 
 def check_kv_independent_of_chunking(cache: Cache, chunkings: list[list[int]], *, key_block: int,
-                                     sliding_window=None) -> None:
+                                     sliding_window=None, mask_every_block=None) -> None:
     """Two toy layers over one prompt (sequence 0, positions [0, L)), canonical-prefilled in chunks: the
     second layer's K/V (written from the first layer's attention output) and its output are the same bits
     however the prompt is chunked."""
@@ -139,7 +140,8 @@ def check_kv_independent_of_chunking(cache: Cache, chunkings: list[list[int]], *
         outs, start = [], 0
         for n in chunks:
             rows = [(0, p) for p in range(start, start + n)]
-            out1 = cache.run(tiled_canonical_attention, rows, key_block=key_block, sliding_window=sliding_window)
+            out1 = cache.run(tiled_canonical_attention, rows, key_block=key_block, sliding_window=sliding_window,
+                             mask_every_block=mask_every_block)
             pos = torch.arange(start, start + n)
             slots = (cache.tables[0].cpu()[pos // cache.block_size] * cache.block_size
                      + pos % cache.block_size).to(cache.device)
@@ -148,7 +150,8 @@ def check_kv_independent_of_chunking(cache: Cache, chunkings: list[list[int]], *
             q, positions, row_seq, tables = cache.layout([(1, p) for p in range(start, start + n)], static=False)
             outs.append(tiled_canonical_attention(q, k2, v2, positions, torch.zeros_like(row_seq), cache.tables,
                                                   block_size=cache.block_size, scale=cache.scale,
-                                                  key_block=key_block, sliding_window=sliding_window))
+                                                  key_block=key_block, sliding_window=sliding_window,
+                                                  mask_every_block=mask_every_block))
             start += n
         pos = torch.arange(length)
         slots = (cache.tables[0].cpu()[pos // cache.block_size] * cache.block_size + pos % cache.block_size)
@@ -186,3 +189,24 @@ def check_decode_launch_has_canonical_bits(cache: Cache, rng: random.Random, *, 
         window = [(seq, p) for p in range(max(0, pos - 7), pos + 1)]
         verify = cache.run(tiled_canonical_attention, window, static=True, **kwargs)
         assert _bits(decode[i]) == _bits(verify[-1]), (seq, pos)
+
+
+def check_unmasked_full_blocks_keep_the_bits(cache: Cache, rng: random.Random, *, num_launches: int,
+                                             key_block: int, sliding_window=None, other=None) -> int:
+    """The canonical launch with every key block masked and with the blocks every row of a tile's group sees
+    in full unmasked: the same bits in every row, in random mixed launches (long prompt chunks, so that most
+    blocks are full ones), varlen and static. ``other`` (kwargs for the second launch) replaces the unmasked
+    variant: the negative control passes another canonical config there. Returns the rows compared."""
+    compared = 0
+    second = dict(mask_every_block=False) if other is None else other
+    for _ in range(num_launches):
+        rows = mixed_rows(cache, rng, num_chunks=3, num_decode=4)
+        static = rng.random() < 0.5
+        masked = cache.run(tiled_canonical_attention, rows, static=static, key_block=key_block,
+                           sliding_window=sliding_window, mask_every_block=True)
+        kwargs = {"key_block": key_block, "sliding_window": sliding_window, **second}
+        unmasked = cache.run(tiled_canonical_attention, rows, static=static, **kwargs)
+        for i in range(len(rows)):
+            assert _bits(masked[i]) == _bits(unmasked[i]), (rows[i], second)
+        compared += len(rows)
+    return compared

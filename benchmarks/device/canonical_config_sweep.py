@@ -16,6 +16,10 @@ pass's slab: positions [L - rows, L)) are launched with each configuration, and 
   two parts split at an odd row (so every tile holds other neighbours): must be 0;
 - ``rows_differing_from_current``: rows whose bits differ from the current canonical
   configuration's (what adopting it would change);
+- each configuration twice: every key block masked (``CANONICAL_MASK_EVERY_BLOCK``), and with the
+  blocks that every row of a tile sees in full unmasked (key ``...-unmasked-full-blocks``): if that
+  variant differs from the masked one in no row, it is a speed-up that changes no committed bit;
+- ``fast_configs``: each configuration as a fast-path launch (FMA contraction on), timed;
 - the fast prefill kernel's time on the same slab, for reference.
 
 A diagnostic for choosing the next canonical configuration, not a test.
@@ -43,11 +47,11 @@ CANDIDATES = [CURRENT, (64, 64, 4, 3), (64, 64, 8, 2), (64, 128, 4, 2), (64, 128
               (128, 64, 8, 3), (128, 64, 4, 2), (128, 128, 8, 2), (32, 64, 4, 2)]
 
 
-def launch(q, k, v, positions, row_seq, table, config):
+def launch(q, k, v, positions, row_seq, table, config, *, mask_every_block=True, canonical=True):
     block_m, block_n, warps, stages = config
     return tiled_attention._launch(q, k, v, positions, row_seq, table, block_size=PAGE, scale=HEAD_DIM ** -0.5,
                                    sliding_window=None, block_m=block_m, block_n=block_n, num_warps=warps,
-                                   num_stages=stages, is_canonical=True)
+                                   num_stages=stages, is_canonical=canonical, mask_every_block=mask_every_block)
 
 
 def differing_rows(a: torch.Tensor, b: torch.Tensor) -> int:
@@ -68,22 +72,30 @@ def sweep_length(length: int, rows: int, *, device: torch.device, dtype: torch.d
     row_seq = torch.zeros(rows, dtype=torch.int64, device=device)
     span = rows * (length - rows) + rows * (rows + 1) / 2  # keys seen by the slab's rows
     flops = 4 * span * head_dim * num_heads
-    out = {"length": length, "rows": rows, "configs": {}}
+    out = {"length": length, "rows": rows, "configs": {}, "fast_configs": {}}
     reference = launch(q, k, v, positions, row_seq, table, CURRENT)
     cut = rows // 3 + 1  # an odd split: every tile of the second part starts at another row
     for config in candidates:
-        key = "x".join(map(str, config))
-        try:
-            full = launch(q, k, v, positions, row_seq, table, config)
-            parts = torch.cat([launch(q[:cut], k, v, positions[:cut], row_seq[:cut], table, config),
-                               launch(q[cut:], k, v, positions[cut:], row_seq[cut:], table, config)])
-            ms = devicetime.median_ms(lambda: launch(q, k, v, positions, row_seq, table, config), device,
-                                      reps=reps)
-            out["configs"][key] = {"ms": ms, "tflops": flops / (ms * 1e-3) / 1e12,
-                                   "rows_differing_when_regrouped": differing_rows(full, parts),
-                                   "rows_differing_from_current": differing_rows(full, reference)}
-        except Exception as exc:  # noqa: BLE001 - a config the compiler or the chip cannot take: recorded
-            out["configs"][key] = {"error": f"{type(exc).__name__}: {exc}"[:300]}
+        for mask_every_block in (True, False):
+            key = "x".join(map(str, config)) + ("" if mask_every_block else "-unmasked-full-blocks")
+            try:
+                run = lambda q_, p_, r_: launch(q_, k, v, p_, r_, table, config,  # noqa: E731
+                                                mask_every_block=mask_every_block)
+                full = run(q, positions, row_seq)
+                parts = torch.cat([run(q[:cut], positions[:cut], row_seq[:cut]),
+                                   run(q[cut:], positions[cut:], row_seq[cut:])])
+                ms = devicetime.median_ms(lambda: run(q, positions, row_seq), device, reps=reps)
+                out["configs"][key] = {"ms": ms, "tflops": flops / (ms * 1e-3) / 1e12,
+                                       "rows_differing_when_regrouped": differing_rows(full, parts),
+                                       "rows_differing_from_current": differing_rows(full, reference)}
+            except Exception as exc:  # noqa: BLE001 - a config the compiler or the chip cannot take: recorded
+                out["configs"][key] = {"error": f"{type(exc).__name__}: {exc}"[:300]}
+        try:  # the same configuration as a fast-path launch (FMA contraction on), for the fast path's choice
+            ms = devicetime.median_ms(lambda: launch(q, k, v, positions, row_seq, table, config, canonical=False,
+                                                     mask_every_block=False), device, reps=reps)
+            out["fast_configs"]["x".join(map(str, config))] = {"ms": ms, "tflops": flops / (ms * 1e-3) / 1e12}
+        except Exception as exc:  # noqa: BLE001
+            out["fast_configs"]["x".join(map(str, config))] = {"error": f"{type(exc).__name__}: {exc}"[:300]}
     fast = lambda: tiled_attention.tiled_prefill_attention(q, k, v, positions, row_seq, table,  # noqa: E731
                                                            block_size=PAGE, scale=head_dim ** -0.5)
     ms = devicetime.median_ms(fast, device, reps=reps)
@@ -97,6 +109,7 @@ def main() -> int:
     p.add_argument("--lengths", default="8192,15000,32768")
     p.add_argument("--rows", type=int, default=2048)
     p.add_argument("--reps", type=int, default=10)
+    p.add_argument("--configs", default=None, help="candidates to time, e.g. 64x64x4x2,128x64x4x2 (default: all)")
     p.add_argument("--smoke", action="store_true", help="CPU (Triton's interpreter): tiny shapes, two configs")
     args = p.parse_args()
     if args.smoke:
@@ -107,7 +120,8 @@ def main() -> int:
             raise SystemExit("canonical_config_sweep needs a CUDA device (or --smoke under TRITON_INTERPRET=1)")
         device, dtype, heads = torch.device("cuda"), torch.bfloat16, (NUM_HEADS, NUM_KV_HEADS, HEAD_DIM)
         lengths, rows, reps = tuple(int(x) for x in args.lengths.split(",")), args.rows, args.reps
-        candidates = CANDIDATES
+        candidates = CANDIDATES if args.configs is None else [
+            tuple(int(v) for v in c.split("x")) for c in args.configs.split(",")]
     results = {"current": "x".join(map(str, CURRENT)), "key": "block_m x block_n x warps x stages",
                "lengths": []}
     for length in lengths:
@@ -118,6 +132,8 @@ def main() -> int:
                                               f"{r['rows_differing_when_regrouped']} vs-current "
                                               f"{r['rows_differing_from_current']}" if "ms" in r else r["error"]),
                   flush=True)
+        for key, r in row["fast_configs"].items():
+            print(f"L={length} fast {key:14s} " + (f"{r['ms']:8.3f} ms" if "ms" in r else r["error"]), flush=True)
         print(f"L={length} fast prefill   {row['fast_prefill']['ms']:8.3f} ms", flush=True)
         args.output.write_text(json.dumps(results, indent=1))
     return 0

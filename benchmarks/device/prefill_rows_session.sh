@@ -7,15 +7,7 @@
 # (benchmarks/device/profile_canonical_prefill.py), long_prompts' TTFT at 8,192 and 15,000 tokens
 # with G = 8 (R = 256, the default) and G = 64 (R = 2,048) side by side, then the GPU tests
 # not yet run on CUDA. Copies .dev_stage/a/part_a to /root when it was carried (the SmolLM2 stage).
-set -uo pipefail
-cd "$(dirname "$0")/../.."
-OUT=${OUT:-/tmp/llm42_out}
-mkdir -p "$OUT"
-LOG="$OUT/session_log.txt"
-export PYTHONUNBUFFERED=1 PYTHONPATH="src${PYTHONPATH:+:$PYTHONPATH}"
-START=$(date +%s)
-log() { echo "[+$(( $(date +%s) - START ))s] $*" | tee -a "$LOG"; }
-[ -f .dev_stage/a/part_a ] && cp .dev_stage/a/part_a /root/smollm2.part_a && log "part_a copied to /root"
+source "$(dirname "$0")/session_preamble.sh"
 log "profile"
 timeout 110 python3 benchmarks/device/profile_canonical_prefill.py --prompt 8192 --groups 8,64 \
     --out "$OUT/profile_canonical_prefill.json" >>"$LOG" 2>&1

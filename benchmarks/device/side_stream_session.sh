@@ -9,7 +9,8 @@
 #    side-stream pass, fast steps launched beside passes, the fast-path negative control;
 # 2. benchmarks/serving.py on SmolLM2, offline nondet + online nondet and dvr@50 at 0.7 of capacity, once on
 #    the caller's stream and once with --canonical-stream (free requests' ITL against nondet: target <= 1.15);
-# 3. long_prompts' ITL phase on the 8B shape with and without --canonical-stream.
+# 3. long_prompts' ITL phase on the 8B shape with and without --canonical-stream (LONG_PROMPTS=0: skipped).
+# 4. EXTRA_TESTS (pytest paths, LLM42_GPU_TEST_LAYERS=8): run last, to gpu_tests_extra.txt.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-/tmp/llm42_out}
@@ -33,7 +34,7 @@ SMOL=$(ls /root/smollm2/*.gguf 2>/dev/null | head -n 1)
 if [ -n "$SMOL" ]; then
     for flag in "" "--canonical-stream"; do
         name=serving_smollm2_stream${flag:+_on}
-        timeout $((BUDGET + 40)) python3 benchmarks/serving.py --device cuda --model "$SMOL" --cache-dir /tmp/llm42_models \
+        timeout $((BUDGET + 75)) python3 benchmarks/serving.py --device cuda --model "$SMOL" --cache-dir /tmp/llm42_models \
             --budget-s "$BUDGET" --no-plots --no-hf --max-fast-tokens 2048 --modes nondet --online-modes nondet,dvr@50 \
             --online-loads 0.7 $flag --out "$OUT/$name.json" >>"$LOG" 2>&1
         log "serving SmolLM2 ${flag:-(same stream)} exit $?"
@@ -41,9 +42,15 @@ if [ -n "$SMOL" ]; then
 else
     log "no SmolLM2 GGUF staged: serving skipped"
 fi
-for flag in "" "--canonical-stream"; do
+[ "${LONG_PROMPTS:-1}" = 1 ] && for flag in "" "--canonical-stream"; do
     timeout 100 python3 -m llm42.bench.long_prompts --device cuda --model 8b --lengths 8192 --reps 1 --budget-s 85 \
         --no-plots $flag --out "$OUT/long_prompts_stream${flag:+_on}.json" >>"$LOG" 2>&1
     log "long_prompts ${flag:-(same stream)} exit $?"
 done
+if [ -n "${EXTRA_TESTS:-}" ]; then
+    LLM42_GPU_TEST_LAYERS=8 timeout "${EXTRA_TESTS_TIMEOUT:-150}" python3 -m pytest -v -p no:cacheprovider -m gpu \
+        --durations=8 $EXTRA_TESTS >"$OUT/gpu_tests_extra.txt" 2>&1
+    log "extra tests exit $?"
+    tail -n 4 "$OUT/gpu_tests_extra.txt" >>"$LOG"
+fi
 log "done"

@@ -23,7 +23,8 @@ from llm42.policies import FastPolicy, FixedShapePolicy  # noqa: E402
 from llm42.runner import ModelRunner, Segment  # noqa: E402
 from tests.tiled_attention_checks import (  # noqa: E402
     Cache, check_canonical_rows_are_their_own, check_decode_launch_has_canonical_bits,
-    check_kv_independent_of_chunking, check_matches_float64, mixed_rows, prefill_kernel,
+    check_kv_independent_of_chunking, check_matches_float64, check_unmasked_full_blocks_keep_the_bits, mixed_rows,
+    prefill_kernel,
 )
 
 pytestmark = pytest.mark.gpu
@@ -63,14 +64,39 @@ def test_tiled_canonical_matches_float64(key_block, dtype, shape):
     check_matches_float64(cache, tiled_canonical_attention, rows, sliding_window=shape[5], key_block=key_block)
 
 
+@pytest.mark.parametrize("mask_every_block", [True, False], ids=["masked", "unmasked_full"])
 @pytest.mark.parametrize("seed", range(6))
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
-def test_canonical_row_bits_do_not_depend_on_the_launch(dtype, seed):
+def test_canonical_row_bits_do_not_depend_on_the_launch(dtype, seed, mask_every_block):
     shape = SHAPES[seed % 2]
     cache = cache_for(shape, dtype, seed=100 + seed)
     compared = check_canonical_rows_are_their_own(cache, random.Random(seed), num_probes=6, num_launches=6,
-                                                  max_neighbours=60, key_block=64, sliding_window=shape[5])
+                                                  max_neighbours=60, key_block=64, sliding_window=shape[5],
+                                                  mask_every_block=mask_every_block)
     assert compared >= 30
+
+
+UNMASKED_CASES = [(shape, dtype, 64) for shape in SHAPES for dtype in DTYPES] + [
+    (SHAPES[0], torch.bfloat16, 16), (SHAPES[1], torch.float16, 16)]
+
+
+@pytest.mark.parametrize("shape,dtype,key_block", UNMASKED_CASES,
+                         ids=lambda v: "x".join(str(x) for x in v) if isinstance(v, tuple) else str(v))
+def test_unmasked_full_blocks_keep_the_canonical_bits(shape, dtype, key_block):
+    """Skipping the masks on key blocks every row of a tile's group sees in full changes no row's bits
+    (what lets CANONICAL_MASK_EVERY_BLOCK change without changing a committed bit)."""
+    cache = cache_for(shape, dtype, seed=200 + key_block)
+    compared = check_unmasked_full_blocks_keep_the_bits(cache, random.Random(key_block), num_launches=4,
+                                                        key_block=key_block, sliding_window=shape[5])
+    assert compared >= 100
+
+
+def test_unmasked_full_blocks_check_can_fail():
+    """Negative control: the same check against another key block (other canonical bits) fails."""
+    cache = cache_for(SHAPES[0], torch.bfloat16, seed=210)
+    with pytest.raises(AssertionError):
+        check_unmasked_full_blocks_keep_the_bits(cache, random.Random(1), num_launches=2, key_block=64,
+                                                 other=dict(key_block=32))
 
 
 def test_canonical_row_bits_at_1_7_64_256_rows_and_any_index(report, dtype=torch.bfloat16):
@@ -89,12 +115,13 @@ def test_canonical_row_bits_at_1_7_64_256_rows_and_any_index(report, dtype=torch
     assert len(outputs) == 1
 
 
+@pytest.mark.parametrize("mask_every_block", [True, False], ids=["masked", "unmasked_full"])
 @pytest.mark.parametrize("window", [None, 100])
-def test_canonical_kv_does_not_depend_on_chunking(window):
+def test_canonical_kv_does_not_depend_on_chunking(window, mask_every_block):
     shape = SHAPES[0]
     cache = cache_for(shape, torch.bfloat16, seed=11, num_seqs=2)
     check_kv_independent_of_chunking(cache, [[1024], [256] * 4, [100, 1, 400, 523], [31, 993]], key_block=64,
-                                     sliding_window=window)
+                                     sliding_window=window, mask_every_block=mask_every_block)
 
 
 def test_tiled_canonical_is_not_the_row_kernel_but_agrees_within_rounding(report):

@@ -2,7 +2,8 @@
 
 One model per run (the 8B shape with random weights, or a checkpoint such as
 SmolLM2-135M-Instruct), in this order, each phase ending by its share of
-``--budget-s`` (time a phase leaves unused carries over):
+``--budget-s`` (time a phase leaves unused carries over; the budget starts once
+the model is loaded, so converting a GGUF file the first time costs none of it):
 
 1. **ceilings**: copy bandwidth and GEMM rate, measured now (``devicetime``).
 2. **steady decode** at ``--steady-batch`` (256): every request prefilled, then
@@ -500,13 +501,15 @@ def _subprocess_env() -> dict:
 # -- the whole run ----------------------------------------------------------------------------------
 
 def run_serving(config: ServingConfig, *, out: Path, repo: Path, cache_dir: Path | None = None) -> dict:
-    budget = Budget(config.budget_s)
+    loading = time.perf_counter()
     device = torch.device(config.device)
     if device.type == "cuda" and not torch.cuda.is_available():
         raise RuntimeError("--device cuda was asked for but torch sees no CUDA device")
     model_name = prepare_checkpoint(config.model, cache_dir)
     model = build_model(model_name, device=device, dtype=config.dtype, max_positions=_max_positions(config),
                         seed=config.seed, lm_head_std=config.lm_head_std, with_tokenizer=config.prompts != "sharegpt")
+    # the budget is the measurements': a first run's GGUF conversion must not cut the request set
+    budget = Budget(config.budget_s)
     is_checkpoint = model.source is not None
     results = {
         "label": f"{device_info(device)['name']}, model {model.name} ({model.summary()['dtype']})"
@@ -514,7 +517,7 @@ def run_serving(config: ServingConfig, *, out: Path, repo: Path, cache_dir: Path
         "meta": {
             **run_meta(config, device, repo),
             "model": model.summary(),
-            "load_s": budget.elapsed_s(),
+            "load_s": budget.started - loading,
             "timing": "host clock at the return of gen.step(); device drained only at the start and end of a run",
         },
         "ceilings": None, "steady_decode": {}, "offline": None, "transformers": None, "online": None,

@@ -25,17 +25,23 @@ Two launches of one kernel:
 - ``tiled_canonical_attention`` (canonical pass). One fixed launch
   configuration (``CANONICAL_TILE_M`` M-rows, ``key_block`` keys per block,
   ``CANONICAL_TILE_WARPS`` warps, ``CANONICAL_TILE_STAGES`` stages, no FMA
-  contraction): it is part of the canonical config. Every key block goes
-  through the same masked step, in order from the block holding the group's
-  first visible key, aligned at absolute position 0. For a row that sees no
-  key of a block the step keeps the row's state as it was (m, l and acc are
-  selected, not recomputed: bit-for-bit unchanged); for a row that does, the
-  step's arithmetic reads that row's query, its visible scores (the others are
-  exactly -inf, so p = +0 there) and the keys alone. So a row's bits depend
-  on its own query, position and keys only: not on which rows share its tile,
-  how far their key ranges reach, where it sits, or how many rows the launch
-  has. An output that is exactly zero is stored as +0 (a zero product's sign
-  may follow a neighbour's V entry).
+  contraction): it is part of the canonical config. Key blocks are visited
+  in order from the block holding the group's first visible key, aligned at
+  absolute position 0. A block that some row of the group cannot fully see
+  goes through the masked step: for a row that sees no key of it the step
+  keeps the row's state as it was (m, l and acc are selected, not recomputed:
+  bit-for-bit unchanged); for a row that does, the step's arithmetic reads
+  that row's query, its visible scores (the others are exactly -inf, so
+  p = +0 there) and the keys alone. A block every row of the group sees in
+  full skips the masks (the unmasked step); for each of those rows the masked
+  step's selections would all pick the computed values, so the two steps do
+  the same arithmetic on the same operands and give the row the same bits
+  (``CANONICAL_MASK_EVERY_BLOCK = True`` sends every block through the masked
+  step; the GPU suite checks both launches bit for bit). So a row's bits
+  depend on its own query, position and keys only: not on which rows share
+  its tile, how far their key ranges reach, where it sits, or how many rows
+  the launch has. An output that is exactly zero is stored as +0 (a zero
+  product's sign may follow a neighbour's V entry).
 """
 
 from __future__ import annotations
@@ -50,6 +56,9 @@ from llm42.kernels.attention import _LOG2E, _check_shapes, _contiguous_rows, _do
 CANONICAL_TILE_M = 64
 CANONICAL_TILE_WARPS = 4
 CANONICAL_TILE_STAGES = 2
+# True: every key block of the canonical launch goes through the masked step. False: the blocks every row
+# of a group sees in full skip the masks, as on the fast path (the same arithmetic for those rows)
+CANONICAL_MASK_EVERY_BLOCK = False
 # the fast path's configurations (block_m, block_n, warps, stages), small and large launches: the fastest
 # of benchmarks/device/attention_bench.py's sweep on an H200 (8B shape) at 512 and at 2048-8192 rows
 PREFILL_SMALL = (64, 64, 4, 2)
@@ -123,7 +132,7 @@ def _tiled_attention_kernel(
     qk_scale, window,
     GROUPS: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr, PAGE: tl.constexpr, HAS_WINDOW: tl.constexpr, DOT_PRECISION: tl.constexpr,
-    IS_CANONICAL: tl.constexpr, UPCAST: tl.constexpr, ROWS: tl.constexpr,
+    IS_CANONICAL: tl.constexpr, UPCAST: tl.constexpr, ROWS: tl.constexpr, MASK_EVERY_BLOCK: tl.constexpr,
 ):
     # ROWS query rows per tile (at most BLOCK_M // GROUPS; M-rows past ROWS x GROUPS are padding, never stored)
     tile = num_tiles - 1 - tl.program_id(0)  # the tiles with the longest key ranges (usually the last) first
@@ -161,7 +170,7 @@ def _tiled_attention_kernel(
         l_i = tl.zeros([BLOCK_M], tl.float32)
         acc = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)
         first = (grp_lo // BLOCK_N) * BLOCK_N
-        if IS_CANONICAL:
+        if MASK_EVERY_BLOCK:
             # every block through the same masked step, aligned at 0, in order: a row's arithmetic is its own
             for key_start in range(first, grp_hi, BLOCK_N):
                 acc, m_i, l_i = _masked_step(
@@ -169,7 +178,9 @@ def _tiled_attention_kernel(
                     stride_k_slot, stride_v_slot, offs_d, d_mask, PAGE, BLOCK_N, DOT_PRECISION, UPCAST,
                 )
         else:
-            # blocks [full_lo, full_hi) are seen in full by every row of the group: no masks there
+            # blocks [full_lo, full_hi) are seen in full by every row of the group: no masks there. For such a
+            # row the masked step's selections all pick the computed values, so both steps do the same
+            # arithmetic on the same operands (the canonical launch relies on it; the GPU suite checks it)
             full_lo = tl.cdiv(tl.max(tl.where(in_grp, lo, 0)), BLOCK_N) * BLOCK_N
             full_hi = (tl.min(tl.where(in_grp, hi, _BIG)) // BLOCK_N) * BLOCK_N
             for key_start in range(first, tl.minimum(full_lo, grp_hi), BLOCK_N):
@@ -196,7 +207,8 @@ def _tiled_attention_kernel(
 
 
 def _launch(q, k_cache, v_cache, positions, row_seq, block_tables, *, block_size, scale, sliding_window,
-            block_m, block_n, num_warps, num_stages, is_canonical, rows_per_tile=None, fp_fusion=None):
+            block_m, block_n, num_warps, num_stages, is_canonical, rows_per_tile=None, fp_fusion=None,
+            mask_every_block=None):
     num_rows = q.shape[0]
     num_heads, num_kv_heads, head_dim = _check_shapes(q, k_cache, v_cache)
     groups = num_heads // num_kv_heads
@@ -218,7 +230,9 @@ def _launch(q, k_cache, v_cache, positions, row_seq, block_tables, *, block_size
         scale * _LOG2E, window,
         GROUPS=groups, HEAD_DIM=head_dim, BLOCK_D=max(16, triton.next_power_of_2(head_dim)), BLOCK_M=block_m,
         BLOCK_N=block_n, PAGE=block_size, HAS_WINDOW=has_window, DOT_PRECISION=_dot_precision(k_cache.dtype),
-        IS_CANONICAL=is_canonical, UPCAST=q.device.type != "cuda", ROWS=rows_per_tile, num_warps=num_warps,
+        IS_CANONICAL=is_canonical, UPCAST=q.device.type != "cuda", ROWS=rows_per_tile,
+        MASK_EVERY_BLOCK=(is_canonical and CANONICAL_MASK_EVERY_BLOCK) if mask_every_block is None
+        else mask_every_block, num_warps=num_warps,
         num_stages=num_stages, enable_fp_fusion=(not is_canonical) if fp_fusion is None else fp_fusion,
     )
     return out
@@ -275,12 +289,18 @@ def tiled_canonical_attention(
     scale: float,
     key_block: int = 64,
     sliding_window: int | None = None,
+    mask_every_block: bool | None = None,
 ) -> torch.Tensor:
-    """Canonical tiled attention: one fixed launch configuration, each row's bits its own; returns [N, Hq, D]."""
+    """Canonical tiled attention: one fixed launch configuration, each row's bits its own; returns [N, Hq, D].
+
+    ``mask_every_block``: None is the canonical config's ``CANONICAL_MASK_EVERY_BLOCK``; the other
+    value is for the tests and the sweep that compare the two.
+    """
     _check_canonical_groups(q, k_cache)
     return _launch(q, k_cache, v_cache, positions, row_seq, block_tables, block_size=block_size, scale=scale,
                    sliding_window=sliding_window, block_m=CANONICAL_TILE_M, block_n=key_block,
-                   num_warps=CANONICAL_TILE_WARPS, num_stages=CANONICAL_TILE_STAGES, is_canonical=True)
+                   num_warps=CANONICAL_TILE_WARPS, num_stages=CANONICAL_TILE_STAGES, is_canonical=True,
+                   mask_every_block=mask_every_block)
 
 
 def tiled_canonical_decode_attention(
@@ -294,6 +314,7 @@ def tiled_canonical_decode_attention(
     scale: float,
     key_block: int = 64,
     sliding_window: int | None = None,
+    mask_every_block: bool | None = None,
 ) -> torch.Tensor:
     """Decode rows with the canonical tiled kernel's bits, one row per tile (the fast path's option); [B, Hq, D].
 
@@ -314,4 +335,4 @@ def tiled_canonical_decode_attention(
     return _launch(q, k_cache, v_cache, positions, row_seq, block_tables, block_size=block_size, scale=scale,
                    sliding_window=sliding_window, block_m=CANONICAL_TILE_M, block_n=key_block,
                    num_warps=CANONICAL_TILE_WARPS, num_stages=CANONICAL_TILE_STAGES, is_canonical=True,
-                   rows_per_tile=1)
+                   rows_per_tile=1, mask_every_block=mask_every_block)

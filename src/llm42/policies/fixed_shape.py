@@ -16,7 +16,9 @@ from llm42.policies.base import ExactRowOps, FusedRowOps
 if TYPE_CHECKING:
     from llm42.distributed.group import TensorParallel
 
-ATTENTION_KERNELS = ("tiled", "rows")  # the Triton canonical attention kernels (CUDA; part of the canonical config)
+# the Triton canonical attention kernels (CUDA; part of the canonical config). "tiled_masked" is "tiled" with
+# every key block through the masked step: the same bits, slower (the reference the GPU suite compares with)
+ATTENTION_KERNELS = ("tiled", "tiled_masked", "rows")
 
 
 class FixedShapePolicy(ExactRowOps, FusedRowOps):
@@ -43,7 +45,8 @@ class FixedShapePolicy(ExactRowOps, FusedRowOps):
     (``tiled_canonical_attention``: query tiles of one sequence share each key
     block's loads, a row's bits are its own; ``key_block`` a power of two >= 16;
     ``attention_kernel="rows"`` takes the one-program-per-row kernel of earlier
-    versions instead, whose committed bits differ), the fused row-per-program RMSNorm and the fused row ops
+    versions instead, whose committed bits differ; ``"tiled_masked"`` the tiled
+    kernel with every key block masked, the same bits as ``"tiled"``, slower), the fused row-per-program RMSNorm and the fused row ops
     (residual add + RMSNorm, RoPE + K/V write, SwiGLU: row-wise, launched over
     the R rows, each row's arithmetic fixed by the feature sizes alone).
 
@@ -118,6 +121,7 @@ class FixedShapePolicy(ExactRowOps, FusedRowOps):
             return kernels.tiled_canonical_attention(
                 q, k_cache, v_cache, inputs.positions, inputs.shared_table_rows, inputs.block_tables,
                 block_size=block_size, scale=scale, key_block=self.key_block, sliding_window=sliding_window,
+                mask_every_block=True if self.attention_kernel == "tiled_masked" else None,
             )
         return blocked_attention(
             q, k_cache, v_cache, inputs,
