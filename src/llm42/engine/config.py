@@ -48,7 +48,8 @@ class EngineConfig:
     carries prompt chunks, its GEMMs on R-row blocks: it never changes a committed bit.
     ``canonical_stream``: on CUDA, run each canonical pass on its own stream (its graphs captured there,
     with their own cuBLAS workspace), so that fast steps run beside it instead of queueing behind it;
-    off by default until measured on the H200 (docs/engine.md). No effect on the CPU (see
+    off by default: on the H200 it kept the contract but its gain was small and mixed
+    (docs/engine.md). No effect on the CPU (see
     ``canonical_thread``). Committed output is unchanged.
     """
 
