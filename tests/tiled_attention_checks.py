@@ -191,14 +191,37 @@ def check_decode_launch_has_canonical_bits(cache: Cache, rng: random.Random, *, 
         assert _bits(decode[i]) == _bits(verify[-1]), (seq, pos)
 
 
+def rows_with_full_blocks(rows: list[tuple[int, int]], *, key_block: int, sliding_window=None,
+                          rows_per_tile: int) -> int:
+    """Rows of a canonical launch that run at least one key block unmasked: rows whose group (the rows of
+    one sequence in one tile, as the kernel forms it) has a key block that every one of its rows sees in
+    full. What keeps the unmasked-block check from passing vacuously."""
+    count = 0
+    for start in range(0, len(rows), rows_per_tile):
+        groups: dict[int, list[int]] = {}
+        for seq, pos in rows[start:start + rows_per_tile]:
+            groups.setdefault(seq, []).append(pos)
+        for positions in groups.values():
+            hi = [p + 1 for p in positions]
+            lo = [0 if sliding_window is None else max(h - sliding_window, 0) for h in hi]
+            full_lo = -(-max(lo) // key_block) * key_block
+            full_hi = (min(hi) // key_block) * key_block
+            count += len(positions) if full_hi > full_lo else 0
+    return count
+
+
 def check_unmasked_full_blocks_keep_the_bits(cache: Cache, rng: random.Random, *, num_launches: int,
                                              key_block: int, sliding_window=None, other=None) -> int:
     """The canonical launch with every key block masked and with the blocks every row of a tile's group sees
     in full unmasked: the same bits in every row, in random mixed launches (long prompt chunks, so that most
     blocks are full ones), varlen and static. ``other`` (kwargs for the second launch) replaces the unmasked
-    variant: the negative control passes another canonical config there. Returns the rows compared."""
+    variant: the negative control passes another canonical config there. Returns the rows compared that
+    ran at least one key block unmasked (``rows_with_full_blocks``)."""
+    from llm42.kernels.tiled_attention import CANONICAL_TILE_M
+
     compared = 0
     second = dict(mask_every_block=False) if other is None else other
+    rows_per_tile = CANONICAL_TILE_M // (cache.num_heads // cache.k.shape[1])
     for _ in range(num_launches):
         rows = mixed_rows(cache, rng, num_chunks=3, num_decode=4)
         static = rng.random() < 0.5
@@ -208,5 +231,6 @@ def check_unmasked_full_blocks_keep_the_bits(cache: Cache, rng: random.Random, *
         unmasked = cache.run(tiled_canonical_attention, rows, static=static, **kwargs)
         for i in range(len(rows)):
             assert _bits(masked[i]) == _bits(unmasked[i]), (rows[i], second)
-        compared += len(rows)
+        compared += rows_with_full_blocks(rows, key_block=key_block, sliding_window=sliding_window,
+                                          rows_per_tile=rows_per_tile)
     return compared
