@@ -76,8 +76,9 @@ def sweep_length(length: int, rows: int, *, device: torch.device, dtype: torch.d
     reference = launch(q, k, v, positions, row_seq, table, CURRENT)
     cut = rows // 3 + 1  # an odd split: every tile of the second part starts at another row
     for config in candidates:
+        name = "x".join(map(str, config))
         for mask_every_block in (True, False):
-            key = "x".join(map(str, config)) + ("" if mask_every_block else "-unmasked-full-blocks")
+            key = name + ("" if mask_every_block else "-unmasked-full-blocks")
             try:
                 run = lambda q_, p_, r_: launch(q_, k, v, p_, r_, table, config,  # noqa: E731
                                                 mask_every_block=mask_every_block)
@@ -93,9 +94,9 @@ def sweep_length(length: int, rows: int, *, device: torch.device, dtype: torch.d
         try:  # the same configuration as a fast-path launch (FMA contraction on), for the fast path's choice
             ms = devicetime.median_ms(lambda: launch(q, k, v, positions, row_seq, table, config, canonical=False,
                                                      mask_every_block=False), device, reps=reps)
-            out["fast_configs"]["x".join(map(str, config))] = {"ms": ms, "tflops": flops / (ms * 1e-3) / 1e12}
+            out["fast_configs"][name] = {"ms": ms, "tflops": flops / (ms * 1e-3) / 1e12}
         except Exception as exc:  # noqa: BLE001
-            out["fast_configs"]["x".join(map(str, config))] = {"error": f"{type(exc).__name__}: {exc}"[:300]}
+            out["fast_configs"][name] = {"error": f"{type(exc).__name__}: {exc}"[:300]}
     fast = lambda: tiled_attention.tiled_prefill_attention(q, k, v, positions, row_seq, table,  # noqa: E731
                                                            block_size=PAGE, scale=head_dim ** -0.5)
     ms = devicetime.median_ms(fast, device, reps=reps)
