@@ -1,0 +1,208 @@
+"""Where an offline serving run's engine steps go, step by step: their kind, rows, wall time and device time.
+
+    PYTHONPATH=src python3 benchmarks/device/profile_steps.py --out steps.json [--model smollm2|8b]
+        [--num-requests 1000] [--max-num-seqs 256,512] [--max-fast-tokens 2048]
+
+For each ``max_num_seqs`` the ShareGPT-like offline set (nondet, random weights of the model's shape) runs
+twice through one ``DVRGenerator``: the first run captures every graph bucket the set needs, the second is
+measured. Each step is classified by its plan (decode rows only, decode rows + prompt chunks, prompt chunks
+only) and timed on the host (``step()``'s wall time) and on the device (CUDA events around the decode
+graph's and the prefill graph's replays, read after the run). The report gives, per kind, the step count,
+the mean wall and device milliseconds, and the share of the run's wall time; and the rows per step over
+the run (the tail where few requests are left). A diagnostic, not a benchmark.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "src"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from llm42 import DVRGenerator, SamplingParams  # noqa: E402
+from llm42.bench.workloads import sharegpt_like  # noqa: E402
+from llm42.model.config import llama31_8b_config  # noqa: E402
+from llm42.model.weights import random_weights  # noqa: E402
+from profile_serving import smollm2_shape  # noqa: E402
+
+
+class EventTimer:
+    """CUDA events around every call of ``owner.name``; their elapsed times are read once, at the end."""
+
+    def __init__(self, owner, name: str):
+        self.pairs: list[tuple[int, torch.cuda.Event, torch.cuda.Event]] = []
+        self.step = -1
+        fn = getattr(owner, name)
+
+        def timed(*args, **kwargs):
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                end.record()
+                self.pairs.append((self.step, start, end))
+
+        setattr(owner, name, timed)
+
+    def per_step(self) -> dict[int, float]:
+        out: dict[int, float] = {}
+        for step, start, end in self.pairs:
+            out[step] = out.get(step, 0.0) + start.elapsed_time(end)
+        return out
+
+
+class HostTimer:
+    """Host wall time of every call of ``owner.name``, by step."""
+
+    def __init__(self, owner, name: str):
+        self.times: dict[int, float] = {}
+        self.step = -1
+        fn = getattr(owner, name)
+
+        def timed(*args, **kwargs):
+            t = time.perf_counter()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                self.times[self.step] = self.times.get(self.step, 0.0) + 1e3 * (time.perf_counter() - t)
+
+        setattr(owner, name, timed)
+
+    def per_step(self) -> dict[int, float]:
+        return self.times
+
+
+def requests(n: int, vocab: int, length_scale: float):
+    work = sharegpt_like(n, vocab_size=vocab, seed=0, length_scale=length_scale)
+    prompts = [list(r.prompt) for r in work.requests]
+    params = [SamplingParams(max_new_tokens=r.max_new_tokens, temperature=r.temperature, seed=r.seed,
+                             ignore_eos=True) for r in work.requests]
+    return prompts, params
+
+
+def sync() -> None:
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+
+
+def measure(gen: DVRGenerator, prompts, params) -> dict:
+    plans: list[tuple[int, int, int]] = []
+    schedule = gen.scheduler.schedule
+
+    def recording(state):
+        plan = schedule(state)
+        plans.append((len(plan.fast_decode), sum(c.num_tokens for c in plan.fast_prefill),
+                      len(plan.verify) + len(plan.canonical_prefill)))
+        return plan
+
+    gen.scheduler.schedule = recording
+    fast = gen.fast_step
+    timers = {}
+    if fast.decode_graphs is not None:
+        timers["decode"] = EventTimer(fast.decode_graphs, "run")
+    if fast.fast_prefill.graphs is not None:
+        timers["prefill"] = EventTimer(fast.fast_prefill.graphs, "run")
+    host = {"launch_host": HostTimer(fast, "launch"), "read_host": HostTimer(fast, "read"),
+            "schedule_host": HostTimer(gen.scheduler, "schedule")}
+    for p, s in zip(prompts, params):
+        gen.submit(p, s)
+    walls: list[float] = []
+    sync()
+    t0 = time.perf_counter()
+    while gen.has_unfinished():
+        for timer in (*timers.values(), *host.values()):
+            timer.step = len(walls)
+        t = time.perf_counter()
+        gen.step()
+        walls.append(time.perf_counter() - t)
+    sync()
+    wall = time.perf_counter() - t0
+    wrapped = [(fast, "launch"), (fast, "read"), (gen.scheduler, "schedule")]
+    wrapped += [(fast.decode_graphs, "run")] if "decode" in timers else []
+    wrapped += [(fast.fast_prefill.graphs, "run")] if "prefill" in timers else []
+    for owner, name in wrapped:
+        delattr(owner, name)  # the instance wrappers: back to the class's methods
+    device = {k: timer.per_step() for k, timer in (*timers.items(), *host.items())}
+    kinds: dict[str, dict] = {}
+    for i, (w, (d, p, c)) in enumerate(zip(walls, plans)):
+        kind = "decode" if d and not p else "mixed" if d and p else "prefill" if p else "other"
+        k = kinds.setdefault(kind, {"steps": 0, "wall_ms": 0.0, "decode_graph_ms": 0.0, "prefill_graph_ms": 0.0,
+                                    "decode_rows": 0, "prefill_rows": 0, "launch_host_ms": 0.0,
+                                    "read_host_ms": 0.0, "schedule_host_ms": 0.0})
+        k["steps"] += 1
+        k["wall_ms"] += 1e3 * w
+        k["decode_graph_ms"] += device.get("decode", {}).get(i, 0.0)
+        k["prefill_graph_ms"] += device.get("prefill", {}).get(i, 0.0)
+        for key in ("launch_host", "read_host", "schedule_host"):
+            k[f"{key}_ms"] += device[key].get(i, 0.0)
+        k["decode_rows"] += d
+        k["prefill_rows"] += p
+    for k in kinds.values():
+        n = k["steps"]
+        k["share_of_wall"] = round(k["wall_ms"] / (1e3 * wall), 4)
+        for key in ("wall_ms", "decode_graph_ms", "prefill_graph_ms", "decode_rows", "prefill_rows",
+                    "launch_host_ms", "read_host_ms", "schedule_host_ms"):
+            k[f"mean_{key}"] = round(k.pop(key) / n, 4)
+    out_tokens = sum(p.max_new_tokens for p in params)
+    # decode rows per step in tenths of the run: the tail where few requests are left
+    tenths = []
+    n = len(plans)
+    for j in range(10):
+        part = plans[j * n // 10: (j + 1) * n // 10]
+        part_walls = walls[j * n // 10: (j + 1) * n // 10]
+        tenths.append({"steps": len(part), "mean_decode_rows": round(sum(x[0] for x in part) / max(1, len(part)), 1),
+                       "mean_prefill_rows": round(sum(x[1] for x in part) / max(1, len(part)), 1),
+                       "wall_s": round(sum(part_walls), 4)})
+    # decode-graph device time by batch bucket, decode-only steps (how a step's cost grows with the batch)
+    by_batch: dict[int, list[float]] = {}
+    for i, (d, p, _) in enumerate(plans):
+        if d and not p and i in device.get("decode", {}):
+            by_batch.setdefault(fast.decode_graphs.bucket_for(d), []).append(device["decode"][i])
+    return {"wall_s": round(wall, 4), "steps": len(walls), "output_tokens": out_tokens,
+            "output_tok_per_s": round(out_tokens / wall, 1), "ms_per_step": round(1e3 * wall / len(walls), 4),
+            "kinds": kinds, "tenths": tenths,
+            "decode_graph_ms_by_bucket": {b: round(sorted(v)[len(v) // 2], 4) for b, v in sorted(by_batch.items())}}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--model", choices=("smollm2", "8b"), default="smollm2")
+    ap.add_argument("--num-requests", type=int, default=1000)
+    ap.add_argument("--max-num-seqs", default="256")
+    ap.add_argument("--max-fast-tokens", type=int, default=2048)
+    ap.add_argument("--length-scale", type=float, default=1.0)
+    ap.add_argument("--device", default="cuda")
+    args = ap.parse_args()
+    cfg = smollm2_shape() if args.model == "smollm2" else llama31_8b_config(max_position_embeddings=4096)
+    weights = random_weights(cfg, seed=0, dtype=torch.bfloat16, device=args.device)
+    name = torch.cuda.get_device_name() if args.device == "cuda" else args.device
+    result: dict = {"args": vars(args), "device": name, "runs": {}}
+    prompts, params = requests(args.num_requests, cfg.vocab_size, args.length_scale)
+    for seqs in (int(s) for s in args.max_num_seqs.split(",")):
+        gen = DVRGenerator(weights, cfg, max_num_seqs=seqs, max_fast_tokens=max(args.max_fast_tokens, seqs))
+        t = time.perf_counter()
+        warm = measure(gen, prompts, params)
+        run = measure(gen, prompts, params)
+        run["warmup_s"] = round(time.perf_counter() - t - run["wall_s"], 2)
+        run["warmup_output_tok_per_s"] = warm["output_tok_per_s"]
+        result["runs"][str(seqs)] = run
+        print(json.dumps({"max_num_seqs": seqs, **{k: run[k] for k in ("output_tok_per_s", "ms_per_step", "steps")},
+                          "kinds": run["kinds"]}, indent=1), flush=True)
+        Path(args.out).write_text(json.dumps(result, indent=1))
+        gen.close()
+        del gen
+        if args.device == "cuda":
+            torch.cuda.empty_cache()
+
+
+if __name__ == "__main__":
+    main()
