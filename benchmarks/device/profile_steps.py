@@ -1,7 +1,7 @@
 """Where an offline serving run's engine steps go, step by step: their kind, rows, wall time and device time.
 
     PYTHONPATH=src python3 benchmarks/device/profile_steps.py --out steps.json [--model smollm2|8b]
-        [--num-requests 1000] [--max-num-seqs 256,512] [--max-fast-tokens 2048]
+        [--num-requests 1000] [--max-num-seqs 256,512] [--max-fast-tokens 2048] [--mixed-steps on,off]
 
 For each ``max_num_seqs`` the ShareGPT-like offline set (nondet, random weights of the model's shape) runs
 twice through one ``DVRGenerator``: the first run captures every graph bucket the set needs, the second is
@@ -9,7 +9,8 @@ measured. Each step is classified by its plan (decode rows only, decode rows + p
 only) and timed on the host (``step()``'s wall time) and on the device (CUDA events around the decode
 graph's and the prefill graph's replays, read after the run). The report gives, per kind, the step count,
 the mean wall and device milliseconds, and the share of the run's wall time; and the rows per step over
-the run (the tail where few requests are left). A diagnostic, not a benchmark.
+the run (the tail where few requests are left). ``--mixed-steps on,off`` runs each ``max_num_seqs`` with the
+decode rows and prompt chunks of a step in one pass and in two. A diagnostic, not a benchmark.
 """
 
 from __future__ import annotations
@@ -110,6 +111,8 @@ def measure(gen: DVRGenerator, prompts, params) -> dict:
         timers["decode"] = EventTimer(fast.decode_graphs, "run")
     if fast.fast_prefill.graphs is not None:
         timers["prefill"] = EventTimer(fast.fast_prefill.graphs, "run")
+    if fast.mixed is not None and fast.mixed.graphs is not None:
+        timers["mixed"] = EventTimer(fast.mixed.graphs, "run")
     host = {"launch_host": HostTimer(fast, "launch"), "read_host": HostTimer(fast, "read"),
             "schedule_host": HostTimer(gen.scheduler, "schedule")}
     for p, s in zip(prompts, params):
@@ -128,6 +131,7 @@ def measure(gen: DVRGenerator, prompts, params) -> dict:
     wrapped = [(fast, "launch"), (fast, "read"), (gen.scheduler, "schedule")]
     wrapped += [(fast.decode_graphs, "run")] if "decode" in timers else []
     wrapped += [(fast.fast_prefill.graphs, "run")] if "prefill" in timers else []
+    wrapped += [(fast.mixed.graphs, "run")] if "mixed" in timers else []
     for owner, name in wrapped:
         delattr(owner, name)  # the instance wrappers: back to the class's methods
     device = {k: timer.per_step() for k, timer in (*timers.items(), *host.items())}
@@ -135,12 +139,14 @@ def measure(gen: DVRGenerator, prompts, params) -> dict:
     for i, (w, (d, p, c)) in enumerate(zip(walls, plans)):
         kind = "decode" if d and not p else "mixed" if d and p else "prefill" if p else "other"
         k = kinds.setdefault(kind, {"steps": 0, "wall_ms": 0.0, "decode_graph_ms": 0.0, "prefill_graph_ms": 0.0,
-                                    "decode_rows": 0, "prefill_rows": 0, "launch_host_ms": 0.0,
+                                    "mixed_graph_ms": 0.0, "decode_rows": 0, "prefill_rows": 0,
+                                    "launch_host_ms": 0.0,
                                     "read_host_ms": 0.0, "schedule_host_ms": 0.0})
         k["steps"] += 1
         k["wall_ms"] += 1e3 * w
         k["decode_graph_ms"] += device.get("decode", {}).get(i, 0.0)
         k["prefill_graph_ms"] += device.get("prefill", {}).get(i, 0.0)
+        k["mixed_graph_ms"] += device.get("mixed", {}).get(i, 0.0)
         for key in ("launch_host", "read_host", "schedule_host"):
             k[f"{key}_ms"] += device[key].get(i, 0.0)
         k["decode_rows"] += d
@@ -148,7 +154,7 @@ def measure(gen: DVRGenerator, prompts, params) -> dict:
     for k in kinds.values():
         n = k["steps"]
         k["share_of_wall"] = round(k["wall_ms"] / (1e3 * wall), 4)
-        for key in ("wall_ms", "decode_graph_ms", "prefill_graph_ms", "decode_rows", "prefill_rows",
+        for key in ("wall_ms", "decode_graph_ms", "prefill_graph_ms", "mixed_graph_ms", "decode_rows", "prefill_rows",
                     "launch_host_ms", "read_host_ms", "schedule_host_ms"):
             k[f"mean_{key}"] = round(k.pop(key) / n, 4)
     out_tokens = sum(p.max_new_tokens for p in params)
@@ -180,6 +186,7 @@ def main() -> None:
     ap.add_argument("--max-num-seqs", default="256")
     ap.add_argument("--max-fast-tokens", type=int, default=2048)
     ap.add_argument("--length-scale", type=float, default=1.0)
+    ap.add_argument("--mixed-steps", default="default", help="comma-separated: default, on, off (one run each)")
     ap.add_argument("--device", default="cuda")
     args = ap.parse_args()
     cfg = smollm2_shape() if args.model == "smollm2" else llama31_8b_config(max_position_embeddings=4096)
@@ -187,15 +194,18 @@ def main() -> None:
     name = torch.cuda.get_device_name() if args.device == "cuda" else args.device
     result: dict = {"args": vars(args), "device": name, "runs": {}}
     prompts, params = requests(args.num_requests, cfg.vocab_size, args.length_scale)
-    for seqs in (int(s) for s in args.max_num_seqs.split(",")):
-        gen = DVRGenerator(weights, cfg, max_num_seqs=seqs, max_fast_tokens=max(args.max_fast_tokens, seqs))
+    runs = [(int(s), m) for s in args.max_num_seqs.split(",") for m in args.mixed_steps.split(",")]
+    for seqs, mixed in runs:
+        gen = DVRGenerator(weights, cfg, max_num_seqs=seqs, max_fast_tokens=max(args.max_fast_tokens, seqs),
+                           mixed_steps={"default": None, "on": True, "off": False}[mixed])
         t = time.perf_counter()
         warm = measure(gen, prompts, params)
         run = measure(gen, prompts, params)
         run["warmup_s"] = round(time.perf_counter() - t - run["wall_s"], 2)
         run["warmup_output_tok_per_s"] = warm["output_tok_per_s"]
-        result["runs"][str(seqs)] = run
-        print(json.dumps({"max_num_seqs": seqs, **{k: run[k] for k in ("output_tok_per_s", "ms_per_step", "steps")},
+        run["mixed_steps"] = gen.stats["mixed_steps"]
+        result["runs"][str(seqs) if mixed == "default" else f"{seqs}/mixed_{mixed}"] = run
+        print(json.dumps({"max_num_seqs": seqs, "mixed": mixed, **{k: run[k] for k in ("output_tok_per_s", "ms_per_step", "steps")},
                           "kinds": run["kinds"]}, indent=1), flush=True)
         Path(args.out).write_text(json.dumps(result, indent=1))
         gen.close()

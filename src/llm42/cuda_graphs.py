@@ -286,3 +286,35 @@ class PrefillGraphs:
         graph, outputs = self._graphs[key]
         graph.replay()
         return outputs
+
+
+class MixedGraphs:
+    """A fast step's decode rows and prompt chunks in one pass (``MixedStep.forward_sample``), captured per
+    (decode bucket, prompt-row bucket, sampling variant).
+
+    Like ``DecodeGraphs``: captured lazily into one pool, the decode state put back after each warm-up run.
+    """
+
+    def __init__(self, mixed):
+        self.mixed = weakref.proxy(mixed)  # the step owns these graphs (see PrefillGraphs)
+        self._graphs: dict[tuple[int, int, bool, bool], tuple[torch.cuda.CUDAGraph, tuple[torch.Tensor, ...]]] = {}
+        self._pool = torch.cuda.graph_pool_handle()
+
+    @property
+    def num_captured(self) -> int:
+        return len(self._graphs)
+
+    def run(self, decode_bucket: int, prompt_bucket: int, variant: tuple[bool, bool]) -> tuple[torch.Tensor, ...]:
+        key = (decode_bucket, prompt_bucket, *variant)
+        if key not in self._graphs:
+            mixed = self.mixed
+            state = mixed.decode_state
+            saved = state.snapshot()  # the warm-up run executes the step: the replay below runs it once
+            self._graphs[key] = capture_graph(
+                lambda: mixed.forward_sample(decode_bucket, prompt_bucket, variant=variant, max_context_len=None),
+                self._pool,
+            )
+            state.restore(saved)
+        graph, outputs = self._graphs[key]
+        graph.replay()
+        return outputs

@@ -33,6 +33,7 @@ from llm42.cuda_graphs import DecodeGraphs
 from llm42.engine.config import EngineConfig
 from llm42.engine.decode_state import DecodeState
 from llm42.engine.fast_step import FastStep
+from llm42.engine.mixed import MixedStep
 from llm42.engine.prefill import FastPrefill
 from llm42.engine.requests import Request, RequestPool
 from llm42.defaults import default_canonical_size
@@ -145,6 +146,7 @@ class DVRGenerator:
         canonical_thread: bool = False,
         max_canonical_tokens: int | None = None,
         canonical_stream: bool = False,
+        mixed_steps: bool | None = None,
     ):
         self.canonical_config = CanonicalConfig(window=window, group=group)
         self.config = EngineConfig(
@@ -152,7 +154,7 @@ class DVRGenerator:
             block_size=block_size, prefix_cache=prefix_cache, seed=seed, use_cuda_graphs=use_cuda_graphs,
             adaptive_draft=adaptive_draft, overlap=overlap, max_model_len=max_model_len,
             canonical_thread=canonical_thread, max_canonical_tokens=max_canonical_tokens,
-            canonical_stream=canonical_stream,
+            canonical_stream=canonical_stream, mixed_steps=mixed_steps,
         )
         num_canonical_tokens = self.config.canonical_tokens(self.canonical_config.num_rows)
         scratch = getattr(kv_store, "num_scratch_slots", None)  # an injected store: a pass's padding rows write there
@@ -234,9 +236,12 @@ class DVRGenerator:
         self._num_ids = 0
         self._pool = RequestPool(max_num_seqs=max_num_seqs, window=window, adaptive_draft=adaptive_draft)
         self.stats = self._pool.stats
+        is_mixed = is_fast_graphed if mixed_steps is None else mixed_steps
+        mixed = (MixedStep(self.decode_state, fast_prefill, decode_graphs, use_graph=is_fast_graphed)
+                 if is_mixed else None)
         self.fast_step = FastStep(self.runner, self.kv, self.decode_state, decode_graphs, fast_prefill,
                                   self.fast_policy, self._pool, device=self.device,
-                                  max_rows=max_fast_tokens + max_num_seqs)
+                                  max_rows=max_fast_tokens + max_num_seqs, mixed=mixed)
         self._num_steps = 0
         self._events: dict[int, list[int]] = {}
         self._canonical_in_flight: LaunchedPass | None = None

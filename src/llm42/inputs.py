@@ -28,6 +28,42 @@ class StepInputs:
     # attention kernel knows which rows share keys; it must select the same table contents as row_seq.
     # None: row_seq already does (the varlen layout).
     table_rows: torch.Tensor | None = None
+    # None, or the parts of a joined step (``join``): ((first row, the part's inputs), ...) covering the rows in
+    # order; attention runs once per part on its own inputs (a decode batch beside staged prompt chunks)
+    parts: tuple[tuple[int, StepInputs], ...] | None = None
+
+    @classmethod
+    def join(cls, parts: list[StepInputs]) -> StepInputs:
+        """One forward pass over the rows of ``parts`` in order; each part's rows attend as that part says.
+
+        The row-wise fields are concatenated; the logits rows are each part's (all its rows where it wants
+        every row's), offset by the part's first row. The sequence fields (``row_seq``, ``block_tables``,
+        ``context_lens``, ``seq_starts``, ``table_rows``) are the parts' own: read through ``parts`` only.
+        """
+        starts, logits_rows, at = [], [], 0
+        for part in parts:
+            if part.parts is not None:
+                raise ValueError("StepInputs.join: a part is itself joined")
+            starts.append(at)
+            rows = part.logits_rows
+            if rows is None:
+                rows = torch.arange(part.num_rows, device=part.token_ids.device)
+            logits_rows.append(rows + at)
+            at += part.num_rows
+        first = parts[0]
+        return cls(
+            token_ids=torch.cat([p.token_ids for p in parts]),
+            positions=torch.cat([p.positions for p in parts]),
+            slot_mapping=torch.cat([p.slot_mapping for p in parts]),
+            row_seq=first.row_seq,
+            block_tables=first.block_tables,
+            context_lens=first.context_lens,
+            seq_starts=(0, at),
+            max_context_len=max(p.max_context_len for p in parts),
+            logits_rows=torch.cat(logits_rows),
+            table_rows=None,
+            parts=tuple(zip(starts, parts)),
+        )
 
     @property
     def shared_table_rows(self) -> torch.Tensor:
@@ -49,7 +85,7 @@ class StepInputs:
         Staged prompt chunks (fast prefill, the canonical pass) also give each row its own "sequence",
         but carry ``table_rows`` saying which rows share one: not decode.
         """
-        return self.num_rows == self.num_seqs and self.table_rows is None
+        return self.num_rows == self.num_seqs and self.table_rows is None and self.parts is None
 
     @property
     def max_query_len(self) -> int:

@@ -40,6 +40,7 @@ class WideModel:
         canonical_thread: bool = False,
         verifier: Callable[[], object] | None = None,
         max_canonical_tokens: int | None = None,
+        mixed_steps: bool | None = None,
     ) -> Callable[[], DVRGenerator]:
         """Builds a fresh generator per call over the shared weights.
 
@@ -57,6 +58,8 @@ class WideModel:
         the mutation controls plug broken ones in here; ``key_block`` is then the verifier's business.
         ``max_canonical_tokens``: rows per canonical pass (None: the default, passes of up to 512 rows
         here); never changes a committed bit.
+        ``mixed_steps``: decode rows and free prompt chunks in one forward pass (None: the default, off on
+        the CPU); the fast path's business only.
         """
 
         def build() -> DVRGenerator:
@@ -67,7 +70,7 @@ class WideModel:
                 fast_policy=fast_policy, scheduler=None if scheduler is None else scheduler(),
                 max_num_seqs=max_num_seqs, kv_cache_tokens=kv_cache_tokens, block_size=block_size,
                 prefix_cache=prefix_cache, adaptive_draft=adaptive_draft, canonical_thread=canonical_thread,
-                max_canonical_tokens=max_canonical_tokens, **canonical_side,
+                max_canonical_tokens=max_canonical_tokens, mixed_steps=mixed_steps, **canonical_side,
             )
 
         return build

@@ -121,6 +121,9 @@ def contract_example(model, data, *, is_noisy: bool, mutation: Mutation | None =
     adaptive_draft = data.draw(st.booleans(), label="adaptive_draft")
     # passes on a worker thread, applied whenever they are done: later and at other steps than inline
     canonical_thread = data.draw(st.booleans(), label="canonical_thread")
+    # decode rows and free prompt chunks in one forward pass (the CUDA default): other fast-path batches.
+    # Not drawn under a mutation: the mutation controls' examples (and their sensitivity) stay as they were
+    mixed_steps = data.draw(st.booleans(), label="mixed_steps") if mutation is None else False
     schedules = data.draw(st.lists(ls.arrival_schedules(num_requests=len(mix), max_gap=4), min_size=1,
                                    max_size=3), label="schedules")
     prompts = [p for p, _ in mix]
@@ -130,6 +133,7 @@ def contract_example(model, data, *, is_noisy: bool, mutation: Mutation | None =
         canonical, fast_policy=policy, scheduler=lambda: make_scheduler(scheduler_kind, scheduler_seed),
         max_num_seqs=max_num_seqs, kv_cache_tokens=kv_cache_tokens, key_block=key_block, block_size=block_size,
         adaptive_draft=adaptive_draft, canonical_thread=canonical_thread, verifier=verifier,
+        mixed_steps=mixed_steps,
     )
     check = check_against_reference(factory, prompts, params, schedules=schedules, after={len(mix) - 1: base},
                                     reference_factory=model.factory(canonical, key_block=key_block,

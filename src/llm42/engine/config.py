@@ -46,6 +46,10 @@ class EngineConfig:
     ``max_fast_tokens`` rounded down to a multiple of R, at least R (a deterministic prompt then
     blocks the device no longer per pass than a free prompt's chunk does). A pass of more than R rows
     carries prompt chunks, its GEMMs on R-row blocks: it never changes a committed bit.
+    ``mixed_steps``: run a fast step's decode rows and free prompt chunks as one forward pass
+    (``llm42.engine.mixed``) instead of two; ``None`` (default): where the fast path runs CUDA graphs;
+    ``True`` also eagerly (the CPU suite tests it so); ``False``: two passes, as before. Committed
+    output of deterministic requests is unchanged (the fast path may drift with the batch anyway).
     ``canonical_stream``: on CUDA, run each canonical pass on its own stream (its graphs captured there,
     with their own cuBLAS workspace), so that fast steps run beside it instead of queueing behind it;
     off by default: on the H200 it kept the contract but its gain was small and mixed
@@ -66,6 +70,7 @@ class EngineConfig:
     canonical_thread: bool = False
     max_canonical_tokens: int | None = None
     canonical_stream: bool = False
+    mixed_steps: bool | None = None
 
     def __post_init__(self) -> None:
         owner = "DVRGenerator"
@@ -77,6 +82,8 @@ class EngineConfig:
         for name in ("prefix_cache", "use_cuda_graphs", "adaptive_draft", "overlap", "canonical_thread",
                      "canonical_stream"):
             strict_bool(owner, name, getattr(self, name))
+        if self.mixed_steps is not None:
+            strict_bool(owner, "mixed_steps", self.mixed_steps)
         if not isinstance(self.seed, int) or isinstance(self.seed, bool):
             raise TypeError(f"{owner} seed must be an int, got {type(self.seed).__name__} {self.seed!r}")
 

@@ -140,7 +140,7 @@ class DecodeState:
         """One decode row per staged slot; returns (tokens [num_rows], log-probs [num_rows])."""
         idx, positions, logits, rows = self._forward(num_rows, variant, max_context_len)
         new_tokens, logprobs = sample(logits, rows)
-        self._advance(idx, positions, new_tokens)
+        self.advance(idx, positions, new_tokens)
         return new_tokens, logprobs
 
     def decode_with_details(self, num_rows: int, *, variant: tuple[bool, bool], max_context_len: int | None,
@@ -151,10 +151,17 @@ class DecodeState:
         idx, positions, logits, rows = self._forward(num_rows, variant, max_context_len)
         new_tokens, _ = sample(logits, rows)
         logprobs, top_ids, top_logprobs = logprob_details(logits, new_tokens, rows, is_processed, num_top)
-        self._advance(idx, positions, new_tokens)
+        self.advance(idx, positions, new_tokens)
         return new_tokens, logprobs, (top_ids, top_logprobs) if num_top else None
 
     def _forward(self, num_rows: int, variant: tuple[bool, bool], max_context_len: int | None):
+        idx, positions, inputs = self.decode_inputs(num_rows, max_context_len)
+        logits = forward(self.weights, self.cfg, inputs, self.kv.layers(), self.policy)
+        return idx, positions, logits, self.sampling_rows(idx, positions, variant)
+
+    def decode_inputs(self, num_rows: int, max_context_len: int | None
+                      ) -> tuple[torch.Tensor, torch.Tensor, StepInputs]:
+        """(slots [num_rows], positions, ``StepInputs``) of the staged batch's decode rows, gathered on the device."""
         idx = self.batch[:num_rows]
         tokens = self.tokens[idx]
         positions = self.positions[idx]
@@ -173,13 +180,16 @@ class DecodeState:
             max_context_len=self.max_model_len if max_context_len is None else max_context_len,
             logits_rows=None,
         )
-        logits = forward(self.weights, self.cfg, inputs, self.kv.layers(), self.policy)
-        rows = SamplingRows(temperature=self.temperature[idx], top_k=self.top_k[idx], top_p=self.top_p[idx],
+        return idx, positions, inputs
+
+    def sampling_rows(self, idx: torch.Tensor, positions: torch.Tensor, variant: tuple[bool, bool]) -> SamplingRows:
+        """The sampling parameters of the decode rows of slots ``idx`` at ``positions``."""
+        return SamplingRows(temperature=self.temperature[idx], top_k=self.top_k[idx], top_p=self.top_p[idx],
                             seeds=self.seeds[idx], positions=positions + 1,
                             is_any_sampled=variant[0], is_any_filtered=variant[1])
-        return idx, positions, logits, rows
 
-    def _advance(self, idx: torch.Tensor, positions: torch.Tensor, new_tokens: torch.Tensor) -> None:
+    def advance(self, idx: torch.Tensor, positions: torch.Tensor, new_tokens: torch.Tensor) -> None:
+        """Feed each slot's sampled token into its next decode step, one position on."""
         self.tokens.index_copy_(0, idx, new_tokens)
         self.positions.index_copy_(0, idx, positions + 1)
         self.tokens[self.pad_slot:].zero_()  # padding rows always read token 0 at position 0

@@ -15,6 +15,7 @@ import torch
 
 from llm42.cuda_graphs import DecodeGraphs
 from llm42.engine.decode_state import DecodeState, to_device
+from llm42.engine.mixed import MixedStep
 from llm42.engine.prefill import FastPrefill
 from llm42.engine.requests import Request, RequestPool
 from llm42.kv import KVStoreProtocol
@@ -92,12 +93,13 @@ class FastStep:
 
     def __init__(self, runner: ModelRunner, kv: KVStoreProtocol, decode_state: DecodeState,
                  decode_graphs: DecodeGraphs | None, fast_prefill: FastPrefill, policy: ReductionPolicy,
-                 pool: RequestPool, *, device: torch.device, max_rows: int):
+                 pool: RequestPool, *, device: torch.device, max_rows: int, mixed: MixedStep | None = None):
         self._runner = runner
         self._kv = kv
         self._decode_state = decode_state
         self.decode_graphs = decode_graphs
         self.fast_prefill = fast_prefill
+        self.mixed = mixed
         self._policy = policy
         self._device = device
         self._pool = pool
@@ -116,6 +118,7 @@ class FastStep:
     def drop_decode_graphs(self) -> None:
         """Run decode rows eagerly from now on (a benchmark whose graph capture failed)."""
         self.decode_graphs = None
+        self.mixed = None
 
     def launch(self, plan: Plan) -> None:
         """Queue the plan's fast step on the device (``in_flight``); nothing is read back here."""
@@ -124,32 +127,25 @@ class FastStep:
         running, state = self._pool.running, self._decode_state
         record = FastRecord()
         decode = [running[rid] for rid in plan.fast_decode]
-        if decode:
-            max_position = 0
-            for req in decode:
-                position = req.next_position
-                state.ensure_blocks(req.slot, req.rid, position)
-                max_position = max(max_position, position)
-            state.flush()
-            num = len(decode)
-            graphs = self.decode_graphs
-            details = self._details(decode)
-            use_graph = graphs is not None and num <= graphs.max_batch_size and details is None
-            variant = state.stage_batch([r.slot for r in decode], graphs.bucket_for(num) if use_graph else num)
-            top = None
-            if use_graph:
-                tokens, logprobs = graphs.run(num, variant)
-            elif details is not None:
-                tokens, logprobs, top = state.decode_with_details(
-                    num, variant=variant, max_context_len=max_position + 1, is_processed=details[0],
-                    num_top=details[1])
-            else:
-                tokens, logprobs = state.decode(num, variant=variant, max_context_len=max_position + 1)
-            record.add(decode, tokens, logprobs, top)
         is_prefilled = False
         try:
-            if plan.fast_prefill:
-                self._launch_prefill(plan, record)
+            if decode:
+                max_position = 0
+                for req in decode:
+                    position = req.next_position
+                    state.ensure_blocks(req.slot, req.rid, position)
+                    max_position = max(max_position, position)
+                state.flush()
+                segments = self._prefill_segments(plan) if plan.fast_prefill else []
+                if segments and self._can_mix(decode, segments):
+                    self._launch_mixed(decode, max_position + 1, segments, record)
+                    is_prefilled = True
+                    return
+                self._launch_decode(decode, max_position + 1, record)
+            else:
+                segments = self._prefill_segments(plan)
+            if segments:
+                self._launch_prefill(segments, record)
                 is_prefilled = True
         finally:
             if record.requests or is_prefilled:
@@ -160,9 +156,46 @@ class FastStep:
                 record.copy_out(*buffers)
                 self.in_flight = record
 
-    def _launch_prefill(self, plan: Plan, record: FastRecord) -> None:
+    def _launch_decode(self, decode: list[Request], max_context_len: int, record: FastRecord) -> None:
+        state, graphs = self._decode_state, self.decode_graphs
+        num = len(decode)
+        details = self._details(decode)
+        use_graph = graphs is not None and num <= graphs.max_batch_size and details is None
+        variant = state.stage_batch([r.slot for r in decode], graphs.bucket_for(num) if use_graph else num)
+        top = None
+        if use_graph:
+            tokens, logprobs = graphs.run(num, variant)
+        elif details is not None:
+            tokens, logprobs, top = state.decode_with_details(
+                num, variant=variant, max_context_len=max_context_len, is_processed=details[0],
+                num_top=details[1])
+        else:
+            tokens, logprobs = state.decode(num, variant=variant, max_context_len=max_context_len)
+        record.add(decode, tokens, logprobs, top)
+
+    def _can_mix(self, decode: list[Request], segments: list[Segment]) -> bool:
+        """Whether the decode rows and prompt chunks run as one pass (``MixedStep``): neither asks for details."""
+        mixed = self.mixed
+        if mixed is None or self._details(decode) is not None:
+            return False
+        if self._details([self._pool.running[s.rid] for s in segments]) is not None:
+            return False
+        return mixed.can_run(len(decode), sum(len(s.tokens) for s in segments), len(segments))
+
+    def _launch_mixed(self, decode: list[Request], max_context_len: int, segments: list[Segment],
+                      record: FastRecord) -> None:
+        mixed, state = self.mixed, self._decode_state
+        variant = state.stage_batch([r.slot for r in decode], mixed.decode_bucket(len(decode)))
+        tokens, logprobs, prompt_tokens, prompt_logprobs = mixed.run(len(decode), variant, max_context_len,
+                                                                     segments, self._kv)
+        self._pool.stats["mixed_steps"] += 1
+        record.add(decode, tokens, logprobs)
+        self._prefilled(segments, prompt_tokens, prompt_logprobs, None, record)
+
+    def _prefill_segments(self, plan: Plan) -> list[Segment]:
+        """The plan's prompt chunks as segments, their positions appended in the K/V store."""
         running, state = self._pool.running, self._decode_state
-        segments, finals = [], []
+        segments = []
         for chunk in plan.fast_prefill:
             req = running[chunk.rid]
             start = req.num_prefilled
@@ -170,6 +203,10 @@ class FastStep:
             self._kv.append(req.rid, seg.end)
             state.sync_table(req.slot, req.rid)
             segments.append(seg)
+        return segments
+
+    def _launch_prefill(self, segments: list[Segment], record: FastRecord) -> None:
+        running = self._pool.running
         num_rows = sum(len(s.tokens) for s in segments)
         details = self._details([running[s.rid] for s in segments])
         top = None
@@ -184,6 +221,13 @@ class FastStep:
             else:
                 tokens, logprobs, top = self._runner.forward_sample_details(inputs, self._kv, self._policy, rows,
                                                                             *details)
+        self._prefilled(segments, tokens, logprobs, top, record)
+
+    def _prefilled(self, segments: list[Segment], tokens: torch.Tensor, logprobs: torch.Tensor,
+                   top: tuple[torch.Tensor, torch.Tensor] | None, record: FastRecord) -> None:
+        """Advance each chunk's request; a chunk that completes its prompt feeds its token to the decode state."""
+        running, state = self._pool.running, self._decode_state
+        finals = []
         for i, seg in enumerate(segments):
             req = running[seg.rid]
             req.num_prefilled = seg.end

@@ -13,6 +13,7 @@ from __future__ import annotations
 import torch
 
 from llm42.cuda_graphs import PrefillGraphs, Staging, StaticRows
+from llm42.inputs import StepInputs
 from llm42.model.config import ModelConfig
 from llm42.model.forward import forward
 from llm42.model.weights import Weights
@@ -47,8 +48,25 @@ class FastPrefill:
 
     def run(self, segments, kv) -> tuple[torch.Tensor, torch.Tensor]:
         """Stage ``segments`` (positions appended in ``kv``) and run them; (tokens [s], log-probs [s]) on the device."""
+        bucket, variant, max_context_len = self.stage(segments, kv)
+        if self.graphs is not None:
+            out_tokens, out_logprobs = self.graphs.run(bucket, variant)
+        else:
+            out_tokens, out_logprobs = self.forward_sample(bucket, variant=variant,
+                                                           max_context_len=max_context_len)
+        return out_tokens[: len(segments)], out_logprobs[: len(segments)]
+
+    def bucket_for(self, num_rows: int) -> int:
+        """The rows a step of ``num_rows`` prompt rows runs: its graph bucket, or exactly ``num_rows`` eagerly."""
+        return self.graphs.bucket_for(num_rows) if self.graphs is not None else num_rows
+
+    def stage(self, segments, kv, *, bucket: int | None = None) -> tuple[int, tuple[bool, bool], int]:
+        """Stage ``segments``' rows, padded to ``bucket`` rows (default ``bucket_for``), and their sampling rows.
+
+        Returns (the bucket, the sampling variant, the largest position + 1).
+        """
         num_rows = sum(len(seg.tokens) for seg in segments)
-        bucket = self.graphs.bucket_for(num_rows) if self.graphs is not None else num_rows
+        bucket = self.bucket_for(num_rows) if bucket is None else bucket
         max_context_len, lasts = self._rows.stage_segments(kv, segments, num_rows=bucket)
         num_seqs = len(segments)
         pad = self.max_seqs - num_seqs
@@ -62,21 +80,22 @@ class FastPrefill:
         floats[1] = torch.tensor([s.params.top_p for s in segments] + [1.0] * pad)
         self._staging_ints.copy()
         self._staging_floats.copy()
-        variant = sampling_variant(s.params for s in segments)
-        if self.graphs is not None:
-            out_tokens, out_logprobs = self.graphs.run(bucket, variant)
-        else:
-            out_tokens, out_logprobs = self.forward_sample(bucket, variant=variant,
-                                                           max_context_len=max_context_len)
-        return out_tokens[:num_seqs], out_logprobs[:num_seqs]
+        return bucket, sampling_variant(s.params for s in segments), max_context_len
+
+    def inputs(self, num_rows: int, *, max_context_len: int | None) -> StepInputs:
+        """The ``StepInputs`` of the first ``num_rows`` staged rows, logits wanted at each chunk's last row."""
+        return self._rows.inputs(num_rows, logits_rows=self._logits_rows,
+                                 max_context_len=self.max_model_len if max_context_len is None else max_context_len)
+
+    def sampling_rows(self, variant: tuple[bool, bool]) -> SamplingRows:
+        """The staged sampling parameters of the ``max_seqs`` logits rows (padding rows greedy)."""
+        ints, floats = self._sampling_ints, self._sampling_floats
+        return SamplingRows(temperature=floats[0], top_k=ints[0], top_p=floats[1], seeds=ints[1],
+                            positions=ints[2], is_any_sampled=variant[0], is_any_filtered=variant[1])
 
     def forward_sample(self, num_rows: int, *, variant: tuple[bool, bool], max_context_len: int | None
                        ) -> tuple[torch.Tensor, torch.Tensor]:
         """Forward over the first ``num_rows`` staged rows and sample the staged logits rows (no host syncs)."""
-        inputs = self._rows.inputs(num_rows, logits_rows=self._logits_rows,
-                                   max_context_len=self.max_model_len if max_context_len is None else max_context_len)
+        inputs = self.inputs(num_rows, max_context_len=max_context_len)
         logits = forward(self.weights, self.cfg, inputs, self.kv.layers(), self.policy)
-        ints, floats = self._sampling_ints, self._sampling_floats
-        sampling = SamplingRows(temperature=floats[0], top_k=ints[0], top_p=floats[1], seeds=ints[1],
-                                positions=ints[2], is_any_sampled=variant[0], is_any_filtered=variant[1])
-        return sample(logits, sampling)
+        return sample(logits, self.sampling_rows(variant))

@@ -18,7 +18,7 @@ from llm42.scheduler import RequestView
 from llm42.verify.windows import Commit
 
 STAT_NAMES = (
-    "steps", "fast_steps", "fast_tokens", "canonical_passes", "canonical_rows", "canonical_rows_used",
+    "steps", "fast_steps", "mixed_steps", "fast_tokens", "canonical_passes", "canonical_rows", "canonical_rows_used",
     "committed_tokens", "accepted_tokens", "rollbacks", "recomputed_tokens", "prefix_cached_tokens",
     "score_passes", "scored_tokens",
 )

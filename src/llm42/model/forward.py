@@ -67,10 +67,8 @@ def forward(
             q, k, v, cos, sin, kv.k[layer], kv.v[layer], inputs.slot_mapping,
             q_norm=lw.q_norm, k_norm=lw.k_norm, eps=eps,
         )
-        attn = policy.attention(
-            q, kv.k[layer], kv.v[layer], inputs,
-            block_size=kv.block_size, scale=scale, sliding_window=cfg.sliding_window,
-        )  # [N, Hq, D]
+        attn = _attention(policy, q, kv.k[layer], kv.v[layer], inputs, block_size=kv.block_size, scale=scale,
+                          sliding_window=cfg.sliding_window)  # [N, Hq, D]
         attn_out = row_parallel_linear(policy, tp, attn.reshape(num_rows, cfg.q_size), lw.o_proj,
                                        lw.o_proj_bias, lw.o_proj_shard)
         h, residual = ops.add_rms_norm(attn_out, residual, lw.post_norm, eps)
@@ -84,6 +82,16 @@ def forward(
     if tp is not None:
         logits = tp.gather_vocab(logits, cfg.vocab_size)  # [L, V] on every rank: each samples the same tokens
     return policy.process_logits(logits, inputs)
+
+
+def _attention(policy: ReductionPolicy, q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
+               inputs: StepInputs, **kwargs) -> torch.Tensor:
+    """``policy.attention`` over the step's rows; a joined step's parts (``StepInputs.join``) each on their own."""
+    if inputs.parts is None:
+        return policy.attention(q, k_cache, v_cache, inputs, **kwargs)
+    outs = [policy.attention(q[start: start + part.num_rows], k_cache, v_cache, part, **kwargs)
+            for start, part in inputs.parts]
+    return torch.cat(outs)
 
 
 def row_parallel_linear(policy: ReductionPolicy, tp: TensorParallel | None, x: torch.Tensor, weight: torch.Tensor,

@@ -1,0 +1,94 @@
+"""Mixed fast steps on CUDA (decode rows and free prompt chunks in one pass: the CUDA default).
+
+- The captured mixed step (decode rows gathered from the device state, prompt rows from the static rows,
+  one forward, one sampler call, the decode state scattered) gives what the same step run eagerly at the
+  bucket shapes gives, bit for bit, tokens, log-probs and the state it leaves.
+- The engine serves free requests through mixed steps (``stats["mixed_steps"]``) and, with
+  ``mixed_steps=False``, through two passes per step.
+The contract with mixed steps (deterministic needles bit for bit in random batches) is
+tests/gpu/test_engine_cuda.py's, which runs on the default.
+"""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+import torch
+
+pytest.importorskip("triton")
+
+from llm42 import DVRGenerator, KVStore, SamplingParams  # noqa: E402
+from llm42.cuda_graphs import DecodeGraphs  # noqa: E402
+from llm42.engine.decode_state import DecodeState  # noqa: E402
+from llm42.engine.mixed import MixedStep  # noqa: E402
+from llm42.engine.prefill import FastPrefill  # noqa: E402
+from llm42.policies import FastPolicy  # noqa: E402
+from llm42.runner import Segment  # noqa: E402
+
+pytestmark = pytest.mark.gpu
+
+
+def test_mixed_graph_replay_equals_the_eager_step_at_the_bucket_shapes(llama8b):
+    cfg, weights = llama8b
+    policy = FastPolicy()
+    kv = KVStore(cfg, num_blocks=2048, block_size=16, num_scratch_slots=512, dtype=weights.dtype, device="cuda")
+    state = DecodeState(weights, cfg, kv, policy, max_num_seqs=32)
+    prefill = FastPrefill(weights, cfg, kv, policy, max_rows=512, max_seqs=8, use_graph=True)
+    mixed = MixedStep(state, prefill, DecodeGraphs(state, max_batch_size=32), use_graph=True)
+    rng = random.Random(4)
+    num_decode = 16  # a decode bucket
+    for rid in range(num_decode):
+        length = rng.randint(1, 300)
+        kv.allocate(rid, length)
+        kv.append(rid, length)
+        state.admit(rid, rid, SamplingParams(temperature=0.8) if rid % 2 else SamplingParams(), rid)
+        state.set_next(rid, rng.randrange(cfg.vocab_size), length - 1)
+    state.flush()
+    segments = []
+    for i in range(3):
+        rid, length = 100 + i, rng.randint(20, 90)
+        kv.allocate(rid, length + 1)
+        kv.append(rid, length)
+        prompt = tuple(rng.randrange(cfg.vocab_size) for _ in range(length))
+        segments.append(Segment(rid, prompt, 0, SamplingParams(temperature=0.7, top_p=0.9), 7 + i))
+    for layer in range(cfg.num_layers):  # random K/V, never zeros
+        kv.layers().k[layer].normal_()
+        kv.layers().v[layer].normal_()
+    slots = list(range(num_decode))
+    saved = state.snapshot()
+    decode_variant = state.stage_batch(slots, mixed.decode_bucket(num_decode))
+    replayed = [t.clone() for t in mixed.run(num_decode, decode_variant, 301, segments, kv)]
+    after_replay = state.snapshot()
+    assert mixed.graphs.num_captured == 1
+    state.restore(saved)
+    state.stage_batch(slots, num_decode)
+    bucket, prompt_variant, _ = prefill.stage(segments, kv)
+    variant = (decode_variant[0] or prompt_variant[0], decode_variant[1] or prompt_variant[1])
+    # the graph sized attention from the model's context: give eager the same bound (None)
+    eager = mixed.forward_sample(num_decode, bucket, variant=variant, max_context_len=None)
+    assert torch.equal(replayed[0], eager[0]) and torch.equal(replayed[1], eager[1])
+    assert torch.equal(replayed[2], eager[2][:3]) and torch.equal(replayed[3], eager[3][:3])
+    assert all(torch.equal(a, b) for a, b in zip(after_replay, state.snapshot()))  # the same scatter
+    assert len(set(replayed[0].tolist())) > 1
+
+
+def _serve(llama8b, mixed_steps: bool | None):
+    cfg, weights = llama8b
+    rng = random.Random(0)
+    prompts = [[rng.randrange(cfg.vocab_size) for _ in range(rng.randint(4, 300))] for _ in range(24)]
+    params = [SamplingParams(max_new_tokens=rng.randint(4, 24), temperature=(0.0, 0.8)[i % 2],
+                             top_p=(1.0, 0.9)[i % 3 == 0], seed=i, ignore_eos=True) for i in range(24)]
+    gen = DVRGenerator(weights, cfg, max_num_seqs=8, max_fast_tokens=256, kv_cache_tokens=32 * 1024,
+                       mixed_steps=mixed_steps)
+    out = gen.generate(prompts, params)
+    stats = dict(gen.stats)
+    gen.close()
+    assert [len(o.token_ids) for o in out] == [p.max_new_tokens for p in params]
+    return stats
+
+
+def test_the_engine_serves_through_mixed_steps_by_default_on_cuda(llama8b):
+    assert _serve(llama8b, None)["mixed_steps"] >= 5
+    off = _serve(llama8b, False)
+    assert off["mixed_steps"] == 0 and off["fast_steps"] > 0
