@@ -29,6 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from llm42 import DVRGenerator, SamplingParams  # noqa: E402
 from llm42.bench.workloads import sharegpt_like  # noqa: E402
+from llm42.kernels import tiled_attention  # noqa: E402
 from llm42.model.config import llama31_8b_config  # noqa: E402
 from llm42.model.weights import random_weights  # noqa: E402
 from profile_serving import smollm2_shape  # noqa: E402
@@ -154,8 +155,8 @@ def measure(gen: DVRGenerator, prompts, params) -> dict:
     for k in kinds.values():
         n = k["steps"]
         k["share_of_wall"] = round(k["wall_ms"] / (1e3 * wall), 4)
-        for key in ("wall_ms", "decode_graph_ms", "prefill_graph_ms", "mixed_graph_ms", "decode_rows", "prefill_rows",
-                    "launch_host_ms", "read_host_ms", "schedule_host_ms"):
+        for key in ("wall_ms", "decode_graph_ms", "prefill_graph_ms", "mixed_graph_ms", "decode_rows",
+                    "prefill_rows", "launch_host_ms", "read_host_ms", "schedule_host_ms"):
             k[f"mean_{key}"] = round(k.pop(key) / n, 4)
     out_tokens = sum(p.max_new_tokens for p in params)
     # decode rows per step in tenths of the run: the tail where few requests are left
@@ -187,6 +188,8 @@ def main() -> None:
     ap.add_argument("--max-fast-tokens", type=int, default=2048)
     ap.add_argument("--length-scale", type=float, default=1.0)
     ap.add_argument("--mixed-steps", default="default", help="comma-separated: default, on, off (one run each)")
+    ap.add_argument("--prefill-configs", default="current",
+                    help="comma-separated fast prefill attention configs: current, or BMxBNxWARPSxSTAGES (one run each)")
     ap.add_argument("--device", default="cuda")
     args = ap.parse_args()
     cfg = smollm2_shape() if args.model == "smollm2" else llama31_8b_config(max_position_embeddings=4096)
@@ -194,8 +197,13 @@ def main() -> None:
     name = torch.cuda.get_device_name() if args.device == "cuda" else args.device
     result: dict = {"args": vars(args), "device": name, "runs": {}}
     prompts, params = requests(args.num_requests, cfg.vocab_size, args.length_scale)
-    runs = [(int(s), m) for s in args.max_num_seqs.split(",") for m in args.mixed_steps.split(",")]
-    for seqs, mixed in runs:
+    runs = [(int(s), m, c) for s in args.max_num_seqs.split(",") for m in args.mixed_steps.split(",")
+            for c in args.prefill_configs.split(",")]
+    current = tiled_attention.PREFILL_SMALL, tiled_attention.PREFILL_LARGE
+    for seqs, mixed, config in runs:
+        # the fast prefill kernel's launch configuration: "current", or block_m x block_n x warps x stages for all
+        tiled_attention.PREFILL_SMALL, tiled_attention.PREFILL_LARGE = (
+            current if config == "current" else (tuple(int(x) for x in config.split("x")),) * 2)
         gen = DVRGenerator(weights, cfg, max_num_seqs=seqs, max_fast_tokens=max(args.max_fast_tokens, seqs),
                            mixed_steps={"default": None, "on": True, "off": False}[mixed])
         t = time.perf_counter()
@@ -204,8 +212,13 @@ def main() -> None:
         run["warmup_s"] = round(time.perf_counter() - t - run["wall_s"], 2)
         run["warmup_output_tok_per_s"] = warm["output_tok_per_s"]
         run["mixed_steps"] = gen.stats["mixed_steps"]
-        result["runs"][str(seqs) if mixed == "default" else f"{seqs}/mixed_{mixed}"] = run
-        print(json.dumps({"max_num_seqs": seqs, "mixed": mixed, **{k: run[k] for k in ("output_tok_per_s", "ms_per_step", "steps")},
+        is_mixed = gen.fast_step.mixed is not None and gen.fast_step.mixed.graphs is not None
+        run["mixed_graphs_captured"] = gen.fast_step.mixed.graphs.num_captured if is_mixed else 0
+        run["prefill_config"] = config
+        key = str(seqs) if mixed == "default" else f"{seqs}/mixed_{mixed}"
+        result["runs"][key if config == "current" else f"{key}/prefill_{config}"] = run
+        print(json.dumps({"max_num_seqs": seqs, "mixed": mixed, "prefill_config": config,
+                          "mixed_graphs": run["mixed_graphs_captured"], **{k: run[k] for k in ("output_tok_per_s", "ms_per_step", "steps")},
                           "kinds": run["kinds"]}, indent=1), flush=True)
         Path(args.out).write_text(json.dumps(result, indent=1))
         gen.close()

@@ -43,8 +43,20 @@ class MixedStep:
         return self._decode_graphs is None or num_decode <= self._decode_graphs.max_batch_size
 
     def decode_bucket(self, num_decode: int) -> int:
-        """The decode rows a step of ``num_decode`` runs (``stage_batch`` pads the batch to it)."""
-        return self._decode_graphs.bucket_for(num_decode) if self.graphs is not None else num_decode
+        """The decode rows a step of ``num_decode`` runs (``stage_batch`` pads the batch to it).
+
+        With graphs: the smallest power of two >= ``num_decode`` (at least 16) that the decode graphs
+        hold, else their largest bucket. Coarser than the decode graphs' buckets (every 16): each
+        (decode bucket, prompt bucket, variant) is a graph of its own, captured the first time it runs,
+        and a padding decode row costs little beside a step's prompt rows.
+        """
+        if self.graphs is None:
+            return num_decode
+        largest = self._decode_graphs.max_batch_size
+        bucket = 16
+        while bucket < num_decode:
+            bucket *= 2
+        return min(bucket, largest)
 
     def run(self, num_decode: int, decode_variant: tuple[bool, bool], decode_max_context_len: int, segments, kv
             ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
