@@ -29,7 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from llm42 import DVRGenerator, SamplingParams  # noqa: E402
 from llm42.bench.workloads import sharegpt_like  # noqa: E402
-from llm42.kernels import tiled_attention  # noqa: E402
+from llm42.kernels import attention, tiled_attention  # noqa: E402
 from llm42.model.config import llama31_8b_config  # noqa: E402
 from llm42.model.weights import random_weights  # noqa: E402
 from profile_serving import smollm2_shape  # noqa: E402
@@ -188,6 +188,8 @@ def main() -> None:
     ap.add_argument("--max-fast-tokens", type=int, default=2048)
     ap.add_argument("--length-scale", type=float, default=1.0)
     ap.add_argument("--mixed-steps", default="default", help="comma-separated: default, on, off (one run each)")
+    ap.add_argument("--split-waves", default="default",
+                    help="comma-separated decode split targets (DECODE_SPLIT_WAVES): default or an int (one run each)")
     ap.add_argument("--prefill-configs", default="current",
                     help="comma-separated fast prefill attention configs: current, or BMxBNxWARPSxSTAGES (one run each)")
     ap.add_argument("--device", default="cuda")
@@ -197,10 +199,12 @@ def main() -> None:
     name = torch.cuda.get_device_name() if args.device == "cuda" else args.device
     result: dict = {"args": vars(args), "device": name, "runs": {}}
     prompts, params = requests(args.num_requests, cfg.vocab_size, args.length_scale)
-    runs = [(int(s), m, c) for s in args.max_num_seqs.split(",") for m in args.mixed_steps.split(",")
-            for c in args.prefill_configs.split(",")]
+    runs = [(int(s), m, c, w) for s in args.max_num_seqs.split(",") for m in args.mixed_steps.split(",")
+            for c in args.prefill_configs.split(",") for w in args.split_waves.split(",")]
     current = tiled_attention.PREFILL_SMALL, tiled_attention.PREFILL_LARGE
-    for seqs, mixed, config in runs:
+    default_waves = attention.DECODE_SPLIT_WAVES
+    for seqs, mixed, config, waves in runs:
+        attention.DECODE_SPLIT_WAVES = default_waves if waves == "default" else int(waves)
         # the fast prefill kernel's launch configuration: "current", or block_m x block_n x warps x stages for all
         tiled_attention.PREFILL_SMALL, tiled_attention.PREFILL_LARGE = (
             current if config == "current" else (tuple(int(x) for x in config.split("x")),) * 2)
@@ -215,10 +219,12 @@ def main() -> None:
         is_mixed = gen.fast_step.mixed is not None and gen.fast_step.mixed.graphs is not None
         run["mixed_graphs_captured"] = gen.fast_step.mixed.graphs.num_captured if is_mixed else 0
         run["prefill_config"] = config
+        run["split_waves"] = attention.DECODE_SPLIT_WAVES
         key = str(seqs) if mixed == "default" else f"{seqs}/mixed_{mixed}"
-        result["runs"][key if config == "current" else f"{key}/prefill_{config}"] = run
+        key = key if config == "current" else f"{key}/prefill_{config}"
+        result["runs"][key if waves == "default" else f"{key}/waves_{waves}"] = run
         print(json.dumps({"max_num_seqs": seqs, "mixed": mixed, "prefill_config": config,
-                          "mixed_graphs": run["mixed_graphs_captured"], **{k: run[k] for k in ("output_tok_per_s", "ms_per_step", "steps")},
+                          "split_waves": run["split_waves"], "mixed_graphs": run["mixed_graphs_captured"], **{k: run[k] for k in ("output_tok_per_s", "ms_per_step", "steps")},
                           "kinds": run["kinds"]}, indent=1), flush=True)
         Path(args.out).write_text(json.dumps(result, indent=1))
         gen.close()

@@ -159,7 +159,7 @@ def test_choose_num_splits_fills_the_chip():
     assert choose_num_splits(1, 8, 1024, num_sms=132) == 16  # one split per key block at most
     assert choose_num_splits(1, 8, 100_000, num_sms=132) == 32
     assert choose_num_splits(128, 8, 1024, num_sms=132) == 1
-    assert choose_num_splits(8, 8, 1024, num_sms=132) == 5
+    assert choose_num_splits(8, 8, 1024, num_sms=132) == 13  # 6 waves: 792 programs over 64 (sequence, head)s
 
 
 @pytest.mark.parametrize("rows,hidden", [(1, 4096), (37, 4096), (300, 5120), (64, 128)])

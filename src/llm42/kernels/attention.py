@@ -33,6 +33,12 @@ MAX_SPLITS = 32
 DECODE_BLOCK_N = 64
 DECODE_WARPS = 4
 DECODE_STAGES = 3
+# programs the split-KV decode kernel aims for, in waves over the SMs. Measured inside CUDA graphs on the
+# H200 (benchmarks/device/decode_splits_sweep.py, benchmarks/results/h200_round7/decode_splits_sweep_graphs.json):
+# over 30 shapes (SmolLM2's 3 and Llama-8B's 8 kv heads, batches 16..1,024, ShareGPT-like and 4K contexts)
+# 6 waves came within 1.036x of each shape's best split count on average (worst 1.20x), 2 waves within
+# 1.098x (worst 1.47x: SmolLM2 at batch 96, one split where 3-4 halve the time).
+DECODE_SPLIT_WAVES = 6
 CANONICAL_WARPS = 4
 CANONICAL_STAGES = 2
 
@@ -219,9 +225,10 @@ def num_sms(device: torch.device) -> int:
 
 def choose_num_splits(num_seqs: int, num_kv_heads: int, max_context_len: int, *, num_sms: int,
                       block_n: int = 64) -> int:
-    """KV splits for a decode step: enough programs for two waves over the chip, at most one split per key block."""
+    """KV splits for a decode step: programs for ``DECODE_SPLIT_WAVES`` waves over the chip, at most one split
+    per key block."""
     num_key_blocks = -(-max(max_context_len, 1) // block_n)
-    wanted = -(-2 * num_sms // max(num_seqs * num_kv_heads, 1))
+    wanted = -(-DECODE_SPLIT_WAVES * num_sms // max(num_seqs * num_kv_heads, 1))
     return max(1, min(wanted, num_key_blocks, MAX_SPLITS))
 
 
