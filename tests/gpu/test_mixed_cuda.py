@@ -64,7 +64,7 @@ def test_mixed_graph_replay_equals_the_eager_step_at_the_bucket_shapes(llama8b):
     state.restore(saved)
     state.stage_batch(slots, num_decode)
     bucket, prompt_variant, _ = prefill.stage(segments, kv)
-    variant = (decode_variant[0] or prompt_variant[0], decode_variant[1] or prompt_variant[1])
+    variant = mixed.variant(decode_variant, prompt_variant)
     # the graph sized attention from the model's context: give eager the same bound (None)
     eager = mixed.forward_sample(num_decode, bucket, variant=variant, max_context_len=None)
     assert torch.equal(replayed[0], eager[0]) and torch.equal(replayed[1], eager[1])

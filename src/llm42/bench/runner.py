@@ -117,7 +117,7 @@ class Engine:
         )
         notes = []
         if self.use_cuda_graphs and gen.device.type == "cuda":
-            notes += capture_prefill_graphs(gen) + capture_decode_graphs(gen)
+            notes += capture_prefill_graphs(gen) + capture_decode_graphs(gen) + capture_mixed_graphs(gen)
         return gen, notes
 
 
@@ -168,6 +168,30 @@ def capture_prefill_graphs(gen: DVRGenerator) -> list[str]:
     except Exception as exc:  # noqa: BLE001 - reported in the run's notes, the run continues eagerly
         prefill.graphs = None
         return [f"prefill CUDA graphs failed ({type(exc).__name__}: {exc}); prefill ran eagerly"]
+    return []
+
+
+def capture_mixed_graphs(gen: DVRGenerator) -> list[str]:
+    """Capture every mixed-step graph (decode bucket x prompt bucket x the two mixed sampler variants) of a fresh
+    ``gen`` before timing, on padding rows only, like ``capture_prefill_graphs``. A failure sends the steps that
+    would have been mixed down two passes, and the notes say so."""
+    mixed = gen.fast_step.mixed
+    graphs = getattr(mixed, "graphs", None)
+    if graphs is None:
+        return []
+    prefill, state = mixed.prefill, gen.decode_state
+    try:
+        for decode_bucket in mixed.decode_buckets():
+            for prompt_bucket in prefill.graphs.buckets:
+                for variant in mixed.MIXED_VARIANTS:
+                    state.stage_batch([], decode_bucket)
+                    prefill.stage([], gen.kv, bucket=prompt_bucket)
+                    graphs.run(decode_bucket, prompt_bucket, variant)
+        torch.cuda.synchronize(gen.device)
+    except Exception as exc:  # noqa: BLE001 - reported in the run's notes, the run continues with two passes
+        gen.fast_step.mixed = None
+        return [f"mixed-step CUDA graphs failed ({type(exc).__name__}: {exc}); decode and prompt rows ran as "
+                "two passes"]
     return []
 
 

@@ -42,6 +42,10 @@ class MixedStep:
             return False
         return self._decode_graphs is None or num_decode <= self._decode_graphs.max_batch_size
 
+    def decode_buckets(self) -> tuple[int, ...]:
+        """Every decode bucket a mixed step may run (``decode_bucket``'s values)."""
+        return tuple(sorted({self.decode_bucket(n) for n in range(1, self._decode_graphs.max_batch_size + 1)}))
+
     def decode_bucket(self, num_decode: int) -> int:
         """The decode rows a step of ``num_decode`` runs (``stage_batch`` pads the batch to it).
 
@@ -58,6 +62,14 @@ class MixedStep:
             bucket *= 2
         return min(bucket, largest)
 
+    @staticmethod
+    def variant(decode_variant: tuple[bool, bool], prompt_variant: tuple[bool, bool]) -> tuple[bool, bool]:
+        """The sampler a mixed step runs: always the sampling one (greedy rows still take their argmax, the
+        same tokens), filtered if any row filters. Two variants, not three: each is a graph per bucket pair."""
+        return True, decode_variant[1] or prompt_variant[1]
+
+    MIXED_VARIANTS = ((True, False), (True, True))
+
     def run(self, num_decode: int, decode_variant: tuple[bool, bool], decode_max_context_len: int, segments, kv
             ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
         """The decode batch (staged, ``decode_bucket(num_decode)`` rows) and ``segments`` (appended in ``kv``).
@@ -66,7 +78,7 @@ class MixedStep:
         on the device; the decode state is advanced as by a decode step.
         """
         bucket, prompt_variant, prompt_max_context_len = self.prefill.stage(segments, kv)
-        variant = (decode_variant[0] or prompt_variant[0], decode_variant[1] or prompt_variant[1])
+        variant = self.variant(decode_variant, prompt_variant)
         if self.graphs is not None:
             outputs = self.graphs.run(self.decode_bucket(num_decode), bucket, variant)
         else:
