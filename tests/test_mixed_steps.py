@@ -126,7 +126,8 @@ def _serve(mixed_steps: bool, seed: int):
     rng = random.Random(seed)
     prompts = [[rng.randrange(CFG.vocab_size) for _ in range(rng.randrange(2, 30))] for _ in range(10)]
     params = [SamplingParams(max_new_tokens=rng.randrange(1, 12), temperature=(0.0, 0.8)[i % 2],
-                             top_k=(0, 5)[i % 3 == 0], seed=i, deterministic=i % 4 == 0, logprobs=True, ignore_eos=True) for i in range(10)]
+                             top_k=(0, 5)[i % 3 == 0], seed=i, deterministic=i % 4 == 0, logprobs=True,
+                             ignore_eos=True) for i in range(10)]
     gen = DVRGenerator(WEIGHTS, CFG, window=3, group=2, max_num_seqs=4, max_fast_tokens=24, kv_cache_tokens=2048,
                        mixed_steps=mixed_steps)
     rids = [gen.submit(p, q) for p, q in zip(prompts, params)]

@@ -191,7 +191,8 @@ def main() -> None:
     ap.add_argument("--split-waves", default="default",
                     help="comma-separated decode split targets (DECODE_SPLIT_WAVES): default or an int (one run each)")
     ap.add_argument("--prefill-configs", default="current",
-                    help="comma-separated fast prefill attention configs: current, or BMxBNxWARPSxSTAGES (one run each)")
+                    help="comma-separated fast prefill attention configs: current, or BMxBNxWARPSxSTAGES "
+                         "(one run each)")
     ap.add_argument("--device", default="cuda")
     args = ap.parse_args()
     cfg = smollm2_shape() if args.model == "smollm2" else llama31_8b_config(max_position_embeddings=4096)
@@ -224,7 +225,8 @@ def main() -> None:
         key = key if config == "current" else f"{key}/prefill_{config}"
         result["runs"][key if waves == "default" else f"{key}/waves_{waves}"] = run
         print(json.dumps({"max_num_seqs": seqs, "mixed": mixed, "prefill_config": config,
-                          "split_waves": run["split_waves"], "mixed_graphs": run["mixed_graphs_captured"], **{k: run[k] for k in ("output_tok_per_s", "ms_per_step", "steps")},
+                          "split_waves": run["split_waves"], "mixed_graphs": run["mixed_graphs_captured"],
+                          **{k: run[k] for k in ("output_tok_per_s", "ms_per_step", "steps")},
                           "kinds": run["kinds"]}, indent=1), flush=True)
         Path(args.out).write_text(json.dumps(result, indent=1))
         gen.close()

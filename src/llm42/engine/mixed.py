@@ -30,6 +30,8 @@ from llm42.sampler import SamplingRows, sample
 class MixedStep:
     """Runs the decode rows staged in ``decode_state.batch`` and the prompt chunks staged in ``prefill`` as one pass."""
 
+    MIXED_VARIANTS = ((True, False), (True, True))  # the sampler variants a mixed step runs (``variant``)
+
     def __init__(self, decode_state: DecodeState, prefill: FastPrefill, decode_graphs: DecodeGraphs | None, *,
                  use_graph: bool):
         self.decode_state = decode_state
@@ -67,8 +69,6 @@ class MixedStep:
         """The sampler a mixed step runs: always the sampling one (greedy rows still take their argmax, the
         same tokens), filtered if any row filters. Two variants, not three: each is a graph per bucket pair."""
         return True, decode_variant[1] or prompt_variant[1]
-
-    MIXED_VARIANTS = ((True, False), (True, True))
 
     def run(self, num_decode: int, decode_variant: tuple[bool, bool], decode_max_context_len: int, segments, kv
             ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
