@@ -6,6 +6,8 @@
 - ``DecodeGraphs`` captures the fast path's whole decode step — gather from the device-resident
   decode state, forward, sample, scatter back — once per batch bucket, largest first into one
   shared pool; a step of n sequences replays the smallest bucket >= n with padding rows.
+- ``PrefillGraphs`` captures the fast path's prompt chunks per row bucket, ``MixedGraphs`` a step
+  with both decode rows and prompt chunks (``llm42.engine.mixed``) per pair of buckets.
 
 Replaying a graph runs exactly the kernels, with exactly the shapes, of the eager pass it
 recorded, so a replay gives the same bits as the eager call (tests check replay == eager).
