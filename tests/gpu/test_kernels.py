@@ -160,6 +160,9 @@ def test_choose_num_splits_fills_the_chip():
     assert choose_num_splits(1, 8, 100_000, num_sms=132) == 32
     assert choose_num_splits(128, 8, 1024, num_sms=132) == 1
     assert choose_num_splits(8, 8, 1024, num_sms=132) == 13  # 6 waves: 792 programs over 64 (sequence, head)s
+    assert choose_num_splits(8, 8, 1024, num_sms=132, waves=2) == 5
+    assert choose_num_splits(96, 3, 4096, num_sms=132) == 3  # 288 programs: 6 waves want 3 splits
+    assert choose_num_splits(176, 3, 4096, num_sms=132) == 1  # 528 programs fill 4 waves: one split
 
 
 @pytest.mark.parametrize("rows,hidden", [(1, 4096), (37, 4096), (300, 5120), (64, 128)])

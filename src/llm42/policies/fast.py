@@ -12,6 +12,9 @@ from llm42.policies.base import FusedRowOps
 from llm42.ops.norm import rms_norm
 
 DECODE_KERNELS = ("split", "canonical")  # FastPolicy(decode_kernel=...) on CUDA
+# decode_kernel="canonical" takes a batch that fills two waves of programs with one split each (where it was
+# measured, round 4), whatever wave count the split kernel itself aims at (DECODE_SPLIT_WAVES)
+CANONICAL_DECODE_WAVES = 2
 
 
 class FastPolicy(FusedRowOps):
@@ -34,8 +37,9 @@ class FastPolicy(FusedRowOps):
     ``decode_kernel``: ``"split"`` (default) is the split-KV decode kernel above.
     ``"canonical"`` gives decode steps the canonical tiled kernel's bits
     (``tiled_canonical_decode_attention``, one row per tile, ``canonical_key_block``
-    keys per block: set it to the canonical pass's ``key_block``) wherever the
-    split-KV kernel would use one split, i.e. the batch alone fills the GPU;
+    keys per block: set it to the canonical pass's ``key_block``) wherever a batch
+    fills two waves of programs over the SMs with one split each, i.e. the batch
+    alone fills the GPU;
     smaller batches keep the split kernel. A deterministic request's fast tokens
     then agree with the canonical pass on attention, and roll back only where
     the GEMMs' or norms' drift flips them.
@@ -80,7 +84,7 @@ class FastPolicy(FusedRowOps):
 
             if is_decode and self.decode_kernel == "canonical" and kernels.choose_num_splits(
                     inputs.num_seqs, k_cache.shape[1], inputs.max_context_len, num_sms=kernels.num_sms(q.device),
-                    block_n=kernels.attention.DECODE_BLOCK_N) == 1:
+                    block_n=kernels.attention.DECODE_BLOCK_N, waves=CANONICAL_DECODE_WAVES) == 1:
                 return kernels.tiled_canonical_decode_attention(
                     q, k_cache, v_cache, inputs.block_tables, inputs.context_lens, block_size=block_size,
                     scale=scale, key_block=self.canonical_key_block, sliding_window=sliding_window)
