@@ -39,7 +39,7 @@ from llm42.bench.devicetime import Budget, measure_ceilings, synchronize
 from llm42.bench.metrics import percentile
 from llm42.bench.models import BenchModel, build_model, model_label
 from llm42.bench.roofline import model_sizes
-from llm42.bench.runner import capture_prefill_graphs
+from llm42.bench.runner import capture_mixed_graphs, capture_prefill_graphs
 from llm42.bench.script import OnDevice, Run, add_common_args, finish, log, run_meta
 from llm42.generator import DVRGenerator
 from llm42.params import SamplingParams
@@ -195,8 +195,10 @@ def run_long_prompts(config: LongPromptConfig, *, out: Path, repo: Path) -> dict
                              "max_canonical_tokens": gen.max_canonical_tokens,
                              "max_fast_tokens": config.max_fast_tokens,
                              # every prefill row bucket before timing: a prompt whose last chunk needs a new
-                             # bucket would otherwise time its capture (round 5's first 15K-token runs did)
-                             "notes": capture_prefill_graphs(gen)}
+                             # bucket would otherwise time its capture (round 5's first 15K-token runs did);
+                             # and the mixed steps of the ITL phase (its free batch beside a prompt's chunks)
+                             "notes": capture_prefill_graphs(gen)
+                             + capture_mixed_graphs(gen, decode_rows=(config.free_batch,))}
         run.save()
         run.guarded("ttft", lambda: ttft_phase(run, gen, model, config, ceilings, budget.phase(0.7)))
         run.guarded("itl", lambda: itl_phase(run, gen, model, config))

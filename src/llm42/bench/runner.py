@@ -171,17 +171,20 @@ def capture_prefill_graphs(gen: DVRGenerator) -> list[str]:
     return []
 
 
-def capture_mixed_graphs(gen: DVRGenerator) -> list[str]:
+def capture_mixed_graphs(gen: DVRGenerator, *, decode_rows: tuple[int, ...] | None = None) -> list[str]:
     """Capture every mixed-step graph (decode bucket x prompt bucket x the two mixed sampler variants) of a fresh
-    ``gen`` before timing, on padding rows only, like ``capture_prefill_graphs``. A failure sends the steps that
-    would have been mixed down two passes, and the notes say so."""
+    ``gen`` before timing, on padding rows only, like ``capture_prefill_graphs``; ``decode_rows``: only the
+    decode buckets of these batch sizes. A failure sends the steps that would have been mixed down two passes,
+    and the notes say so."""
     mixed = gen.fast_step.mixed
     graphs = getattr(mixed, "graphs", None)
     if graphs is None:
         return []
     prefill, state = mixed.prefill, gen.decode_state
     try:
-        for decode_bucket in mixed.decode_buckets():
+        buckets = (mixed.decode_buckets() if decode_rows is None
+                   else tuple(sorted({mixed.decode_bucket(n) for n in decode_rows})))
+        for decode_bucket in buckets:
             for prompt_bucket in prefill.graphs.buckets:
                 for variant in mixed.MIXED_VARIANTS:
                     state.stage_batch([], decode_bucket)
