@@ -50,7 +50,9 @@ def main() -> None:
             prompt = [rng.randrange(cfg.vocab_size) for _ in range(rng.randint(200, 1000))]
             gen.submit(prompt, SamplingParams(max_new_tokens=3 * steps, temperature=0.8 if i % 2 else 0.0,
                                               seed=i, ignore_eos=True))
-        while gen.stats["committed_tokens"] < batch:  # every prompt prefilled (its first token committed)
+        # every prompt prefilled: no request waiting, none with prompt rows left (round 7's first version
+        # counted committed tokens, so its batch-96 and -256 profiles caught steps with prompt rows)
+        while gen.num_waiting or any(r.is_prefill for r in gen._pool.running.values()):
             gen.step()
         for _ in range(4):  # decode graphs captured, the pipeline full
             gen.step()
