@@ -65,8 +65,8 @@ def build(args):
     return DVRGenerator(weights, cfg, max_num_seqs=256, max_fast_tokens=args.max_fast_tokens)
 
 
-def requests(n: int, vocab: int):
-    work = sharegpt_like(n, vocab_size=vocab, seed=0, length_scale=1.0)
+def requests(n: int, vocab: int, length_scale: float = 1.0):
+    work = sharegpt_like(n, vocab_size=vocab, seed=0, length_scale=length_scale)
     prompts = [list(r.prompt) for r in work.requests]
     params = [SamplingParams(max_new_tokens=r.max_new_tokens, temperature=r.temperature, seed=r.seed,
                              ignore_eos=True) for r in work.requests]

@@ -27,67 +27,45 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "src"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from llm42 import DVRGenerator, SamplingParams  # noqa: E402
-from llm42.bench.workloads import sharegpt_like  # noqa: E402
+from llm42 import DVRGenerator  # noqa: E402
 from llm42.kernels import attention, tiled_attention  # noqa: E402
 from llm42.model.config import llama31_8b_config  # noqa: E402
 from llm42.model.weights import random_weights  # noqa: E402
-from profile_serving import smollm2_shape  # noqa: E402
+from profile_serving import requests, smollm2_shape  # noqa: E402
 
 
-class EventTimer:
-    """CUDA events around every call of ``owner.name``; their elapsed times are read once, at the end."""
+class StepTimer:
+    """The time of every call of ``owner.name``, summed by step (``self.step``, set by the caller): host wall
+    milliseconds, or with ``on_device`` CUDA events around the call, read once, at the end."""
 
-    def __init__(self, owner, name: str):
-        self.pairs: list[tuple[int, torch.cuda.Event, torch.cuda.Event]] = []
+    def __init__(self, owner, name: str, *, on_device: bool = False):
+        self.calls: list[tuple[int, object, object]] = []  # (step, start, end): perf_counter values or events
         self.step = -1
+        self.on_device = on_device
         fn = getattr(owner, name)
 
+        def now():
+            if not on_device:
+                return time.perf_counter()
+            event = torch.cuda.Event(enable_timing=True)
+            event.record()
+            return event
+
         def timed(*args, **kwargs):
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
+            start = now()
             try:
                 return fn(*args, **kwargs)
             finally:
-                end.record()
-                self.pairs.append((self.step, start, end))
+                self.calls.append((self.step, start, now()))
 
         setattr(owner, name, timed)
 
     def per_step(self) -> dict[int, float]:
         out: dict[int, float] = {}
-        for step, start, end in self.pairs:
-            out[step] = out.get(step, 0.0) + start.elapsed_time(end)
+        for step, start, end in self.calls:
+            ms = start.elapsed_time(end) if self.on_device else 1e3 * (end - start)
+            out[step] = out.get(step, 0.0) + ms
         return out
-
-
-class HostTimer:
-    """Host wall time of every call of ``owner.name``, by step."""
-
-    def __init__(self, owner, name: str):
-        self.times: dict[int, float] = {}
-        self.step = -1
-        fn = getattr(owner, name)
-
-        def timed(*args, **kwargs):
-            t = time.perf_counter()
-            try:
-                return fn(*args, **kwargs)
-            finally:
-                self.times[self.step] = self.times.get(self.step, 0.0) + 1e3 * (time.perf_counter() - t)
-
-        setattr(owner, name, timed)
-
-    def per_step(self) -> dict[int, float]:
-        return self.times
-
-
-def requests(n: int, vocab: int, length_scale: float):
-    work = sharegpt_like(n, vocab_size=vocab, seed=0, length_scale=length_scale)
-    prompts = [list(r.prompt) for r in work.requests]
-    params = [SamplingParams(max_new_tokens=r.max_new_tokens, temperature=r.temperature, seed=r.seed,
-                             ignore_eos=True) for r in work.requests]
-    return prompts, params
 
 
 def sync() -> None:
@@ -109,13 +87,13 @@ def measure(gen: DVRGenerator, prompts, params) -> dict:
     fast = gen.fast_step
     timers = {}
     if fast.decode_graphs is not None:
-        timers["decode"] = EventTimer(fast.decode_graphs, "run")
+        timers["decode"] = StepTimer(fast.decode_graphs, "run", on_device=True)
     if fast.fast_prefill.graphs is not None:
-        timers["prefill"] = EventTimer(fast.fast_prefill.graphs, "run")
+        timers["prefill"] = StepTimer(fast.fast_prefill.graphs, "run", on_device=True)
     if fast.mixed is not None and fast.mixed.graphs is not None:
-        timers["mixed"] = EventTimer(fast.mixed.graphs, "run")
-    host = {"launch_host": HostTimer(fast, "launch"), "read_host": HostTimer(fast, "read"),
-            "schedule_host": HostTimer(gen.scheduler, "schedule")}
+        timers["mixed"] = StepTimer(fast.mixed.graphs, "run", on_device=True)
+    host = {"launch_host": StepTimer(fast, "launch"), "read_host": StepTimer(fast, "read"),
+            "schedule_host": StepTimer(gen.scheduler, "schedule")}
     for p, s in zip(prompts, params):
         gen.submit(p, s)
     walls: list[float] = []

@@ -137,11 +137,12 @@ class FastStep:
                     max_position = max(max_position, position)
                 state.flush()
                 segments = self._prefill_segments(plan) if plan.fast_prefill else []
-                if segments and self._can_mix(decode, segments):
+                details = self._details(decode)
+                if segments and details is None and self._can_mix(decode, segments):
                     self._launch_mixed(decode, max_position + 1, segments, record)
                     is_prefilled = True
                     return
-                self._launch_decode(decode, max_position + 1, record)
+                self._launch_decode(decode, max_position + 1, details, record)
             else:
                 segments = self._prefill_segments(plan)
             if segments:
@@ -156,10 +157,11 @@ class FastStep:
                 record.copy_out(*buffers)
                 self.in_flight = record
 
-    def _launch_decode(self, decode: list[Request], max_context_len: int, record: FastRecord) -> None:
+    def _launch_decode(self, decode: list[Request], max_context_len: int,
+                       details: tuple[torch.Tensor | None, int] | None, record: FastRecord) -> None:
+        """``details``: ``_details(decode)``."""
         state, graphs = self._decode_state, self.decode_graphs
         num = len(decode)
-        details = self._details(decode)
         use_graph = graphs is not None and num <= graphs.max_batch_size and details is None
         variant = state.stage_batch([r.slot for r in decode], graphs.bucket_for(num) if use_graph else num)
         top = None
@@ -174,9 +176,10 @@ class FastStep:
         record.add(decode, tokens, logprobs, top)
 
     def _can_mix(self, decode: list[Request], segments: list[Segment]) -> bool:
-        """Whether the decode rows and prompt chunks run as one pass (``MixedStep``): neither asks for details."""
+        """Whether decode rows that ask for no details and the prompt chunks run as one pass (``MixedStep``):
+        the chunks ask for none either."""
         mixed = self.mixed
-        if mixed is None or self._details(decode) is not None:
+        if mixed is None:
             return False
         if self._details([self._pool.running[s.rid] for s in segments]) is not None:
             return False
