@@ -43,3 +43,35 @@ def decode_inputs(tables: torch.Tensor, context_lens: torch.Tensor) -> StepInput
         seq_starts=tuple(range(num_seqs + 1)),
         max_context_len=int(context_lens.max()),
     )
+
+
+class _LaggingResult:
+    """A pass result that says "not ready" the first ``lag`` times it is asked (``wait`` still returns it)."""
+
+    def __init__(self, result, lag: int):
+        self._result = result
+        self._lag = lag
+
+    def is_ready(self) -> bool:
+        self._lag -= 1
+        return self._lag < 0 and self._result.is_ready()
+
+    def __getattr__(self, name):
+        return getattr(self._result, name)
+
+
+def lag_passes(gen, lag: int):
+    """Make ``gen``'s canonical passes look ``lag`` asks slower than they are, as on a busy GPU: a pass is
+    computed (and writes its K/V) at launch, as the device would queue it, but applied only later, so
+    fast steps run, and deterministic requests draft ahead, while it is "in flight". Returns ``gen``."""
+    from llm42.verify.verifier import LaunchedPass
+
+    if lag:
+        launch = gen.verifier.launch
+
+        def lagging(work, kv):
+            launched = launch(work, kv)
+            return LaunchedPass(launched.work, _LaggingResult(launched.result, lag))
+
+        gen.verifier.launch = lagging
+    return gen

@@ -7,12 +7,7 @@
 #   bash benchmarks/device/serving_seqs_session.sh [BUDGET_S]       (OUT=... as the device tool sets it)
 source "$(dirname "$0")/session_preamble.sh"
 BUDGET=${1:-280}
-if ! ls /root/smollm2/*.gguf >/dev/null 2>&1 && [ -f /root/smollm2.part_a ] && [ -d .dev_stage/b ]; then
-    bash benchmarks/device/join_smollm2.sh >>"$LOG" 2>&1 || log "join_smollm2.sh failed"
-fi
-export PYTHONPATH="src:/tmp/site"
-SMOL=$(ls /root/smollm2/*.gguf 2>/dev/null | head -n 1)
-[ -n "$SMOL" ] || { log "no SmolLM2 GGUF: stopping"; exit 1; }
+source "$(dirname "$0")/smollm2_env.sh"
 timeout $((BUDGET + 80)) python3 benchmarks/serving.py --device cuda --model "$SMOL" --cache-dir /tmp/llm42_models \
     --budget-s "$BUDGET" --no-plots --no-hf --max-fast-tokens 2048 --max-num-seqs 1024 \
     --modes nondet,dvr@10,dvr@50 --online-modes nondet,dvr@50 --online-loads 0.7 \

@@ -147,6 +147,7 @@ class DVRGenerator:
         max_canonical_tokens: int | None = None,
         canonical_stream: bool = False,
         mixed_steps: bool | None = None,
+        draft_ahead: bool = True,
     ):
         self.canonical_config = CanonicalConfig(window=window, group=group)
         self.config = EngineConfig(
@@ -154,7 +155,7 @@ class DVRGenerator:
             block_size=block_size, prefix_cache=prefix_cache, seed=seed, use_cuda_graphs=use_cuda_graphs,
             adaptive_draft=adaptive_draft, overlap=overlap, max_model_len=max_model_len,
             canonical_thread=canonical_thread, max_canonical_tokens=max_canonical_tokens,
-            canonical_stream=canonical_stream, mixed_steps=mixed_steps,
+            canonical_stream=canonical_stream, mixed_steps=mixed_steps, draft_ahead=draft_ahead,
         )
         num_canonical_tokens = self.config.canonical_tokens(self.canonical_config.num_rows)
         scratch = getattr(kv_store, "num_scratch_slots", None)  # an injected store: a pass's padding rows write there
@@ -209,6 +210,8 @@ class DVRGenerator:
                                  f"injected verifier's passes of {own} rows")
             num_canonical_tokens = own
         self.verifier = verifier
+        # drafting ahead of a window in a pass needs a verifier that leaves the rollback of K/V to the engine
+        self._draft_ahead = draft_ahead and isinstance(verifier, Verifier)
         self.max_canonical_tokens = num_canonical_tokens
         self.scheduler = scheduler if scheduler is not None else DefaultScheduler()
         if kv_store is None:
@@ -496,6 +499,7 @@ class DVRGenerator:
                                self.config.max_fast_tokens, self._num_steps, self.max_canonical_tokens)
         plan = self.scheduler.schedule(state)
         validate_plan(plan, state)
+        plan = self._with_drafts_ahead(plan)
         fast = self.fast_step
         is_idle = fast.in_flight is None and self._canonical_in_flight is None
         if plan.is_empty and is_idle and self._pool.running:
@@ -524,6 +528,17 @@ class DVRGenerator:
             launched = self._canonical_in_flight
             if launched is not None and (not self.config.overlap or launched.is_ready()):
                 self._finish_canonical(events)
+
+    def _with_drafts_ahead(self, plan: Plan) -> Plan:
+        """The plan plus, in the fast step's spare rows, a decode row for each deterministic request whose
+        window is due or in a pass and that may draft ahead of it (the scheduler never sees those drafts)."""
+        if not self._draft_ahead:
+            return plan
+        spare = self.config.max_fast_tokens - len(plan.fast_decode) - sum(c.num_tokens for c in plan.fast_prefill)
+        if spare <= 0:
+            return plan
+        ahead = self._pool.drafting_ahead(set(plan.fast_decode), spare)
+        return dataclasses.replace(plan, fast_decode=plan.fast_decode + tuple(ahead)) if ahead else plan
 
     def _deliver(self, events: dict[int, list[int]]) -> None:
         """Move the tokens of stream() requests from ``events`` to their streams' queues."""
@@ -790,7 +805,8 @@ class DVRGenerator:
         for rid in plan.verify:
             req = running[rid]
             start = req.num_committed - 1
-            window = (req.committed_token(start), *req.candidates)
+            req.num_in_pass = min(len(req.candidates), req.window_depth(self.canonical_config.window))
+            window = (req.committed_token(start), *req.candidates[: req.num_in_pass])
             work.append(CanonicalWork(Segment(req.rid, window, start, req.params, req.seed), is_prefill=False))
         launch = getattr(self.verifier, "launch", None)
         num_rows = self.canonical_config.num_rows
@@ -800,7 +816,10 @@ class DVRGenerator:
             self._canonical_in_flight = launch(work, self.kv)
             num_rows = getattr(self._canonical_in_flight.result, "num_rows", None) or num_rows
             for w in work:
-                running[w.segment.rid].is_verifying = True
+                req = running[w.segment.rid]
+                req.is_verifying = True
+                if not w.is_prefill:  # its window's positions are the pass's to write, even with drafts ahead
+                    self.decode_state.set_protect(req.slot, w.segment.end)
         self.stats["canonical_passes"] += 1
         self.stats["canonical_rows"] += num_rows
         self.stats["canonical_rows_used"] += sum(len(w.segment.tokens) for w in work)
@@ -809,21 +828,26 @@ class DVRGenerator:
         launched, self._canonical_in_flight = self._canonical_in_flight, None
         running = self._pool.running
         try:
-            commits = self.verifier.finish(launched, self.kv)
+            commits = (self.verifier.finish(launched, self.kv, truncate=False) if self._draft_ahead
+                       else self.verifier.finish(launched, self.kv))
         finally:
             for w in launched.work:
                 running[w.segment.rid].is_verifying = False
-        self._apply_commits(launched.work, commits, events)
+        self._apply_commits(launched.work, commits, events, truncate=self._draft_ahead)
 
-    def _apply_commits(self, work: list[CanonicalWork], commits: list[Commit], events: dict[int, list[int]]) -> None:
+    def _apply_commits(self, work: list[CanonicalWork], commits: list[Commit], events: dict[int, list[int]], *,
+                       truncate: bool = False) -> None:
+        """``truncate``: the engine rolls each request's K/V back (the verifier left it: drafts ahead)."""
         state = self.decode_state
         for commit in commits:
             req = self._pool.running[commit.rid]
-            is_finished = self._pool.apply_commit(req, commit, self.kv, events)
+            is_finished, keeps = self._pool.apply_commit(req, commit, self.kv, events, truncate=truncate)
             state.sync_table(req.slot, req.rid)  # the pass appended blocks, the rollback may have dropped some
             if is_finished:
                 self._finish(req)
-            elif commit.token_ids:
+                continue
+            state.set_protect(req.slot, commit.num_kv_valid)  # canonical K/V now: no decode step writes there
+            if commit.token_ids and not keeps:  # else the device already feeds the drafts ahead
                 state.set_next(req.slot, req.token_ids[-1], req.num_committed - 1)
 
     def _finish(self, req: Request) -> None:

@@ -12,6 +12,7 @@ from llm42.model.weights import Weights, random_weights
 from llm42.policies import FixedShapePolicy, ReductionPolicy
 from llm42.testing import wide_model_config
 from llm42.verify import CanonicalConfig
+from tests.helpers import lag_passes
 
 
 @dataclass(frozen=True)
@@ -41,6 +42,7 @@ class WideModel:
         verifier: Callable[[], object] | None = None,
         max_canonical_tokens: int | None = None,
         mixed_steps: bool | None = None,
+        pass_lag: int = 0,
     ) -> Callable[[], DVRGenerator]:
         """Builds a fresh generator per call over the shared weights.
 
@@ -60,18 +62,20 @@ class WideModel:
         here); never changes a committed bit.
         ``mixed_steps``: decode rows and free prompt chunks in one forward pass (None: the default, off on
         the CPU); the fast path's business only.
+        ``pass_lag``: each canonical pass is applied only after that many more asks (``lag_passes``), as on
+        a busy GPU: deterministic requests draft ahead of their windows meanwhile.
         """
 
         def build() -> DVRGenerator:
             canonical_side = (dict(canonical_policy=FixedShapePolicy(key_block=key_block)) if verifier is None
                               else dict(verifier=verifier()))
-            return DVRGenerator(
+            return lag_passes(DVRGenerator(
                 self.weights, self.cfg, window=canonical.window, group=canonical.group,
                 fast_policy=fast_policy, scheduler=None if scheduler is None else scheduler(),
                 max_num_seqs=max_num_seqs, kv_cache_tokens=kv_cache_tokens, block_size=block_size,
                 prefix_cache=prefix_cache, adaptive_draft=adaptive_draft, canonical_thread=canonical_thread,
                 max_canonical_tokens=max_canonical_tokens, mixed_steps=mixed_steps, **canonical_side,
-            )
+            ), pass_lag)
 
         return build
 

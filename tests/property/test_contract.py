@@ -124,6 +124,9 @@ def contract_example(model, data, *, is_noisy: bool, mutation: Mutation | None =
     # decode rows and free prompt chunks in one forward pass (the CUDA default): other fast-path batches.
     # Not drawn under a mutation: the mutation controls' examples (and their sensitivity) stay as they were
     mixed_steps = data.draw(st.booleans(), label="mixed_steps") if mutation is None else False
+    # passes applied some steps after their launch, as on a busy GPU: deterministic requests draft ahead of
+    # their windows meanwhile (kept or dropped by the commit). Not drawn under a mutation, as mixed_steps
+    pass_lag = data.draw(st.sampled_from([0, 1, 3]), label="pass_lag") if mutation is None else 0
     schedules = data.draw(st.lists(ls.arrival_schedules(num_requests=len(mix), max_gap=4), min_size=1,
                                    max_size=3), label="schedules")
     prompts = [p for p, _ in mix]
@@ -133,7 +136,7 @@ def contract_example(model, data, *, is_noisy: bool, mutation: Mutation | None =
         canonical, fast_policy=policy, scheduler=lambda: make_scheduler(scheduler_kind, scheduler_seed),
         max_num_seqs=max_num_seqs, kv_cache_tokens=kv_cache_tokens, key_block=key_block, block_size=block_size,
         adaptive_draft=adaptive_draft, canonical_thread=canonical_thread, verifier=verifier,
-        mixed_steps=mixed_steps,
+        mixed_steps=mixed_steps, pass_lag=pass_lag,
     )
     check = check_against_reference(factory, prompts, params, schedules=schedules, after={len(mix) - 1: base},
                                     reference_factory=model.factory(canonical, key_block=key_block,
@@ -154,6 +157,7 @@ def _assert_contract(example: ContractExample) -> None:
     event(f"rolled back in every run: {all(run.stats['rollbacks'] > 0 for run in check.runs)}")
     event(f"sampled deterministic request: {any(p.deterministic and not p.is_greedy for p in example.params)}")
     event(f"free requests: {sum(not p.deterministic for p in example.params)}")
+    event(f"drafts ahead kept in a run: {any(run.stats['ahead_tokens_kept'] > 0 for run in example.check.runs)}")
 
 
 @given(data=st.data())

@@ -105,6 +105,7 @@ class ServingConfig:
     fast_decode_kernel: str = "split"
     max_canonical_tokens: int | None = None
     canonical_stream: bool = False
+    draft_ahead: bool = True
 
     def fast_policy(self):
         """The non-batch-invariant modes' fast path: None (the default FastPolicy) unless a decode kernel is set."""
@@ -267,7 +268,7 @@ def _engine(model: BenchModel, config: ServingConfig, workload: Workload) -> Eng
                   max_num_seqs=config.max_num_seqs, use_cuda_graphs=config.use_cuda_graphs,
                   max_fast_tokens=config.max_fast_tokens, canonical_attention=config.canonical_attention,
                   fast_policy=config.fast_policy(), max_canonical_tokens=config.max_canonical_tokens,
-                  canonical_stream=config.canonical_stream)
+                  canonical_stream=config.canonical_stream, draft_ahead=config.draft_ahead)
 
 
 def serving_summary(run: RunResult, *, nondet: RunResult | None) -> dict:
@@ -587,6 +588,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                    help="rows one canonical pass may take (a multiple of R; default: the engine's)")
     p.add_argument("--canonical-stream", action="store_true",
                    help="CUDA: each canonical pass on its own stream, beside the fast steps (DVRGenerator knob)")
+    p.add_argument("--no-draft-ahead", action="store_true",
+                   help="deterministic requests wait for their window's pass instead of drafting ahead "
+                        "(DVRGenerator(draft_ahead=False))")
     p.add_argument("--modes", default=",".join(OFFLINE_MODES), help="offline modes (must include nondet)")
     p.add_argument("--online-modes", default=",".join(ONLINE_MODES), help="online modes ('' skips online)")
     p.add_argument("--online-loads", default="0.4,0.7,0.9", help="fractions of the offline nondet request rate")
@@ -623,7 +627,7 @@ def main(argv: list[str] | None = None, *, repo: Path | None = None) -> int:
             hf_compile=not args.hf_no_compile, seed=args.seed, lm_head_std=args.lm_head_std,
             use_cuda_graphs=not args.no_cuda_graphs, canonical_attention=args.canonical_attention,
             fast_decode_kernel=args.fast_decode_kernel, max_canonical_tokens=args.max_canonical_tokens,
-            canonical_stream=args.canonical_stream,
+            canonical_stream=args.canonical_stream, draft_ahead=not args.no_draft_ahead,
         )
         out = args.out or repo / "benchmarks" / "results" / f"serving_{args.device}_{_model_stem(model)}.json"
         results = run_serving(config, out=out, repo=repo, cache_dir=args.cache_dir)

@@ -50,6 +50,10 @@ class EngineConfig:
     (``llm42.engine.mixed``) instead of two; ``None`` (default): where the fast path runs CUDA graphs;
     ``True`` also eagerly (the CPU suite tests it so); ``False``: two passes, as before. Committed
     output of deterministic requests is unchanged (the fast path may drift with the batch anyway).
+    ``draft_ahead``: while a deterministic request's window is in a canonical pass, its fast path drafts
+    the next window instead of waiting (kept when the pass accepts the whole window and commits the
+    token drafted after it; ``llm42.engine.requests``); with llm42's own ``Verifier`` only. Committed
+    output is unchanged.
     ``canonical_stream``: on CUDA, run each canonical pass on its own stream (its graphs captured there,
     with their own cuBLAS workspace), so that fast steps run beside it instead of queueing behind it;
     off by default: on the H200 it kept the contract but its gain was small and mixed
@@ -71,6 +75,7 @@ class EngineConfig:
     max_canonical_tokens: int | None = None
     canonical_stream: bool = False
     mixed_steps: bool | None = None
+    draft_ahead: bool = True
 
     def __post_init__(self) -> None:
         owner = "DVRGenerator"
@@ -80,7 +85,7 @@ class EngineConfig:
             if getattr(self, name) is not None:
                 positive_int(owner, name, getattr(self, name))
         for name in ("prefix_cache", "use_cuda_graphs", "adaptive_draft", "overlap", "canonical_thread",
-                     "canonical_stream"):
+                     "canonical_stream", "draft_ahead"):
             strict_bool(owner, name, getattr(self, name))
         if self.mixed_steps is not None:
             strict_bool(owner, "mixed_steps", self.mixed_steps)

@@ -49,12 +49,16 @@ class DecodeState:
         self.top_p = torch.ones(num_slots, dtype=torch.float32, device=dev)
         self.top_k = torch.zeros(num_slots, dtype=torch.int64, device=dev)
         self.seeds = torch.zeros(num_slots, dtype=torch.int64, device=dev)
+        # per slot: K/V positions below this hold the canonical pass's writes, which a decode step never
+        # overwrites (its write goes to the scratch block; it attends to what is there)
+        self.protect = torch.zeros(num_slots, dtype=torch.int64, device=dev)
         self.batch = torch.full((max_num_seqs,), self.pad_slot, dtype=torch.int64, device=dev)  # [B] slots
         self._row_ids = torch.arange(max_num_seqs, device=dev)
         self._is_cuda = dev.type == "cuda"
         # host-side mirrors and queued updates
         self._table_len = [0] * num_slots
         self._next: dict[int, tuple[int | None, int]] = {}
+        self._protect: dict[int, int] = {}
         self._params: dict[int, tuple[float, int, float, int]] = {}
         self._table_writes: list[tuple[int, int, int]] = []
         self._variant = [(False, False)] * num_slots  # (sampled, filtered) per slot
@@ -65,12 +69,14 @@ class DecodeState:
     def admit(self, slot: int, rid: int, params, seed: int) -> None:
         """A request takes ``slot``: its sampling params and (prefix-shared) block table."""
         self._params[slot] = (params.temperature, params.top_k, params.top_p, seed)
+        self._protect[slot] = 0
         self._variant[slot] = sampling_variant([params])
         self._table_len[slot] = 0
         self.sync_table(slot, rid)
 
     def release(self, slot: int) -> None:
         self._next.pop(slot, None)
+        self._protect.pop(slot, None)
         self._params.pop(slot, None)
         self._table_writes = [w for w in self._table_writes if w[0] != slot]
         self._table_len[slot] = 0
@@ -79,6 +85,15 @@ class DecodeState:
     def set_next(self, slot: int, token: int | None, position: int) -> None:
         """The next decode step of ``slot`` feeds ``token`` (None: the one already on the device) at ``position``."""
         self._next[slot] = (token, position)
+
+    def set_protect(self, slot: int, num_positions: int) -> None:
+        """K/V positions ``[0, num_positions)`` of ``slot`` are the canonical pass's: decode steps leave them be.
+
+        A deterministic request drafting ahead of a window in a canonical pass feeds the window's last
+        candidate again; its K/V write there would overwrite the pass's (invariant 3). The step attends to
+        what the position holds instead: on one stream, the pass's own K/V.
+        """
+        self._protect[slot] = num_positions
 
     def sync_table(self, slot: int, rid: int) -> None:
         """Queue the block-table entries of ``rid`` the device does not have yet (after appends or a rollback)."""
@@ -107,6 +122,9 @@ class DecodeState:
             if with_token:
                 self.tokens.index_copy_(0, _ints(with_token, dev), _ints([self._next[s][0] for s in with_token], dev))
             self._next.clear()
+        if self._protect:
+            self.protect.index_copy_(0, _ints(list(self._protect), dev), _ints(list(self._protect.values()), dev))
+            self._protect.clear()
         if self._params:
             slots = _ints(list(self._params), dev)
             values = list(self._params.values())
@@ -168,6 +186,7 @@ class DecodeState:
         tables = self.tables[idx]  # [B, max_blocks]
         bs = self.kv.block_size
         blocks = tables.gather(1, (positions // bs).unsqueeze(1)).squeeze(1)
+        blocks = torch.where(positions < self.protect[idx], self.kv.scratch_block, blocks)
         inputs = StepInputs(
             token_ids=tokens,
             positions=positions,

@@ -272,5 +272,12 @@ class FastStep:
             req.num_pending -= 1
             if running.get(req.rid) is not req:
                 continue  # finished while this token was in flight: it is past the request's end
+            if req.num_discard:
+                req.num_discard -= 1  # drafted ahead of a window a canonical pass has since rolled back
+                continue
+            if req.ahead_check is not None:
+                if not self._pool.check_ahead(req, token):  # the drafts ahead of the committed token fall
+                    self._decode_state.set_next(req.slot, req.token_ids[-1], req.num_committed - 1)
+                continue
             if self._pool.apply_fast(req, token, logprob, events, top):
                 finish(req)

@@ -20,7 +20,7 @@ from llm42.verify.windows import Commit
 STAT_NAMES = (
     "steps", "fast_steps", "mixed_steps", "fast_tokens", "canonical_passes", "canonical_rows", "canonical_rows_used",
     "committed_tokens", "accepted_tokens", "rollbacks", "recomputed_tokens", "prefix_cached_tokens",
-    "score_passes", "scored_tokens",
+    "score_passes", "scored_tokens", "ahead_tokens_kept", "ahead_tokens_dropped",
 )
 
 
@@ -38,7 +38,12 @@ class Request:
     top_logprobs: list[dict[int, float]] = field(default_factory=list)  # with logprobs=N only
     candidates: list[int] = field(default_factory=list)
     num_pending: int = 0  # fast-path tokens launched but not yet read back
+    num_discard: int = 0  # of those, how many a rollback made void: dropped when read back
     is_verifying: bool = False  # in a canonical pass that has not been applied yet
+    num_in_pass: int = 0  # while verifying: the leading candidates in the pass's window (the rest are ahead)
+    # the token a pass committed after a whole window, which the first live fast token in flight (the draft
+    # ahead at that position) must equal for the drafts after it to stand; None: no such check pending
+    ahead_check: int | None = None
     num_prefilled: int = 0
     num_rollbacks: int = 0
     num_recomputed: int = 0
@@ -68,9 +73,15 @@ class Request:
         return self.num_prompt_tokens + self.max_new_tokens
 
     @property
+    def num_live_pending(self) -> int:
+        """In-flight fast tokens that are (or will be) candidates: not voided by a rollback, not the draft
+        that ``ahead_check`` compares with a committed token."""
+        return self.num_pending - self.num_discard - (self.ahead_check is not None)
+
+    @property
     def num_candidates(self) -> int:
         """Candidates read back plus those in flight (deterministic requests only)."""
-        return len(self.candidates) + (self.num_pending if self.is_deterministic else 0)
+        return len(self.candidates) + (self.num_live_pending if self.is_deterministic else 0)
 
     @property
     def num_generated(self) -> int:
@@ -80,7 +91,7 @@ class Request:
     @property
     def next_position(self) -> int:
         """Position of the token the next fast decode step feeds in (every in-flight token counts)."""
-        return self.num_prompt_tokens + len(self.token_ids) + len(self.candidates) + self.num_pending - 1
+        return self.num_prompt_tokens + len(self.token_ids) + len(self.candidates) + self.num_live_pending - 1
 
     @property
     def is_schedulable(self) -> bool:
@@ -90,19 +101,41 @@ class Request:
     def committed_token(self, position: int) -> int:
         return self.prompt[position] if position < len(self.prompt) else self.token_ids[position - len(self.prompt)]
 
+    def window_depth(self, window: int) -> int:
+        """The most candidates one verify window of this request holds."""
+        return window - 1 if self.draft_limit is None else min(window - 1, self.draft_limit)
+
     def num_speculable(self, window: int) -> int:
+        """Further candidates the scheduler may have the fast path draft before the window is due."""
         if not self.is_deterministic:
             return 0
-        if self.candidates and self.num_pending == 0 and self.candidates[-1] in self.stop_ids:
+        if self.candidates and self.num_live_pending == 0 and self.candidates[-1] in self.stop_ids:
             return 0
         remaining = self.max_new_tokens - len(self.token_ids)
-        depth = window - 1 if self.draft_limit is None else min(window - 1, self.draft_limit)
-        return max(0, min(depth, remaining - 1) - self.num_candidates)
+        return max(0, min(self.window_depth(window), remaining - 1) - self.num_candidates)
+
+    def num_draftable_ahead(self, window: int) -> int:
+        """Candidates the engine may still draft *ahead* of a window that is due or in a canonical pass.
+
+        Up to a next window's worth plus one: the fast path's guess at the token the pass commits after a
+        fully accepted window (the drafts after it stand only if the pass commits that very token).
+        """
+        if not self.is_deterministic or self.is_prefill:
+            return 0
+        depth = self.window_depth(window)
+        in_window = self.num_in_pass if self.is_verifying else depth
+        if not self.is_verifying and self.num_candidates < depth:
+            return 0  # not due: the scheduler's to draft
+        if self.candidates and self.num_live_pending == 0 and self.candidates[-1] in self.stop_ids:
+            return 0
+        remaining = self.max_new_tokens - len(self.token_ids)
+        return max(0, min(in_window + depth + 1, remaining - 1) - self.num_candidates)
 
     def view(self, window: int) -> RequestView:
-        if self.is_deterministic:
+        if self.is_deterministic:  # candidates drafted ahead of a due window are not the scheduler's to count
             return RequestView(self.rid, True, self.num_prompt_tokens, self.num_prefilled, len(self.token_ids),
-                               len(self.candidates) + self.num_pending, self.num_speculable(window), self.arrival)
+                               min(self.num_candidates, self.window_depth(window)), self.num_speculable(window),
+                               self.arrival)
         return RequestView(self.rid, False, self.num_prompt_tokens, self.num_prefilled,
                            len(self.token_ids) + self.num_pending, 0, 0, self.arrival)
 
@@ -214,26 +247,82 @@ class RequestPool:
             req.finish_reason = "length"
         return req.finish_reason is not None
 
-    def apply_commit(self, req: Request, commit: Commit, kv, events: dict[int, list[int]]) -> bool:
-        """A canonical pass's outcome for ``req``. True if it finished."""
+    def apply_commit(self, req: Request, commit: Commit, kv, events: dict[int, list[int]], *,
+                     truncate: bool = False) -> tuple[bool, bool]:
+        """A canonical pass's outcome for ``req``: (whether it finished, whether its drafts ahead stand).
+
+        Candidates the fast path drafted ahead of the window while the pass ran stand if the window was
+        accepted whole and the first of them is the very token the pass committed after it; otherwise
+        they are dropped, with any still in flight (``num_discard``). ``truncate``: roll the K/V back to
+        the committed prefix here unless the drafts ahead stand (a verifier that kept the drafts' K/V);
+        else the verifier has done so.
+        """
+        keeps = False
         if commit.is_prefill:
             req.num_prefilled = commit.num_kv_valid
         else:
-            self.stats["accepted_tokens"] += commit.num_accepted
+            stats = self.stats
+            stats["accepted_tokens"] += commit.num_accepted
             if commit.num_rejected:
                 req.num_rollbacks += 1
                 req.num_recomputed += commit.num_rejected
-                self.stats["rollbacks"] += 1
-                self.stats["recomputed_tokens"] += commit.num_rejected
-            req.candidates.clear()
+                stats["rollbacks"] += 1
+                stats["recomputed_tokens"] += commit.num_rejected
+            ahead = req.candidates[req.num_in_pass:]  # drafted while the pass ran
+            if not commit.num_rejected and (ahead or req.num_live_pending):
+                if ahead:  # the draft at the committed token's position guessed it, or the drafts fall
+                    keeps = ahead[0] == commit.token_ids[-1]
+                    req.candidates = ahead[1:]
+                else:  # that draft is still in flight: ``check_ahead`` compares it when it is read back
+                    keeps = True
+                    req.candidates = []
+                    req.ahead_check = commit.token_ids[-1]
+            if keeps:
+                stats["ahead_tokens_kept"] += len(ahead)
+            else:
+                self.drop_drafts(req, len(ahead))
             if self.adaptive_draft:
                 req.adapt_draft_limit(commit, self.window)
+        req.num_in_pass = 0
+        if truncate and not keeps:
+            kv.truncate(req.rid, commit.num_kv_valid)
         # index the now-canonical full blocks before the request may finish and release them
         kv.publish(req.rid, req.prompt + req.token_ids + list(commit.token_ids))
         if commit.token_ids:
             return self.commit_tokens(req, list(commit.token_ids), list(commit.logprobs), events,
-                                      list(commit.top_logprobs))
+                                      list(commit.top_logprobs)), keeps
+        return False, keeps
+
+    def drop_drafts(self, req: Request, num_read: int) -> None:
+        """Drop ``req``'s candidates (``num_read`` of them drafted ahead of a window) and void its tokens in
+        flight: a commit made them wrong."""
+        self.stats["ahead_tokens_dropped"] += num_read + req.num_live_pending
+        req.num_discard = req.num_pending
+        req.ahead_check = None
+        req.candidates.clear()
+
+    def check_ahead(self, req: Request, token: int) -> bool:
+        """The draft ahead at the position of the token a pass committed, read back: True if it is that token
+        (the drafts after it stand: it is dropped as a candidate only); else its drafts are dropped and the
+        caller must feed the committed token again."""
+        expected, req.ahead_check = req.ahead_check, None
+        if token == expected:
+            self.stats["ahead_tokens_kept"] += 1
+            return True
+        self.drop_drafts(req, 1)
         return False
+
+    def drafting_ahead(self, exclude, max_rows: int) -> list[int]:
+        """Deterministic requests, oldest first, whose window is due or in a canonical pass and which may draft
+        ahead of it (at most ``max_rows``; none of ``exclude``, the step's own decode rows)."""
+        window = self.window
+        out = []
+        for rid, req in self.running.items():
+            if len(out) == max_rows:
+                break
+            if req.is_deterministic and rid not in exclude and req.num_draftable_ahead(window) > 0:
+                out.append(rid)
+        return out
 
     def commit_tokens(self, req: Request, tokens: list[int], logprobs: list[float],
                       events: dict[int, list[int]], top_logprobs: list[dict[int, float]] | None = None) -> bool:

@@ -83,7 +83,12 @@ class Verifier:
             row += size
         return LaunchedPass(work, self.canonical_pass.launch(segments, kv, per_row, wanted=wanted))
 
-    def finish(self, launched: LaunchedPass, kv) -> list[Commit]:
+    def finish(self, launched: LaunchedPass, kv, *, truncate: bool = True) -> list[Commit]:
+        """Wait for the pass and apply the commit rule; marks each request's committed prefix canonical.
+
+        ``truncate``: also roll each request's K/V back to its committed prefix (``False``: the caller
+        does, e.g. keeping the K/V of candidates drafted ahead of a window that stand).
+        """
         tokens, logprobs = launched.result.wait()
         tops = launched.result.top_logprobs()
         commits = []
@@ -100,7 +105,8 @@ class Verifier:
                                 tuple(top[-1:]) if last and top is not None else ())
             else:
                 commit = commit_window(seg, sampled, lps, top)
-            kv.truncate(seg.rid, commit.num_kv_valid)
+            if truncate:
+                kv.truncate(seg.rid, commit.num_kv_valid)
             kv.mark_canonical(seg.rid, commit.num_kv_valid)
             commits.append(commit)
         return commits

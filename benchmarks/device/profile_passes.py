@@ -1,0 +1,256 @@
+"""What one canonical pass costs on the device, against a fast decode step: do wider verify passes pay?
+
+    PYTHONPATH=src python3 benchmarks/device/profile_passes.py --out passes.json [--model smollm2|8b|tiny]
+        [--device cuda|cpu] [--reps 20] [--warmup 3] [--context 600] [--max-canonical-tokens 2048] [--layers N]
+
+One ``DVRGenerator`` (random weights of the model's shape, bf16 on CUDA, fp32 on the CPU; window 32 x
+group 8, R = 256; max_num_seqs 256) is built and never stepped: its own canonical pass
+(``gen.verifier.canonical_pass``) and K/V store (``gen.kv``, random K/V everywhere) are driven directly.
+256 requests hold ``--context`` prior positions. Timed, each ``--reps`` times after ``--warmup`` warm-ups:
+
+- verify passes of 1, 4, 8, 16, 32, 64 windows of 32 rows (requests 0 .., each window at positions
+  context .. context + 31), capped at ``--max-canonical-tokens`` rows. A pass of more than R rows computes
+  results for at most R rows (``wanted``): there the first 256 rows (``result_rows`` in the JSON);
+- prompt-chunk passes of 256, 512, 1024, 2048 rows (one request, positions context .., wanted = its last row);
+- the fast path's decode step at batch 64, 128, 256 (position context), through the generator's
+  ``DecodeState`` and, on CUDA, a replay of its ``DecodeGraphs``; on the CPU the eager step.
+
+Per pass: host ms of ``stage`` (perf_counter), device ms of ``_run`` (CUDA events; the wall time on the CPU),
+and ``launch`` + ``wait`` (host clock); median and p90, the bucket and ms per real row. Per decode batch: host
+ms of ``stage_batch``, device ms of the step, ms per row; each pass is also given in decode steps of batch 256.
+On the CPU the defaults shrink to a check that takes seconds: the ``tiny`` model (llm42.bench.models) with 1
+layer, context 32, max 512 canonical rows, 5 reps after 1 warm-up, 1 torch thread (all overridable).
+A diagnostic, not a benchmark.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import math
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "src"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from llm42 import DVRGenerator, SamplingParams  # noqa: E402
+from llm42.bench.devicetime import synchronize  # noqa: E402
+from llm42.bench.models import tiny_config  # noqa: E402
+from llm42.bench.passes import canonical_segments  # noqa: E402
+from llm42.model.config import llama31_8b_config  # noqa: E402
+from llm42.model.weights import random_weights  # noqa: E402
+from llm42.runner import Segment  # noqa: E402
+from profile_serving import smollm2_shape  # noqa: E402
+
+WINDOW, GROUP, MAX_SEQS = 32, 8, 256
+# (reps, warm-ups, context, max_canonical_tokens, layers) when not given. The CPU's canonical pass is exact
+# arithmetic in PyTorch, and a 2,048-row prompt chunk at 600 positions takes seconds even for the tiny model:
+# the CPU check runs small passes
+DEFAULTS = {"cuda": (20, 3, 600, 2048, None), "cpu": (5, 1, 32, 512, 1)}
+WINDOW_COUNTS = (1, 4, 8, 16, 32, 64)
+CHUNK_ROWS = (256, 512, 1024, 2048)
+DECODE_BATCHES = (64, 128, 256)
+PARAMS = SamplingParams(deterministic=True)  # greedy rows: the sampler's cheapest variant
+
+
+def stats(times: list[float]) -> dict:
+    """Median and p90 (nearest rank) of a list of milliseconds."""
+    ordered = sorted(times)
+    return {"median": round(statistics.median(ordered), 4), "p90": round(ordered[math.ceil(0.9 * len(ordered)) - 1], 4)}
+
+
+def device_ms(fn, device: torch.device) -> float:
+    """``fn()``'s milliseconds on the device (CUDA events around it on the current stream), else the wall time."""
+    if device.type != "cuda":
+        t0 = time.perf_counter()
+        fn()
+        return 1e3 * (time.perf_counter() - t0)
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    fn()
+    end.record()
+    end.synchronize()
+    return start.elapsed_time(end)
+
+
+def time_pass(cp, kv, segments: list[Segment], wanted: list[int] | None, *, reps: int, warmup: int,
+              device) -> dict:
+    """stage (host), _run (device) and launch + wait (host) of one pass, ``reps`` times after the warm-ups."""
+    per_row = [(s.params, s.seed, pos + 1) for s in segments for pos in range(s.start, s.end)]
+    stage, run, launch = [], [], []
+    for i in range(warmup + reps):
+        synchronize(device)  # stage's pinned buffers are free, no work queued before it
+        t0 = time.perf_counter()
+        inputs = cp.stage(segments, kv, per_row, wanted=wanted)
+        t1 = time.perf_counter()
+        run_ms = device_ms(lambda: cp._run(inputs), device)  # noqa: B023 - called right here
+        synchronize(device)
+        t2 = time.perf_counter()
+        cp.launch(segments, kv, per_row, wanted=wanted).wait()
+        t3 = time.perf_counter()
+        if i >= warmup:
+            stage.append(1e3 * (t1 - t0))
+            run.append(run_ms)
+            launch.append(1e3 * (t3 - t2))
+    rows = len(per_row)
+    bucket = cp.bucket_for(rows)
+    device_stats = stats(run)
+    return {"rows": rows, "bucket": bucket, "segments": len(segments),
+            "result_rows": rows if bucket == cp.num_rows else len(wanted if wanted is not None else segments),
+            "stage_host_ms": stats(stage), "device_ms": device_stats, "launch_wait_ms": stats(launch),
+            "device_ms_per_row": round(device_stats["median"] / rows, 5)}
+
+
+def time_decode(gen: DVRGenerator, batch: int, position: int, *, reps: int, warmup: int, device) -> dict:
+    """One decode step of slots 0 .. batch - 1 at ``position``: graph replay on CUDA, eager elsewhere."""
+    state, graphs = gen.decode_state, gen.fast_step.decode_graphs
+    saved = state.snapshot()
+    stage, run = [], []
+    for i in range(warmup + reps):
+        state.restore(saved)  # every step decodes the same rows at the same position
+        synchronize(device)
+        t0 = time.perf_counter()
+        num_rows = graphs.bucket_for(batch) if graphs is not None else batch
+        variant = state.stage_batch(list(range(batch)), num_rows)
+        t1 = time.perf_counter()
+        if graphs is not None:
+            ms = device_ms(lambda: graphs.run(batch, variant), device)  # noqa: B023
+        else:
+            ms = device_ms(lambda: state.decode(batch, variant=variant,  # noqa: B023
+                                                max_context_len=position + 1), device)
+        if i >= warmup:
+            stage.append(1e3 * (t1 - t0))
+            run.append(ms)
+    state.restore(saved)
+    device_stats = stats(run)
+    return {"batch": batch, "bucket": num_rows, "graphed": graphs is not None, "stage_host_ms": stats(stage),
+            "device_ms": device_stats, "device_ms_per_row": round(device_stats["median"] / batch, 5)}
+
+
+def build(args) -> tuple[DVRGenerator, int]:
+    device = torch.device(args.device)
+    model = args.model or ("smollm2" if device.type == "cuda" else "tiny")
+    cfg = {"smollm2": smollm2_shape, "8b": lambda: llama31_8b_config(max_position_embeddings=4096),
+           "tiny": lambda: tiny_config(4096)}[model]()
+    if args.layers:
+        cfg = dataclasses.replace(cfg, num_layers=args.layers)
+    max_chunk = max([r for r in CHUNK_ROWS if r <= args.max_canonical_tokens], default=0)
+    per_request = -(-(args.context + 64) // 16) * 16
+    kv_tokens = MAX_SEQS * per_request + args.context + max_chunk + 256
+    if args.context + max(max_chunk, WINDOW) + 16 > cfg.max_position_embeddings:
+        raise SystemExit(f"--context {args.context} + {max_chunk} rows exceeds the model's "
+                         f"{cfg.max_position_embeddings} positions")
+    dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
+    weights = random_weights(cfg, seed=0, dtype=dtype, device=device)
+    gen = DVRGenerator(weights, cfg, window=WINDOW, group=GROUP, max_num_seqs=MAX_SEQS,
+                       max_canonical_tokens=args.max_canonical_tokens, kv_cache_tokens=kv_tokens,
+                       prefix_cache=False)
+    args.model = model
+    return gen, max_chunk
+
+
+def prepare(gen: DVRGenerator, context: int, max_chunk: int) -> int:
+    """Random K/V everywhere; requests 0 .. 255 with context + 32 positions (decode slots too), one prompt."""
+    kv, device = gen.kv, gen.device
+    generator = torch.Generator(device=device).manual_seed(0)
+    for layer in range(gen.cfg.num_layers):
+        for cache in (kv.layers().k[layer], kv.layers().v[layer]):
+            cache.copy_(torch.randn(cache.shape, generator=generator, device=device, dtype=torch.float32))
+    for rid in range(MAX_SEQS):
+        kv.allocate(rid, context + 64)
+        kv.append(rid, context + WINDOW)
+        gen.decode_state.admit(rid, rid, SamplingParams(), 0)  # slot rid decodes request rid
+        gen.decode_state.set_next(rid, rid * 7 % gen.cfg.vocab_size, context)
+    gen.decode_state.flush()
+    prompt_rid = MAX_SEQS
+    kv.allocate(prompt_rid, context + max_chunk)
+    kv.append(prompt_rid, context + max_chunk)
+    return prompt_rid
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--model", choices=("smollm2", "8b", "tiny"), default=None,
+                    help="default: smollm2 on CUDA, tiny on the CPU")
+    ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    ap.add_argument("--reps", type=int, default=None, help="default 20 on CUDA, 2 on the CPU")
+    ap.add_argument("--warmup", type=int, default=None, help="default 3 on CUDA, 1 on the CPU")
+    ap.add_argument("--context", type=int, default=None, help="prior positions; default 600 on CUDA, 32 on the CPU")
+    ap.add_argument("--max-canonical-tokens", type=int, default=None, help="default 2048 on CUDA, 512 on the CPU")
+    ap.add_argument("--layers", type=int, default=None, help="override the model's layer count (default: the "
+                    "model's on CUDA, 1 on the CPU)")
+    ap.add_argument("--cpu-threads", type=int, default=1, help="torch intra-op threads on the CPU")
+    args = ap.parse_args()
+    defaults = DEFAULTS["cuda" if torch.device(args.device).type == "cuda" else "cpu"]
+    for name, value in zip(("reps", "warmup", "context", "max_canonical_tokens", "layers"), defaults):
+        if getattr(args, name) is None:
+            setattr(args, name, value)
+    if torch.device(args.device).type == "cpu":
+        # one intra-op thread: on a shared machine (a test run beside it) two OpenMP threads on two cores made
+        # a 256-row pass of the tiny model take 1.7 s instead of 0.034 s
+        torch.set_num_threads(args.cpu_threads)
+    gen, max_chunk = build(args)
+    device, cp, kv = gen.device, gen.verifier.canonical_pass, gen.kv
+    prompt_rid = prepare(gen, args.context, max_chunk)
+    R = cp.num_rows
+    t = time.perf_counter()
+    cp.stage(canonical_segments(gen.cfg, window=WINDOW, group=1, context=args.context + WINDOW, params=PARAMS), kv)
+    synchronize(device)
+    result = {
+        "args": vars(args), "model_config": dataclasses.asdict(gen.cfg), "torch": torch.__version__,
+        "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
+        "dtype": str(gen.weights.dtype), "R": R, "max_rows": cp.max_rows, "buckets": list(cp.buckets),
+        "canonical_graphed": cp.is_graphed, "bind_and_capture_s": round(time.perf_counter() - t, 3),
+        "notes": ["device_ms: CUDA events around CanonicalPass._run (graph replays) / the decode graph's replay; "
+                  "on the CPU the wall time of the eager call",
+                  f"verify passes of more than R = {R} rows compute results for their first {R} rows only "
+                  "(result_rows); a real verifier would need every window row",
+                  "all rows greedy; K/V random; the generator is never stepped"],
+        "verify_windows": [], "prompt_chunks": [], "decode": [],
+    }
+    for windows in (w for w in WINDOW_COUNTS if w * WINDOW <= cp.max_rows):
+        segments = canonical_segments(gen.cfg, window=WINDOW, group=windows, context=args.context + WINDOW,
+                                      params=PARAMS)
+        wanted = list(range(R)) if windows * WINDOW > R else None
+        row = time_pass(cp, kv, segments, wanted, reps=args.reps, warmup=args.warmup, device=device)
+        result["verify_windows"].append({"windows": windows, **row})
+    for rows in (r for r in CHUNK_ROWS if r <= cp.max_rows):
+        tokens = tuple((7 * i + 3) % gen.cfg.vocab_size for i in range(rows))
+        segment = Segment(prompt_rid, tokens, args.context, PARAMS, 0)
+        row = time_pass(cp, kv, [segment], [rows - 1], reps=args.reps, warmup=args.warmup, device=device)
+        result["prompt_chunks"].append(row)
+    for batch in DECODE_BATCHES:
+        result["decode"].append(time_decode(gen, batch, args.context, reps=args.reps, warmup=args.warmup,
+                                            device=device))
+    step_ms = result["decode"][-1]["device_ms"]["median"]  # batch 256: the fast path's full batch
+    for row in result["verify_windows"] + result["prompt_chunks"]:
+        row["decode_steps_256"] = round(row["device_ms"]["median"] / step_ms, 3)
+    gen.close()
+    Path(args.out).write_text(json.dumps(result, indent=1) + "\n")
+
+    print(f"{result['device']}  {args.model} ({gen.cfg.num_layers} layers, {result['dtype']})  R={R}  "
+          f"buckets={result['buckets']}  context={args.context}  bind+capture {result['bind_and_capture_s']} s")
+    print(f"{'kind':10s} {'rows':>5s} {'bucket':>6s} {'results':>7s} {'stage ms':>9s} {'device ms':>10s} "
+          f"{'p90':>8s} {'launch+wait':>11s} {'us/row':>8s} {'steps@256':>9s}")
+    for kind, key, label in (("verify", "verify_windows", "windows"), ("chunk", "prompt_chunks", None),
+                             ("decode", "decode", None)):
+        for r in result[key]:
+            name = f"{kind} {r[label]}w" if label else kind
+            rows = r.get("rows", r.get("batch"))
+            lw = f"{r['launch_wait_ms']['median']:11.3f}" if "launch_wait_ms" in r else f"{'':11s}"
+            steps = f"{r['decode_steps_256']:9.2f}" if "decode_steps_256" in r else ""
+            print(f"{name:10s} {rows:5d} {r['bucket']:6d} {r.get('result_rows', rows):7d} "
+                  f"{r['stage_host_ms']['median']:9.3f} {r['device_ms']['median']:10.3f} "
+                  f"{r['device_ms']['p90']:8.3f} {lw} {1e3 * r['device_ms_per_row']:8.2f} {steps}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,142 @@
+"""Drafting ahead of a window in a canonical pass (``draft_ahead``, the default).
+
+While a deterministic request's window is in a pass that the device has not finished, its fast path
+drafts the next window instead of waiting. The first draft re-feeds the window's last candidate at a
+position the pass writes: ``DecodeState.protect`` sends that K/V write to the scratch block, so the
+canonical K/V stays (invariant 3). When the pass accepts the whole window and commits the token drafted
+after it, the drafts stand; otherwise they are dropped, with the one still in flight.
+
+The passes here are made to lag (``lag_passes``): computed at launch, as the device queues them, applied
+only some steps later, as on a busy GPU. On the CPU without that, a pass is applied in the step that
+launched it and nothing drafts ahead.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from llm42 import DefaultScheduler, DVRGenerator, Plan, SamplingParams, SchedulerState
+from llm42.engine.decode_state import DecodeState
+from llm42.model.weights import random_weights
+from llm42.policies import FastPolicy, NoisyFastPolicy
+from tests.helpers import lag_passes, tiny_config
+
+CFG = tiny_config(max_position_embeddings=256)
+WEIGHTS = random_weights(CFG, seed=3)
+WINDOW, GROUP = 4, 2
+PROMPTS = [[5, 9, 14, 3], [7, 7, 8], [100, 101, 102, 103, 104], [40, 41], [11, 12, 13]]
+PARAMS = [
+    SamplingParams(max_new_tokens=40, deterministic=True, logprobs=True, ignore_eos=True),
+    SamplingParams(max_new_tokens=40, ignore_eos=True),
+    SamplingParams(max_new_tokens=33, deterministic=True, temperature=0.8, seed=5, logprobs=True, ignore_eos=True),
+    SamplingParams(max_new_tokens=40, deterministic=True, temperature=1.0, top_k=20, seed=9, logprobs=True,
+                   ignore_eos=True),
+    SamplingParams(max_new_tokens=25, temperature=0.7, ignore_eos=True),
+]
+DETERMINISTIC = [i for i, p in enumerate(PARAMS) if p.deterministic]
+
+
+def make(*, lag: int = 0, **kwargs) -> DVRGenerator:
+    return lag_passes(DVRGenerator(WEIGHTS, CFG, window=WINDOW, group=GROUP, kv_cache_tokens=2048, block_size=8,
+                                   **kwargs), lag)
+
+
+def deterministic_outputs(gen: DVRGenerator) -> list[tuple[list[int], list[float]]]:
+    completions = gen.generate(PROMPTS, PARAMS)
+    return [(completions[i].token_ids, completions[i].logprobs) for i in DETERMINISTIC]
+
+
+@pytest.fixture(scope="module")
+def reference() -> list[tuple[list[int], list[float]]]:
+    """Each deterministic request alone: the contract's batch-size-1 reference."""
+    out = []
+    for i in DETERMINISTIC:
+        completion = make().generate([PROMPTS[i]], PARAMS[i])[0]
+        out.append((completion.token_ids, completion.logprobs))
+    return out
+
+
+@pytest.mark.parametrize("lag", [3, 4])
+def test_drafts_ahead_stand_and_commit_the_reference_tokens(reference, lag):
+    gen = make(lag=lag)
+    assert deterministic_outputs(gen) == reference
+    assert gen.stats["ahead_tokens_kept"] > 0, gen.stats  # not vacuous: drafts ahead were kept
+    off = make(lag=lag, draft_ahead=False)
+    assert deterministic_outputs(off) == reference
+    assert off.stats["ahead_tokens_kept"] == off.stats["ahead_tokens_dropped"] == 0
+    # what drafting ahead is for: the requests wait fewer steps for their passes
+    assert gen.stats["steps"] < off.stats["steps"], (gen.stats, off.stats)
+
+
+def test_drafts_ahead_of_rolled_back_windows_are_dropped(reference):
+    gen = make(lag=2, fast_policy=NoisyFastPolicy(scale=64.0, seed=1))
+    assert deterministic_outputs(gen) == reference
+    assert gen.stats["rollbacks"] > 0 and gen.stats["ahead_tokens_dropped"] > 0, gen.stats
+
+
+class EarlyVerifyScheduler:
+    """The default plan, but a deterministic request's window is verified once it holds two candidates (partly
+    full): such a request has not drafted ahead before its pass, so its first draft ahead comes after the
+    pass's K/V write at the window's last position."""
+
+    def schedule(self, state: SchedulerState) -> Plan:
+        plan = DefaultScheduler().schedule(state)
+        if plan.has_canonical_pass:
+            return plan
+        verify, rows = [], 0
+        for v in state.requests:
+            if (v.is_deterministic and not v.is_prefill and v.num_candidates >= 2 and len(verify) < state.group
+                    and rows + 1 + v.num_candidates <= state.num_canonical_rows):
+                verify.append(v.rid)
+                rows += 1 + v.num_candidates
+        if not verify:
+            return plan
+        return Plan(tuple(r for r in plan.fast_decode if r not in verify), plan.fast_prefill, tuple(verify))
+
+
+class KVDriftFastPolicy(FastPolicy):
+    """The fast path with every GEMM scaled by 1 + 2**-12: its K/V differ from the canonical pass's in most
+    bits while its tokens mostly agree, so windows are accepted whole and drafts ahead stand."""
+
+    def linear(self, x, weight, bias=None):
+        return super().linear(x, weight, bias) * (1.0 + 2.0 ** -12)
+
+
+@pytest.mark.parametrize("protect", [True, False])
+def test_without_the_protected_window_drafts_ahead_overwrite_canonical_kv(reference, monkeypatch, protect):
+    """The window's last position is the pass's to write: the first draft ahead feeds that candidate again,
+    and its fast K/V would land there after the pass's. With the protection, deterministic requests match
+    their reference; without it (the negative control), the drifted K/V reaches committed positions."""
+    if not protect:
+        monkeypatch.setattr(DecodeState, "set_protect", lambda self, slot, num_positions: None)
+    gen = make(lag=3, fast_policy=KVDriftFastPolicy(), scheduler=EarlyVerifyScheduler())
+    outputs = deterministic_outputs(gen)
+    assert gen.stats["ahead_tokens_kept"] > 0, gen.stats  # windows accepted whole: the drafts stood
+    assert (outputs == reference) is protect
+
+
+def test_a_protected_position_keeps_its_kv_through_a_decode_step():
+    gen = make()
+    rid = gen.submit([5, 9, 14, 3], SamplingParams(max_new_tokens=4, ignore_eos=True))
+    gen.step()  # prefill and the first token
+    req = gen._pool.running[rid]
+    state, kv = gen.decode_state, gen.kv
+    position = req.next_position
+    slot_index = kv.slots(rid, position, position + 1)[0]
+    layer = kv.layers().k[0]  # [num_slots, Hkv, D]
+    marker = torch.full_like(layer[slot_index], 7.0)
+
+    def written_after_a_step(protect: bool) -> bool:
+        layer[slot_index] = marker
+        state.set_protect(req.slot, position + 1 if protect else 0)
+        state.set_next(req.slot, None, position)
+        state.flush()
+        state.stage_batch([req.slot], 1)
+        snapshot = state.snapshot()
+        state.decode(1, variant=(False, False), max_context_len=position + 1)
+        state.restore(snapshot)
+        return not torch.equal(layer[slot_index], marker)
+
+    assert not written_after_a_step(protect=True)
+    assert written_after_a_step(protect=False)  # the control: unprotected, the step writes there
