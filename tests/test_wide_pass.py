@@ -84,6 +84,49 @@ def test_wide_passes_commit_the_narrow_passes_bits():
                 assert torch.equal(a, b)
 
 
+SHORT_PROMPTS = [[(5 * i + 7 * j) % (CFG.vocab_size - 3) + 3 for j in range(3 + i % 4)] for i in range(12)]
+
+
+def _max_windows_per_pass(gen: DVRGenerator) -> list[int]:
+    """Wrap ``gen``'s verifier so each pass's verify-window count is recorded (the returned list)."""
+    counts: list[int] = []
+    launch = gen.verifier.launch
+
+    def counting(work, kv):
+        counts.append(sum(not w.is_prefill for w in work))
+        return launch(work, kv)
+
+    gen.verifier.launch = counting
+    return counts
+
+
+def test_wide_passes_verify_more_than_g_windows_with_the_narrow_passes_bits():
+    """With ``wide_verify=True`` windows fill a wide pass too (its head and sampler on blocks of R result rows):
+    G per R rows. Off (the default), a pass holds at most G windows however wide it may be."""
+    narrow, default, wide = _generator(R), _generator(8 * R), _generator(8 * R, wide_verify=True)
+    counts = {name: _max_windows_per_pass(gen) for name, gen in
+              (("narrow", narrow), ("default", default), ("wide", wide))}
+    reference = _outputs(narrow, SHORT_PROMPTS, max_new_tokens=24)
+    assert _outputs(wide, SHORT_PROMPTS, max_new_tokens=24) == reference
+    assert _outputs(default, SHORT_PROMPTS, max_new_tokens=24) == reference
+    assert max(counts["narrow"]) <= GROUP and max(counts["default"]) <= GROUP < max(counts["wide"])
+    assert wide.stats["canonical_passes"] < narrow.stats["canonical_passes"]
+
+
+def test_negative_control_a_wide_verify_pass_without_r_row_blocks_changes_the_bits(monkeypatch):
+    def policy_gen(tokens):
+        return _generator(tokens, canonical_policy=_RowsOfMPolicy(), wide_verify=True)
+
+    reference = _outputs(policy_gen(R), SHORT_PROMPTS, max_new_tokens=12)
+    wide = policy_gen(8 * R)
+    counts = _max_windows_per_pass(wide)
+    assert _outputs(wide, SHORT_PROMPTS, max_new_tokens=12) == reference
+    assert max(counts) > GROUP
+    monkeypatch.setattr(GemmRowBlocks, "linear", lambda self, x, weight, bias=None:
+                        self._policy.linear(x, weight, bias))  # GEMMs (the head's too) at M = the bucket
+    assert _outputs(policy_gen(8 * R), SHORT_PROMPTS, max_new_tokens=12) != reference
+
+
 def test_wide_passes_next_to_free_requests_and_alone_agree():
     alone = [(c.token_ids, c.logprobs, c.top_logprobs) for c in
              (_generator(8 * R).generate([p], _params(i))[0] for i, p in enumerate(PROMPTS[:2]))]
@@ -141,9 +184,13 @@ def test_a_pass_refuses_more_rows_or_more_wanted_rows_than_it_takes():
     gen.kv.append(rid, seg.end)
     with pytest.raises(ValueError, match="more than its 16"):
         cp.stage([seg], gen.kv)
-    seg = Segment(rid, tuple(PROMPTS[0][: 2 * R]), 0, _params(0), 1)
-    with pytest.raises(ValueError, match="at most R = 8"):
-        cp.stage([seg], gen.kv, wanted=list(range(R + 1)))
+    seg = Segment(rid, tuple(PROMPTS[0][: 2 * R - 1]), 0, _params(0), 1)
+    cp.stage([seg], gen.kv, wanted=list(range(R + 1)))  # results for more than R rows: two blocks of R
+    assert cp._results == 2 * R
+    with pytest.raises(ValueError, match="distinct rows among its 15 real rows"):
+        cp.stage([seg], gen.kv, wanted=list(range(2 * R)))
+    with pytest.raises(ValueError, match="distinct rows"):
+        cp.stage([seg], gen.kv, wanted=[0, 0])
 
 
 def _view(rid: int, prompt: int, *, prefilled: int = 0, candidates: int = 0, generated: int = 0):

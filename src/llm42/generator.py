@@ -148,6 +148,7 @@ class DVRGenerator:
         canonical_stream: bool = False,
         mixed_steps: bool | None = None,
         draft_ahead: bool = True,
+        wide_verify: bool = False,
     ):
         self.canonical_config = CanonicalConfig(window=window, group=group)
         self.config = EngineConfig(
@@ -156,6 +157,7 @@ class DVRGenerator:
             adaptive_draft=adaptive_draft, overlap=overlap, max_model_len=max_model_len,
             canonical_thread=canonical_thread, max_canonical_tokens=max_canonical_tokens,
             canonical_stream=canonical_stream, mixed_steps=mixed_steps, draft_ahead=draft_ahead,
+            wide_verify=wide_verify,
         )
         num_canonical_tokens = self.config.canonical_tokens(self.canonical_config.num_rows)
         scratch = getattr(kv_store, "num_scratch_slots", None)  # an injected store: a pass's padding rows write there
@@ -213,6 +215,9 @@ class DVRGenerator:
         # drafting ahead of a window in a pass needs a verifier that leaves the rollback of K/V to the engine
         self._draft_ahead = draft_ahead and isinstance(verifier, Verifier)
         self.max_canonical_tokens = num_canonical_tokens
+        # llm42's verifier computes results for every row of a wide pass (its windows' too); another, for R rows
+        self._max_canonical_results = (num_canonical_tokens if wide_verify and isinstance(verifier, Verifier)
+                                       else None)
         self.scheduler = scheduler if scheduler is not None else DefaultScheduler()
         if kv_store is None:
             kv_store = KVStore(
@@ -496,7 +501,8 @@ class DVRGenerator:
         if self._canonical_in_flight is not None and self._canonical_in_flight.is_ready():
             self._finish_canonical(events)
         state = SchedulerState(self._pool.views(), self.canonical_config.window, self.canonical_config.group,
-                               self.config.max_fast_tokens, self._num_steps, self.max_canonical_tokens)
+                               self.config.max_fast_tokens, self._num_steps, self.max_canonical_tokens,
+                               self._max_canonical_results)
         plan = self.scheduler.schedule(state)
         validate_plan(plan, state)
         plan = self._with_drafts_ahead(plan)
@@ -521,7 +527,14 @@ class DVRGenerator:
             if _wait_ready(self._canonical_in_flight, _IDLE_WAIT_S):
                 self._finish_canonical(events)
         if plan.has_canonical_pass:
-            if self._canonical_in_flight is not None:  # one pass at a time: its static buffers are shared
+            in_flight = self._canonical_in_flight
+            if (in_flight is not None and self._draft_ahead and fast.in_flight is not None
+                    and not in_flight.is_ready()):
+                # one pass at a time (its static buffers are shared), but the loop does not wait for it: this
+                # step's windows and prompt chunks go to a later pass, their requests draft ahead meanwhile
+                self.stats["deferred_passes"] += 1
+                return
+            if in_flight is not None:  # one pass at a time: its static buffers are shared
                 self._finish_canonical(events)
             self._launch_canonical(plan)
             # applied now when it has already finished (always on the CPU without canonical_thread), else later

@@ -51,8 +51,9 @@ class SchedulerState:
     """What a scheduler sees of the engine at one step (read-only; a fresh one per step).
 
     The row budgets a plan must respect: ``max_fast_tokens`` for the fast step,
-    ``max_canonical_rows`` for the canonical pass, of which at most ``num_canonical_rows`` (R)
-    may need results (every verify window's rows, one row per deterministic prompt chunk).
+    ``max_canonical_rows`` for the canonical pass, of which at most ``max_result_rows`` may need
+    results (every verify window's rows, one row per deterministic prompt chunk): R, or with llm42's
+    verifier every row of a wide pass (its head and sampler run on blocks of R result rows).
     """
 
     requests: tuple[RequestView, ...]  # oldest first
@@ -63,6 +64,8 @@ class SchedulerState:
     # token rows one canonical pass may process (a multiple of R; None: R). A pass of more than R rows
     # holds prompt chunks beside its windows; its windows' rows plus its prompt chunks are at most R
     max_canonical_tokens: int | None = None
+    # rows of one canonical pass that may need results (None: R); at most max_canonical_rows
+    max_canonical_results: int | None = None
 
     @property
     def num_canonical_rows(self) -> int:
@@ -73,6 +76,17 @@ class SchedulerState:
     def max_canonical_rows(self) -> int:
         """The most rows one canonical pass takes (``max_canonical_tokens``, else R)."""
         return self.num_canonical_rows if self.max_canonical_tokens is None else self.max_canonical_tokens
+
+    @property
+    def max_result_rows(self) -> int:
+        """The most rows of one canonical pass that may need results (``max_canonical_results``, else R)."""
+        return self.num_canonical_rows if self.max_canonical_results is None else self.max_canonical_results
+
+    @property
+    def max_windows(self) -> int:
+        """The most verify windows one pass takes: G per R result rows, and at most R (a pass holds at most
+        R sequences: windows and prompt chunks)."""
+        return min(self.num_canonical_rows, self.group * max(1, self.max_result_rows // self.num_canonical_rows))
 
 
 @dataclass(frozen=True)
@@ -166,6 +180,10 @@ def validate_plan(plan: Plan, state: SchedulerState) -> None:
     fast_rows = len(plan.fast_decode) + sum(c.num_tokens for c in plan.fast_prefill)
     if fast_rows > state.max_fast_tokens:
         raise InvalidPlanError(f"plan's fast step has {fast_rows} rows, over max_fast_tokens={state.max_fast_tokens}")
+    num_seqs = len(plan.verify) + len(plan.canonical_prefill)
+    if num_seqs > state.num_canonical_rows:
+        raise InvalidPlanError(f"plan's canonical pass holds {num_seqs} sequences (windows and prompt chunks), "
+                               f"over R = {state.num_canonical_rows}")
     rows = canonical_rows(plan, views)
     if rows > state.max_canonical_rows:
         raise InvalidPlanError(f"plan's canonical pass needs {rows} rows, over R = {state.num_canonical_rows}"
@@ -174,10 +192,12 @@ def validate_plan(plan: Plan, state: SchedulerState) -> None:
                                f"{state.max_canonical_rows}")
     if rows > state.num_canonical_rows:
         results = sum(1 + views[r].num_candidates for r in plan.verify) + len(plan.canonical_prefill)
-        if results > state.num_canonical_rows:
+        if results > state.max_result_rows:
+            bound = (f"R = {state.num_canonical_rows}" if state.max_result_rows == state.num_canonical_rows
+                     else f"the {state.max_result_rows} result rows of a pass")
             raise InvalidPlanError(
                 f"plan's canonical pass of {rows} rows needs results for {results} rows (its windows' rows and "
-                f"one per prompt chunk), over R = {state.num_canonical_rows}")
+                f"one per prompt chunk), over {bound}")
 
 
 def fast_prefill_chunks(state: SchedulerState, budget: int) -> list[PrefillChunk]:
@@ -205,29 +225,35 @@ class DefaultScheduler:
     spare rows; a canonical pass is formed when a deterministic request has a
     full window (or its prompt is pending), and its rows are filled — due
     windows first, then partial windows of other deterministic requests (up
-    to G windows, R rows), then deterministic prompt chunks, up to
-    ``max_canonical_tokens`` rows in all (one result row per chunk within R).
+    to ``max_windows`` windows in ``max_result_rows`` rows: G windows in R
+    rows, or G per R rows of a wide pass), then deterministic prompt chunks, up
+    to ``max_canonical_tokens`` rows in all (one result row per chunk).
     """
 
     def schedule(self, state: SchedulerState) -> Plan:
         reqs = state.requests
-        rows_left = state.num_canonical_rows
+        r, max_windows = state.num_canonical_rows, state.max_windows
         verify: list[int] = []
+        rows = 0  # the windows' rows
         due = [v for v in reqs if v.is_ready_to_verify]
         det_prefill = [v for v in reqs if v.is_deterministic and v.is_prefill]
         if due or det_prefill:
-            partial = [v for v in reqs if v.is_deterministic and not v.is_prefill
-                       and not v.is_ready_to_verify and v.num_candidates > 0]
-            for v in due + partial:
-                if len(verify) == state.group or 1 + v.num_candidates > rows_left:
-                    continue
-                verify.append(v.rid)
-                rows_left -= 1 + v.num_candidates
+            for v in due:
+                if len(verify) < max_windows and rows + 1 + v.num_candidates <= state.max_result_rows:
+                    verify.append(v.rid)
+                    rows += 1 + v.num_candidates
+            # partial windows only in the rows the due ones leave in their blocks of R (at least R): free rows
+            fill = min(state.max_result_rows, max(r, -(-rows // r) * r))
+            for v in reqs:
+                if (v.is_deterministic and not v.is_prefill and not v.is_ready_to_verify and v.num_candidates > 0
+                        and len(verify) < max_windows and rows + 1 + v.num_candidates <= fill):
+                    verify.append(v.rid)
+                    rows += 1 + v.num_candidates
         canonical_prefill = []
-        results_left = rows_left  # the R rows the pass's results cover: one per prompt chunk
-        rows_left += state.max_canonical_rows - state.num_canonical_rows
+        results_left = state.max_result_rows - rows  # the result rows left: one per prompt chunk
+        rows_left = state.max_canonical_rows - rows
         for v in det_prefill:
-            if rows_left == 0 or results_left == 0:
+            if rows_left == 0 or results_left == 0 or len(verify) + len(canonical_prefill) == r:
                 break
             n = min(v.num_prompt_remaining, rows_left)
             canonical_prefill.append(PrefillChunk(v.rid, n))

@@ -91,3 +91,30 @@ def test_wide_passes_commit_the_bits_of_r_row_passes_on_cuda(llama8b, report):
     other.close()
     report("key_block_32_kv_entries_differing", int((other_kv != reference_kv).sum()))
     assert not torch.equal(other_kv, reference_kv)
+
+
+def test_wide_verify_passes_commit_the_bits_of_r_row_passes_on_cuda(llama8b, report):
+    """Forty deterministic requests decoding at once, ``wide_verify=True``: their windows fill passes of up to
+    1,024 rows (more than G windows each), whose head and sampler run on blocks of R result rows; the bits are an R-row pass's."""
+    cfg, _ = llama8b
+    rng = random.Random(11)
+    prompts = [[rng.randrange(3, cfg.vocab_size) for _ in range(rng.randint(8, 40))] for _ in range(40)]
+    params = [SamplingParams(max_new_tokens=48, deterministic=True, ignore_eos=True, logprobs=True,
+                             temperature=0.0 if i % 2 else 0.8, seed=100 + i) for i in range(40)]
+    narrow = _generator(llama8b, WINDOW * GROUP)
+    reference = _run(narrow, prompts, params)
+    narrow.close()
+    wide = _generator(llama8b, 4 * WINDOW * GROUP, wide_verify=True)
+    windows: list[int] = []
+    launch = wide.verifier.launch
+
+    def counting(work, kv):
+        windows.append(sum(not w.is_prefill for w in work))
+        return launch(work, kv)
+
+    wide.verifier.launch = counting
+    got = _run(wide, prompts, params, num_free=16)
+    wide.close()
+    report("wide_verify_max_windows_per_pass", max(windows))
+    assert max(windows) > GROUP, f"no pass held more than G windows: {windows}"
+    assert got == reference

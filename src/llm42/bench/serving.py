@@ -106,6 +106,7 @@ class ServingConfig:
     max_canonical_tokens: int | None = None
     canonical_stream: bool = False
     draft_ahead: bool = True
+    wide_verify: bool = False
 
     def fast_policy(self):
         """The non-batch-invariant modes' fast path: None (the default FastPolicy) unless a decode kernel is set."""
@@ -268,7 +269,8 @@ def _engine(model: BenchModel, config: ServingConfig, workload: Workload) -> Eng
                   max_num_seqs=config.max_num_seqs, use_cuda_graphs=config.use_cuda_graphs,
                   max_fast_tokens=config.max_fast_tokens, canonical_attention=config.canonical_attention,
                   fast_policy=config.fast_policy(), max_canonical_tokens=config.max_canonical_tokens,
-                  canonical_stream=config.canonical_stream, draft_ahead=config.draft_ahead)
+                  canonical_stream=config.canonical_stream, draft_ahead=config.draft_ahead,
+                  wide_verify=config.wide_verify)
 
 
 def serving_summary(run: RunResult, *, nondet: RunResult | None) -> dict:
@@ -591,6 +593,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--no-draft-ahead", action="store_true",
                    help="deterministic requests wait for their window's pass instead of drafting ahead "
                         "(DVRGenerator(draft_ahead=False))")
+    p.add_argument("--wide-verify", action="store_true",
+                   help="verify windows fill canonical passes of more than R rows (DVRGenerator(wide_verify=True))")
     p.add_argument("--modes", default=",".join(OFFLINE_MODES), help="offline modes (must include nondet)")
     p.add_argument("--online-modes", default=",".join(ONLINE_MODES), help="online modes ('' skips online)")
     p.add_argument("--online-loads", default="0.4,0.7,0.9", help="fractions of the offline nondet request rate")
@@ -628,6 +632,7 @@ def main(argv: list[str] | None = None, *, repo: Path | None = None) -> int:
             use_cuda_graphs=not args.no_cuda_graphs, canonical_attention=args.canonical_attention,
             fast_decode_kernel=args.fast_decode_kernel, max_canonical_tokens=args.max_canonical_tokens,
             canonical_stream=args.canonical_stream, draft_ahead=not args.no_draft_ahead,
+            wide_verify=args.wide_verify,
         )
         out = args.out or repo / "benchmarks" / "results" / f"serving_{args.device}_{_model_stem(model)}.json"
         results = run_serving(config, out=out, repo=repo, cache_dir=args.cache_dir)

@@ -54,6 +54,10 @@ class EngineConfig:
     the next window instead of waiting (kept when the pass accepts the whole window and commits the
     token drafted after it; ``llm42.engine.requests``); with llm42's own ``Verifier`` only. Committed
     output is unchanged.
+    ``wide_verify``: verify windows fill passes of more than R rows too (G windows per R rows, the head and
+    sampler on blocks of R result rows), so one pass verifies up to ``max_canonical_tokens`` rows of windows;
+    off by default: on the H200 it gained no throughput and made free requests' steps longer
+    (docs/engine.md). With llm42's own ``Verifier`` only. Committed output is unchanged.
     ``canonical_stream``: on CUDA, run each canonical pass on its own stream (its graphs captured there,
     with their own cuBLAS workspace), so that fast steps run beside it instead of queueing behind it;
     off by default: on the H200 it kept the contract but its gain was small and mixed
@@ -76,6 +80,7 @@ class EngineConfig:
     canonical_stream: bool = False
     mixed_steps: bool | None = None
     draft_ahead: bool = True
+    wide_verify: bool = False
 
     def __post_init__(self) -> None:
         owner = "DVRGenerator"
@@ -85,7 +90,7 @@ class EngineConfig:
             if getattr(self, name) is not None:
                 positive_int(owner, name, getattr(self, name))
         for name in ("prefix_cache", "use_cuda_graphs", "adaptive_draft", "overlap", "canonical_thread",
-                     "canonical_stream", "draft_ahead"):
+                     "canonical_stream", "draft_ahead", "wide_verify"):
             strict_bool(owner, name, getattr(self, name))
         if self.mixed_steps is not None:
             strict_bool(owner, "mixed_steps", self.mixed_steps)

@@ -21,6 +21,7 @@ STAT_NAMES = (
     "steps", "fast_steps", "mixed_steps", "fast_tokens", "canonical_passes", "canonical_rows", "canonical_rows_used",
     "committed_tokens", "accepted_tokens", "rollbacks", "recomputed_tokens", "prefix_cached_tokens",
     "score_passes", "scored_tokens", "ahead_tokens_kept", "ahead_tokens_dropped",
+    "deferred_passes",
 )
 
 

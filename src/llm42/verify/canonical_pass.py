@@ -99,6 +99,22 @@ def pass_buckets(num_rows: int, max_rows: int, *, is_graphed: bool = True) -> tu
     return tuple(sizes) + (max_rows,)
 
 
+def result_sizes(num_rows: int, bucket: int, *, is_graphed: bool = True) -> tuple[int, ...]:
+    """The result rows a pass of ``bucket`` rows may compute (head and sampler, on blocks of R = ``num_rows``):
+    all R of an R-row pass; of a wider one R, 2R, 4R, ... up to the bucket with CUDA graphs (a graph each),
+    every multiple of R without."""
+    if bucket == num_rows:
+        return (num_rows,)
+    blocks = bucket // num_rows
+    if not is_graphed:
+        return tuple(num_rows * b for b in range(1, blocks + 1))
+    sizes, b = [], 1
+    while b < blocks:
+        sizes.append(num_rows * b)
+        b *= 2
+    return tuple(sizes) + (bucket,)
+
+
 class PassResult:
     """Tokens and log-probs of one launched pass, readable once its event has completed.
 
@@ -208,12 +224,14 @@ class CanonicalPass:
         self.is_graphed = resolve_use_graph(use_graph, self.device)
         self.buckets = pass_buckets(num_rows, max_rows, is_graphed=self.is_graphed)
         self._kv = None
-        self._forward_graphs: dict[int, tuple[torch.cuda.CUDAGraph, torch.Tensor]] = {}  # bucket -> (graph, logits)
-        self._samplers: dict[tuple[int, bool, bool],
+        # (bucket, result rows) -> (graph, logits)
+        self._forward_graphs: dict[tuple[int, int], tuple[torch.cuda.CUDAGraph, torch.Tensor]] = {}
+        self._samplers: dict[tuple[tuple[int, int], bool, bool],
                              tuple[torch.cuda.CUDAGraph, tuple[torch.Tensor, torch.Tensor]]] = {}
         self._pool = None
         self._variant = (False, False)  # (any row sampled, any sampled row filtered)
         self._bucket = num_rows  # the bucket staged last
+        self._results = num_rows  # the result rows of the pass staged last (head and sampler)
         self._wanted: list[int] | None = None  # the pass rows a wide staged pass computes results for
         is_cuda = self.device.type == "cuda"
         # its own stream only on request. Round 2 ran the pass on a side stream next to replayed fast steps
@@ -224,13 +242,20 @@ class CanonicalPass:
         self._stream = torch.cuda.Stream(self.device) if is_cuda and use_stream else None
         self._use_thread = use_thread and not is_cuda  # a CUDA pass is already asynchronous: the device runs it
         self._worker: ThreadPoolExecutor | None = None  # started by the first threaded launch
-        self._host_tokens = torch.zeros(num_rows, dtype=torch.int64, pin_memory=is_cuda)
-        self._host_logprobs = torch.zeros(num_rows, dtype=torch.float32, pin_memory=is_cuda)
+        self._host_tokens = torch.zeros(max_rows, dtype=torch.int64, pin_memory=is_cuda)
+        self._host_logprobs = torch.zeros(max_rows, dtype=torch.float32, pin_memory=is_cuda)
         self._pending: PassResult | None = None
 
     def bucket_for(self, num_real: int) -> int:
         """The rows a pass of ``num_real`` real rows computes."""
         return next(b for b in self.buckets if b >= num_real)
+
+    def results_for(self, bucket: int, num_wanted: int) -> int:
+        """The result rows a pass of ``bucket`` rows computes for ``num_wanted`` wanted rows."""
+        return next(n for n in result_sizes(self.num_rows, bucket, is_graphed=self.is_graphed) if n >= num_wanted)
+
+    def _keys(self) -> list[tuple[int, int]]:
+        return [(b, n) for b in self.buckets for n in result_sizes(self.num_rows, b, is_graphed=self.is_graphed)]
 
     # -- static buffers and capture ---------------------------------------------------------------
     def _bind(self, kv) -> None:
@@ -242,17 +267,18 @@ class CanonicalPass:
         cfg, num_rows, device = self.cfg, self.num_rows, self.device
         # a pass's sequences: at most R (each takes a row of an R-row pass, a result row of a wider one)
         self._rows = StaticRows(self.max_rows, self.max_model_len, kv, device, max_seqs=num_rows)
-        self._sampling_ints = torch.zeros((3, num_rows), dtype=torch.int64, device=device)  # top_k, seeds, pos
-        self._sampling_floats = torch.zeros((2, num_rows), dtype=torch.float32, device=device)  # temp, top_p
+        max_rows = self.max_rows  # every row of a wide pass may need a result (its windows' rows)
+        self._sampling_ints = torch.zeros((3, max_rows), dtype=torch.int64, device=device)  # top_k, seeds, pos
+        self._sampling_floats = torch.zeros((2, max_rows), dtype=torch.float32, device=device)  # temp, top_p
         self._sampling_floats[1] = 1.0
         self._staging_ints = Staging(self._sampling_ints)
         self._staging_floats = Staging(self._sampling_floats)
-        self._select = torch.zeros(num_rows, dtype=torch.int64, device=device)  # a wide pass's logits rows
+        self._select = torch.zeros(max_rows, dtype=torch.int64, device=device)  # a wide pass's logits rows
         self._select_staging = Staging(self._select)
         # max_context_len: a bound (CUDA kernels never read it); stage() replaces it with the pass's own
-        self._inputs = {bucket: self._rows.inputs(bucket, max_context_len=self.max_model_len,
-                                                  logits_rows=None if bucket == num_rows else self._select)
-                        for bucket in self.buckets}
+        self._inputs = {(bucket, n): self._rows.inputs(bucket, max_context_len=self.max_model_len,
+                                                       logits_rows=None if bucket == num_rows else self._select[:n])
+                        for bucket, n in self._keys()}
         self._policies = {bucket: self.policy if bucket == num_rows else GemmRowBlocks(self.policy, num_rows)
                           for bucket in self.buckets}
         self._kv = kv
@@ -260,31 +286,46 @@ class CanonicalPass:
         self._forward_graphs.clear()
         if self.is_graphed:
             self._pool = torch.cuda.graph_pool_handle()
-            for bucket in reversed(self.buckets):  # the largest first: the others reuse its pool memory
-                self._capture(bucket)
+            for key in reversed(self._keys()):  # the largest first: the others reuse its pool memory
+                self._capture(key)
+            for key in self._keys():  # and each one's sampler variants (greedy, sampled, filtered), not mid-run
+                for variant in ((False, False), (True, False), (True, True)):
+                    self._variant = variant
+                    self._sampler(key)
+            self._variant = (False, False)
 
     def _forward(self, bucket: int, inputs: StepInputs) -> torch.Tensor:
         return forward(self.weights, self.cfg, inputs, self._kv.layers(), self._policies[bucket])
 
-    def _capture(self, bucket: int) -> None:
-        """Capture the forward pass of ``bucket`` rows; its warm-up runs the dummy rows staged at bind time
-        (their K/V goes to the scratch slots)."""
-        inputs = self._inputs[bucket]
-        self._forward_graphs[bucket] = capture_graph(lambda: self._forward(bucket, inputs), self._pool,
-                                                     stream=self._stream)
+    def _capture(self, key: tuple[int, int]) -> None:
+        """Capture the forward pass of ``key`` = (bucket rows, result rows); its warm-up runs the dummy rows
+        staged at bind time (their K/V goes to the scratch slots)."""
+        inputs = self._inputs[key]
+        self._forward_graphs[key] = capture_graph(lambda: self._forward(key[0], inputs), self._pool,
+                                                  stream=self._stream)
 
-    def _sampling_rows(self) -> SamplingRows:
-        ints, floats = self._sampling_ints, self._sampling_floats
+    def _sampling_rows(self, start: int = 0, end: int | None = None) -> SamplingRows:
+        """The sampling parameters of result rows ``start .. end`` (default: the staged pass's)."""
+        end = self._results if end is None else end
+        ints, floats = self._sampling_ints[:, start:end], self._sampling_floats[:, start:end]
         return SamplingRows(temperature=floats[0], top_k=ints[0], top_p=floats[1], seeds=ints[1],
                             positions=ints[2], is_any_sampled=self._variant[0],
                             is_any_filtered=self._variant[1])
 
-    def _sampler(self, bucket: int) -> tuple[torch.cuda.CUDAGraph, tuple[torch.Tensor, torch.Tensor]]:
-        key = (bucket, *self._variant)
-        if key not in self._samplers:
-            rows, logits = self._sampling_rows(), self._forward_graphs[bucket][1]
-            self._samplers[key] = capture_graph(lambda: sample(logits, rows), self._pool, stream=self._stream)
-        return self._samplers[key]
+    def _sample(self, logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The sampler on blocks of R result rows, each the call an R-row pass makes (so each row gets its bits)."""
+        r, n = self.num_rows, logits.shape[0]
+        if n == r:
+            return sample(logits, self._sampling_rows(0, r))
+        parts = [sample(logits[i: i + r], self._sampling_rows(i, i + r)) for i in range(0, n, r)]
+        return torch.cat([t for t, _ in parts]), torch.cat([lp for _, lp in parts])
+
+    def _sampler(self, key: tuple[int, int]) -> tuple[torch.cuda.CUDAGraph, tuple[torch.Tensor, torch.Tensor]]:
+        skey = (key, *self._variant)
+        if skey not in self._samplers:
+            logits = self._forward_graphs[key][1]
+            self._samplers[skey] = capture_graph(lambda: self._sample(logits), self._pool, stream=self._stream)
+        return self._samplers[skey]
 
     # -- staging and running -----------------------------------------------------------------------
     def stage(self, segments, kv, per_row=None, *, wanted: list[int] | None = None) -> StepInputs:
@@ -292,8 +333,8 @@ class CanonicalPass:
 
         ``per_row``: (params, seed, position of the sampled token) for each real row; None stages
         greedy rows. The segments' positions must already be appended in ``kv``. ``wanted``: the
-        rows (pass indices, at most R) whose results a pass of more than R rows computes; default
-        each segment's last row. A pass of at most R rows computes every row's.
+        rows (pass indices) whose results a pass of more than R rows computes, in blocks of R
+        (``results_for``); default each segment's last row. A pass of at most R rows computes every row's.
         """
         if kv is not self._kv:
             self._bind(kv)
@@ -306,21 +347,23 @@ class CanonicalPass:
         per_row = per_row or []
         if bucket == self.num_rows:
             self._wanted = None
+            results = self.num_rows
         else:
             wanted = lasts if wanted is None else list(wanted)
-            if len(wanted) > self.num_rows or any(not 0 <= r < num_real for r in wanted):
-                raise ValueError(f"a wide canonical pass computes results for at most R = {self.num_rows} of its "
-                                 f"{num_real} real rows, got {len(wanted)} wanted rows")
-            self._select_staging.host()[:] = torch.tensor(wanted + [0] * (self.num_rows - len(wanted)))
+            if len(wanted) > num_real or len(set(wanted)) < len(wanted) or any(not 0 <= r < num_real for r in wanted):
+                raise ValueError(f"a wide canonical pass computes results for distinct rows among its {num_real} "
+                                 f"real rows, got {len(wanted)} wanted rows")
+            results = self.results_for(bucket, len(wanted))
+            self._select_staging.host()[:] = torch.tensor(wanted + [0] * (self.max_rows - len(wanted)))
             self._select_staging.copy()
             per_row = [per_row[r] for r in wanted] if per_row else []
             self._wanted = wanted
         self._stage_sampling(per_row)
-        self._bucket = bucket
-        return dataclasses.replace(self._inputs[bucket], max_context_len=max_context_len)
+        self._bucket, self._results = bucket, results
+        return dataclasses.replace(self._inputs[(bucket, results)], max_context_len=max_context_len)
 
     def _stage_sampling(self, per_row) -> None:
-        pad = self.num_rows - len(per_row)
+        pad = self.max_rows - len(per_row)
         ints, floats = self._staging_ints.host(), self._staging_floats.host()
         ints[0] = torch.tensor([p.top_k for p, _, _ in per_row] + [0] * pad)
         ints[1] = torch.tensor([s for _, s, _ in per_row] + [0] * pad)
@@ -332,21 +375,21 @@ class CanonicalPass:
         self._variant = sampling_variant(p for p, _, _ in per_row)
 
     def run(self, inputs: StepInputs) -> tuple[torch.Tensor, torch.Tensor]:
-        """Forward + sampler on the staged pass; returns (tokens [R], log-probs [R]): per row of an R-row
-        pass, per wanted row of a wider one."""
+        """Forward + sampler on the staged pass; returns (tokens, log-probs): per row of an R-row pass
+        ([R]), per wanted row of a wider one (then padding rows up to its result rows)."""
         tokens, logprobs, _ = self._run(inputs)
         return tokens, logprobs
 
     def _run(self, inputs: StepInputs) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """(tokens [R], log-probs [R], logits [R, V]); on CUDA the logits are the graph's static output."""
-        bucket = self._bucket
+        """(tokens, log-probs, logits) of the result rows; on CUDA the logits are the graph's static output."""
+        key = (self._bucket, self._results)
         if self.is_graphed:
-            self._forward_graphs[bucket][0].replay()
-            graph, (tokens, logprobs) = self._sampler(bucket)
+            self._forward_graphs[key][0].replay()
+            graph, (tokens, logprobs) = self._sampler(key)
             graph.replay()
-            return tokens, logprobs, self._forward_graphs[bucket][1]
-        logits = self._forward(bucket, inputs)
-        tokens, logprobs = sample(logits, self._sampling_rows())
+            return tokens, logprobs, self._forward_graphs[key][1]
+        logits = self._forward(self._bucket, inputs)
+        tokens, logprobs = self._sample(logits)
         return tokens, logprobs, logits
 
     def _run_with_details(self, inputs: StepInputs, per_row, targets: list[int] | None
@@ -360,7 +403,7 @@ class CanonicalPass:
         is_any_processed = any(p.is_processed_logprobs for p in params)
         if targets is None and num_top == 0 and not is_any_processed:
             return tokens, logprobs, None
-        pad = self.num_rows - len(params)
+        pad = self._results - len(params)
         is_processed = None
         if is_any_processed:
             is_processed = to_device([p.is_processed_logprobs for p in params] + [False] * pad, torch.bool, self.device)
@@ -399,11 +442,8 @@ class CanonicalPass:
             inputs = self.stage(segments, kv, per_row, wanted=wanted)
             tokens, logprobs, top = self._run_with_details(inputs, per_row, targets)
             if tokens.is_cuda:
-                self._host_tokens.copy_(tokens, non_blocking=True)
-                self._host_logprobs.copy_(logprobs, non_blocking=True)
-                event = torch.cuda.Event()
-                event.record()
-                self._pending = PassResult(self._host_tokens, self._host_logprobs, event, top, **self._result_rows())
+                event = self._copy_out(tokens, logprobs)
+                self._pending = PassResult(*self._host_results(), event, top, **self._result_rows())
             else:
                 self._pending = PassResult(tokens, logprobs, None, top, **self._result_rows())
             return self._pending
@@ -411,12 +451,20 @@ class CanonicalPass:
         with torch.cuda.stream(self._stream):
             inputs = self.stage(segments, kv, per_row, wanted=wanted)
             tokens, logprobs, top = self._run_with_details(inputs, per_row, targets)
-            self._host_tokens.copy_(tokens, non_blocking=True)
-            self._host_logprobs.copy_(logprobs, non_blocking=True)
-            event = torch.cuda.Event()
-            event.record()
-        self._pending = PassResult(self._host_tokens, self._host_logprobs, event, top, **self._result_rows())
+            event = self._copy_out(tokens, logprobs)
+        self._pending = PassResult(*self._host_results(), event, top, **self._result_rows())
         return self._pending
+
+    def _copy_out(self, tokens: torch.Tensor, logprobs: torch.Tensor) -> torch.cuda.Event:
+        """Queue the result rows' copy to pinned host memory; the event marks its end."""
+        self._host_tokens[: self._results].copy_(tokens, non_blocking=True)
+        self._host_logprobs[: self._results].copy_(logprobs, non_blocking=True)
+        event = torch.cuda.Event()
+        event.record()
+        return event
+
+    def _host_results(self) -> tuple[torch.Tensor, torch.Tensor]:
+        return self._host_tokens[: self._results], self._host_logprobs[: self._results]
 
     def _result_rows(self) -> dict:
         return {"wanted": self._wanted, "num_rows": self._bucket}
