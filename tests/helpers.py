@@ -75,3 +75,16 @@ def lag_passes(gen, lag: int):
 
         gen.verifier.launch = lagging
     return gen
+
+
+def count_windows(gen) -> list[int]:
+    """Wrap ``gen``'s verifier so each canonical pass's verify-window count is recorded (the returned list)."""
+    counts: list[int] = []
+    launch = gen.verifier.launch
+
+    def counting(work, kv):
+        counts.append(sum(not w.is_prefill for w in work))
+        return launch(work, kv)
+
+    gen.verifier.launch = counting
+    return counts

@@ -18,7 +18,7 @@ from llm42.model.weights import random_weights
 from llm42.policies import FixedShapePolicy
 from llm42.scheduler import InvalidPlanError, Plan, PrefillChunk, SchedulerState, validate_plan
 from llm42.verify.canonical_pass import CanonicalPass, GemmRowBlocks, pass_buckets
-from tests.helpers import tiny_config
+from tests.helpers import count_windows, tiny_config
 
 CFG = tiny_config(max_position_embeddings=256)
 WEIGHTS = random_weights(CFG, seed=11)
@@ -87,24 +87,11 @@ def test_wide_passes_commit_the_narrow_passes_bits():
 SHORT_PROMPTS = [[(5 * i + 7 * j) % (CFG.vocab_size - 3) + 3 for j in range(3 + i % 4)] for i in range(12)]
 
 
-def _max_windows_per_pass(gen: DVRGenerator) -> list[int]:
-    """Wrap ``gen``'s verifier so each pass's verify-window count is recorded (the returned list)."""
-    counts: list[int] = []
-    launch = gen.verifier.launch
-
-    def counting(work, kv):
-        counts.append(sum(not w.is_prefill for w in work))
-        return launch(work, kv)
-
-    gen.verifier.launch = counting
-    return counts
-
-
 def test_wide_passes_verify_more_than_g_windows_with_the_narrow_passes_bits():
     """With ``wide_verify=True`` windows fill a wide pass too (its head and sampler on blocks of R result rows):
     G per R rows. Off (the default), a pass holds at most G windows however wide it may be."""
     narrow, default, wide = _generator(R), _generator(8 * R), _generator(8 * R, wide_verify=True)
-    counts = {name: _max_windows_per_pass(gen) for name, gen in
+    counts = {name: count_windows(gen) for name, gen in
               (("narrow", narrow), ("default", default), ("wide", wide))}
     reference = _outputs(narrow, SHORT_PROMPTS, max_new_tokens=24)
     assert _outputs(wide, SHORT_PROMPTS, max_new_tokens=24) == reference
@@ -119,7 +106,7 @@ def test_negative_control_a_wide_verify_pass_without_r_row_blocks_changes_the_bi
 
     reference = _outputs(policy_gen(R), SHORT_PROMPTS, max_new_tokens=12)
     wide = policy_gen(8 * R)
-    counts = _max_windows_per_pass(wide)
+    counts = count_windows(wide)
     assert _outputs(wide, SHORT_PROMPTS, max_new_tokens=12) == reference
     assert max(counts) > GROUP
     monkeypatch.setattr(GemmRowBlocks, "linear", lambda self, x, weight, bias=None:

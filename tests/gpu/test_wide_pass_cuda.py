@@ -22,6 +22,7 @@ pytest.importorskip("triton")
 
 from llm42 import DVRGenerator, SamplingParams  # noqa: E402
 from llm42.policies import FixedShapePolicy  # noqa: E402
+from tests.helpers import count_windows  # noqa: E402
 
 pytestmark = pytest.mark.gpu
 
@@ -105,14 +106,7 @@ def test_wide_verify_passes_commit_the_bits_of_r_row_passes_on_cuda(llama8b, rep
     reference = _run(narrow, prompts, params)
     narrow.close()
     wide = _generator(llama8b, 4 * WINDOW * GROUP, wide_verify=True)
-    windows: list[int] = []
-    launch = wide.verifier.launch
-
-    def counting(work, kv):
-        windows.append(sum(not w.is_prefill for w in work))
-        return launch(work, kv)
-
-    wide.verifier.launch = counting
+    windows = count_windows(wide)
     got = _run(wide, prompts, params, num_free=16)
     wide.close()
     report("wide_verify_max_windows_per_pass", max(windows))

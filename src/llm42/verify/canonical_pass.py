@@ -354,22 +354,25 @@ class CanonicalPass:
                 raise ValueError(f"a wide canonical pass computes results for distinct rows among its {num_real} "
                                  f"real rows, got {len(wanted)} wanted rows")
             results = self.results_for(bucket, len(wanted))
-            self._select_staging.host()[:] = torch.tensor(wanted + [0] * (self.max_rows - len(wanted)))
+            # rows past the result rows are never read: only the first ``results`` are gathered
+            self._select_staging.host()[:results] = torch.tensor(wanted + [0] * (results - len(wanted)))
             self._select_staging.copy()
             per_row = [per_row[r] for r in wanted] if per_row else []
             self._wanted = wanted
-        self._stage_sampling(per_row)
+        self._stage_sampling(per_row, results)
         self._bucket, self._results = bucket, results
         return dataclasses.replace(self._inputs[(bucket, results)], max_context_len=max_context_len)
 
-    def _stage_sampling(self, per_row) -> None:
-        pad = self.max_rows - len(per_row)
+    def _stage_sampling(self, per_row, num_results: int) -> None:
+        """The sampling rows of the pass's ``num_results`` result rows (padding: greedy); rows past them
+        keep stale values nobody reads (the sampler reads the first ``num_results``)."""
+        pad = num_results - len(per_row)
         ints, floats = self._staging_ints.host(), self._staging_floats.host()
-        ints[0] = torch.tensor([p.top_k for p, _, _ in per_row] + [0] * pad)
-        ints[1] = torch.tensor([s for _, s, _ in per_row] + [0] * pad)
-        ints[2] = torch.tensor([q for _, _, q in per_row] + [0] * pad)
-        floats[0] = torch.tensor([p.temperature for p, _, _ in per_row] + [0.0] * pad)
-        floats[1] = torch.tensor([p.top_p for p, _, _ in per_row] + [1.0] * pad)
+        ints[0, :num_results] = torch.tensor([p.top_k for p, _, _ in per_row] + [0] * pad)
+        ints[1, :num_results] = torch.tensor([s for _, s, _ in per_row] + [0] * pad)
+        ints[2, :num_results] = torch.tensor([q for _, _, q in per_row] + [0] * pad)
+        floats[0, :num_results] = torch.tensor([p.temperature for p, _, _ in per_row] + [0.0] * pad)
+        floats[1, :num_results] = torch.tensor([p.top_p for p, _, _ in per_row] + [1.0] * pad)
         self._staging_ints.copy()
         self._staging_floats.copy()
         self._variant = sampling_variant(p for p, _, _ in per_row)
