@@ -37,3 +37,13 @@ def test_canonical_stream_changes_nothing_on_the_cpu():
     prompts = [[5, 9, 2, 7] * 5, [11, 3, 8]]
     outs = [(c.token_ids, c.logprobs) for c in gen.generate(prompts, PARAMS)]
     assert outs == [(c.token_ids, c.logprobs) for c in _generator().generate(prompts, PARAMS)]
+
+
+def test_the_side_stream_and_wide_verify_defaults_resolve_off_on_the_cpu_and_accept_an_injected_verifier():
+    gen = _generator()  # None: on CUDA both on (round 9), on the CPU both off
+    assert gen.config.canonical_stream is None and gen.config.wide_verify is None
+    assert gen.verifier.canonical_pass._stream is None and gen._max_canonical_results is None
+    with pytest.raises(TypeError, match="wide_verify must be a bool"):
+        _generator(wide_verify="yes")
+    injected = _generator(verifier=gen.verifier)  # the default never clashes with an injected verifier
+    assert injected.verifier is gen.verifier

@@ -3,9 +3,12 @@
     PYTHONPATH=src python3 benchmarks/device/dvr_ab.py --model PATH_OR_8B --out ab.json [--modes nondet,dvr@10,dvr@50]
         [--variants default,wide_verify,round7] [--num-requests 1000] [--max-num-seqs 1024] [--budget-s 400]
 
-Variants (``DVRGenerator`` knobs): ``default`` (drafting ahead, no wide verify passes), ``wide_verify``
-(``wide_verify=True`` as well), ``no_draft_ahead`` (``draft_ahead=False``), ``round7`` (both off). Round 8's
-runs used earlier names: ``new`` = drafting ahead + wide verify, ``no_wide_verify`` = drafting ahead only.
+Variants (``DVRGenerator`` knobs): ``default`` (the engine's defaults: on CUDA since round 9 drafting ahead, wide
+verify passes, each pass on its own stream), ``round8`` (round 8's default: drafting ahead, narrow passes on the
+caller's stream), ``wide_verify`` (that with wide verify passes), ``no_draft_ahead`` (round 8's without drafting
+ahead), ``round7`` (neither), ``side_stream`` (drafting ahead, narrow passes on their own stream),
+``side_stream_wide`` (drafting ahead, wide passes on their own stream). Round 9's call B ran ``default`` when it was
+round 8's; round 8's runs named drafting ahead + wide verify ``new`` and drafting ahead alone ``no_wide_verify``.
 The model is loaded once (``llm42.bench.serving``'s loaders; SmolLM2's chat prompts when it has a tokenizer);
 each variant builds its generators through the benchmarks' ``Engine`` (every graph captured before timing) and
 runs every mode on the same request set through ``run_offline``. Variants run in turn, mode by mode
@@ -39,9 +42,12 @@ from llm42.bench.serving import (  # noqa: E402
 
 VARIANTS = {
     "default": {},
-    "wide_verify": {"wide_verify": True},
-    "no_draft_ahead": {"draft_ahead": False},
-    "round7": {"wide_verify": False, "draft_ahead": False},
+    "round8": {"canonical_stream": False, "wide_verify": False},
+    "wide_verify": {"canonical_stream": False, "wide_verify": True},
+    "no_draft_ahead": {"canonical_stream": False, "wide_verify": False, "draft_ahead": False},
+    "round7": {"canonical_stream": False, "wide_verify": False, "draft_ahead": False},
+    "side_stream": {"canonical_stream": True, "wide_verify": False},
+    "side_stream_wide": {"canonical_stream": True, "wide_verify": True},
 }
 
 

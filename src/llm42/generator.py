@@ -145,10 +145,10 @@ class DVRGenerator:
         max_model_len: int | None = None,
         canonical_thread: bool = False,
         max_canonical_tokens: int | None = None,
-        canonical_stream: bool = False,
+        canonical_stream: bool | None = None,
         mixed_steps: bool | None = None,
         draft_ahead: bool = True,
-        wide_verify: bool = False,
+        wide_verify: bool | None = None,
     ):
         self.canonical_config = CanonicalConfig(window=window, group=group)
         self.config = EngineConfig(
@@ -199,6 +199,11 @@ class DVRGenerator:
         self.fast_policy = fast_policy if fast_policy is not None else FastPolicy()
         self.canonical_policy = canonical_policy if canonical_policy is not None else FixedShapePolicy()
         is_graphed = use_cuda_graphs and self.device.type == "cuda"
+        is_cuda = self.device.type == "cuda"
+        if canonical_stream is None:  # on CUDA the default: fast steps run beside the passes (round 9)
+            canonical_stream = is_cuda and verifier is None
+        if wide_verify is None:
+            wide_verify = is_cuda
         if verifier is None:
             verifier = Verifier(self.runner, self.canonical_policy, self.canonical_config,
                                 use_graph=None if is_graphed else False, use_thread=canonical_thread,

@@ -79,11 +79,13 @@ class WideModel:
 
         return build
 
-    def verifier(self, canonical: CanonicalConfig, policy: ReductionPolicy):
+    def verifier(self, canonical: CanonicalConfig, policy: ReductionPolicy, *, max_rows: int | None = None):
         """The verifier a generator builds for ``canonical`` and ``policy`` over these weights
-        (taken from one, so it is whatever the library's verifier is; mutations wrap or resize it)."""
+        (taken from one, so it is whatever the library's verifier is; mutations wrap or resize it).
+        ``max_rows``: the most rows of one pass (``max_canonical_tokens``; None: the default)."""
         gen = DVRGenerator(self.weights, self.cfg, window=canonical.window, group=canonical.group,
-                           canonical_policy=policy, kv_cache_tokens=self.cfg.max_position_embeddings)
+                           canonical_policy=policy, kv_cache_tokens=self.cfg.max_position_embeddings,
+                           max_canonical_tokens=max_rows)
         return gen.verifier
 
 

@@ -67,7 +67,7 @@ class LongPromptConfig:
     canonical_attention: str = "tiled"
     fast_decode_kernel: str = "split"
     max_canonical_tokens: int | None = None  # None: the engine's default (max_fast_tokens, in R-row steps)
-    canonical_stream: bool = False  # CUDA: the canonical pass on its own stream
+    canonical_stream: bool | None = None  # CUDA: the canonical pass on its own stream (None: the engine's default)
 
     @property
     def max_positions(self) -> int:
@@ -242,8 +242,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--max-canonical-tokens", type=int, default=None,
                    help="rows one canonical pass may take (a multiple of R; default: the engine's, "
                    "max_fast_tokens rounded down to a multiple of R)")
-    p.add_argument("--canonical-stream", action="store_true",
-                   help="CUDA: canonical passes on their own stream (DVRGenerator(canonical_stream=True))")
+    p.add_argument("--canonical-stream", action=argparse.BooleanOptionalAction, default=None,
+                   help="CUDA: canonical passes on their own stream (DVRGenerator knob; default: the engine's, "
+                        "on for CUDA)")
     p.add_argument("--canonical-thread", action="store_true",
                    help="CPU: canonical passes on a worker thread (DVRGenerator(canonical_thread=True))")
     return p.parse_args(argv)

@@ -99,9 +99,9 @@ class Engine:
     max_fast_tokens: int = 512
     canonical_attention: str = "tiled"  # FixedShapePolicy(attention_kernel=...): the canonical pass's attention
     max_canonical_tokens: int | None = None  # DVRGenerator's knob (None: its default)
-    canonical_stream: bool = False  # DVRGenerator's knob: the canonical pass on its own CUDA stream
+    canonical_stream: bool | None = None  # DVRGenerator's knob: the canonical pass on its own CUDA stream
     draft_ahead: bool = True  # DVRGenerator's knob: deterministic requests draft ahead of windows in a pass
-    wide_verify: bool = False  # DVRGenerator's knob: verify windows fill passes of more than R rows
+    wide_verify: bool | None = None  # DVRGenerator's knob: verify windows fill passes of more than R rows
 
     def generator(self, mode: Mode, *, window: int | None = None, group: int | None = None,
                   ) -> tuple[DVRGenerator, list[str]]:

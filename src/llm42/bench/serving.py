@@ -104,9 +104,9 @@ class ServingConfig:
     canonical_attention: str = "tiled"
     fast_decode_kernel: str = "split"
     max_canonical_tokens: int | None = None
-    canonical_stream: bool = False
+    canonical_stream: bool | None = None  # None: the engine's default (on CUDA: on)
     draft_ahead: bool = True
-    wide_verify: bool = False
+    wide_verify: bool | None = None  # None: the engine's default (on CUDA: on)
 
     def fast_policy(self):
         """The non-batch-invariant modes' fast path: None (the default FastPolicy) unless a decode kernel is set."""
@@ -588,13 +588,15 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--max-fast-tokens", type=int, default=512)
     p.add_argument("--max-canonical-tokens", type=int, default=None,
                    help="rows one canonical pass may take (a multiple of R; default: the engine's)")
-    p.add_argument("--canonical-stream", action="store_true",
-                   help="CUDA: each canonical pass on its own stream, beside the fast steps (DVRGenerator knob)")
+    p.add_argument("--canonical-stream", action=argparse.BooleanOptionalAction, default=None,
+                   help="CUDA: each canonical pass on its own stream, beside the fast steps (DVRGenerator knob; "
+                        "default: the engine's, on for CUDA)")
     p.add_argument("--no-draft-ahead", action="store_true",
                    help="deterministic requests wait for their window's pass instead of drafting ahead "
                         "(DVRGenerator(draft_ahead=False))")
-    p.add_argument("--wide-verify", action="store_true",
-                   help="verify windows fill canonical passes of more than R rows (DVRGenerator(wide_verify=True))")
+    p.add_argument("--wide-verify", action=argparse.BooleanOptionalAction, default=None,
+                   help="verify windows fill canonical passes of more than R rows (DVRGenerator knob; default: the "
+                        "engine's, on for CUDA)")
     p.add_argument("--modes", default=",".join(OFFLINE_MODES), help="offline modes (must include nondet)")
     p.add_argument("--online-modes", default=",".join(ONLINE_MODES), help="online modes ('' skips online)")
     p.add_argument("--online-loads", default="0.4,0.7,0.9", help="fractions of the offline nondet request rate")

@@ -56,12 +56,12 @@ class EngineConfig:
     output is unchanged.
     ``wide_verify``: verify windows fill passes of more than R rows too (G windows per R rows, the head and
     sampler on blocks of R result rows), so one pass verifies up to ``max_canonical_tokens`` rows of windows;
-    off by default: on the H200 it gained no throughput and made free requests' steps longer
-    (docs/engine.md). With llm42's own ``Verifier`` only. Committed output is unchanged.
+    ``None`` (default): on CUDA, where together with ``canonical_stream`` it measured best on the H200
+    (round 9, docs/engine.md; on the caller's stream alone it gained nothing); off on the CPU. With
+    llm42's own ``Verifier`` only. Committed output is unchanged.
     ``canonical_stream``: on CUDA, run each canonical pass on its own stream (its graphs captured there,
     with their own cuBLAS workspace), so that fast steps run beside it instead of queueing behind it;
-    off by default: on the H200 it kept the contract but its gain was small and mixed
-    (docs/engine.md). No effect on the CPU (see
+    ``None`` (default): on CUDA unless a ``verifier`` is injected. No effect on the CPU (see
     ``canonical_thread``). Committed output is unchanged.
     """
 
@@ -77,10 +77,10 @@ class EngineConfig:
     max_model_len: int | None = None
     canonical_thread: bool = False
     max_canonical_tokens: int | None = None
-    canonical_stream: bool = False
+    canonical_stream: bool | None = None
     mixed_steps: bool | None = None
     draft_ahead: bool = True
-    wide_verify: bool = False
+    wide_verify: bool | None = None
 
     def __post_init__(self) -> None:
         owner = "DVRGenerator"
@@ -90,10 +90,11 @@ class EngineConfig:
             if getattr(self, name) is not None:
                 positive_int(owner, name, getattr(self, name))
         for name in ("prefix_cache", "use_cuda_graphs", "adaptive_draft", "overlap", "canonical_thread",
-                     "canonical_stream", "draft_ahead", "wide_verify"):
+                     "draft_ahead"):
             strict_bool(owner, name, getattr(self, name))
-        if self.mixed_steps is not None:
-            strict_bool(owner, "mixed_steps", self.mixed_steps)
+        for name in ("mixed_steps", "canonical_stream", "wide_verify"):  # None: resolved by the device
+            if getattr(self, name) is not None:
+                strict_bool(owner, name, getattr(self, name))
         if not isinstance(self.seed, int) or isinstance(self.seed, bool):
             raise TypeError(f"{owner} seed must be an int, got {type(self.seed).__name__} {self.seed!r}")
 

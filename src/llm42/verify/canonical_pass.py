@@ -275,10 +275,12 @@ class CanonicalPass:
         self._staging_floats = Staging(self._sampling_floats)
         self._select = torch.zeros(max_rows, dtype=torch.int64, device=device)  # a wide pass's logits rows
         self._select_staging = Staging(self._select)
-        # max_context_len: a bound (CUDA kernels never read it); stage() replaces it with the pass's own
-        self._inputs = {(bucket, n): self._rows.inputs(bucket, max_context_len=self.max_model_len,
-                                                       logits_rows=None if bucket == num_rows else self._select[:n])
-                        for bucket, n in self._keys()}
+        # every key's inputs now where graphs are captured for each; eagerly (the CPU) each when first staged:
+        # with R = 1 the keys number in the hundred thousands, and a pass meets few of them
+        self._inputs: dict[tuple[int, int], StepInputs] = {}
+        if self.is_graphed:
+            for key in self._keys():
+                self._key_inputs(key)
         self._policies = {bucket: self.policy if bucket == num_rows else GemmRowBlocks(self.policy, num_rows)
                           for bucket in self.buckets}
         self._kv = kv
@@ -294,13 +296,22 @@ class CanonicalPass:
                     self._sampler(key)
             self._variant = (False, False)
 
+    def _key_inputs(self, key: tuple[int, int]) -> StepInputs:
+        """The static inputs of ``key`` = (bucket rows, result rows); max_context_len is a bound (CUDA kernels
+        never read it), which stage() replaces with the pass's own."""
+        if key not in self._inputs:
+            bucket, n = key
+            self._inputs[key] = self._rows.inputs(bucket, max_context_len=self.max_model_len,
+                                                  logits_rows=None if bucket == self.num_rows else self._select[:n])
+        return self._inputs[key]
+
     def _forward(self, bucket: int, inputs: StepInputs) -> torch.Tensor:
         return forward(self.weights, self.cfg, inputs, self._kv.layers(), self._policies[bucket])
 
     def _capture(self, key: tuple[int, int]) -> None:
         """Capture the forward pass of ``key`` = (bucket rows, result rows); its warm-up runs the dummy rows
         staged at bind time (their K/V goes to the scratch slots)."""
-        inputs = self._inputs[key]
+        inputs = self._key_inputs(key)
         self._forward_graphs[key] = capture_graph(lambda: self._forward(key[0], inputs), self._pool,
                                                   stream=self._stream)
 
@@ -361,7 +372,7 @@ class CanonicalPass:
             self._wanted = wanted
         self._stage_sampling(per_row, results)
         self._bucket, self._results = bucket, results
-        return dataclasses.replace(self._inputs[(bucket, results)], max_context_len=max_context_len)
+        return dataclasses.replace(self._key_inputs((bucket, results)), max_context_len=max_context_len)
 
     def _stage_sampling(self, per_row, num_results: int) -> None:
         """The sampling rows of the pass's ``num_results`` result rows (padding: greedy); rows past them
