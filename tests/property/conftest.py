@@ -79,13 +79,11 @@ class WideModel:
 
         return build
 
-    def verifier(self, canonical: CanonicalConfig, policy: ReductionPolicy, *, max_rows: int | None = None):
+    def verifier(self, canonical: CanonicalConfig, policy: ReductionPolicy):
         """The verifier a generator builds for ``canonical`` and ``policy`` over these weights
-        (taken from one, so it is whatever the library's verifier is; mutations wrap or resize it).
-        ``max_rows``: the most rows of one pass (``max_canonical_tokens``; None: the default)."""
+        (taken from one, so it is whatever the library's verifier is; mutations wrap or resize it)."""
         gen = DVRGenerator(self.weights, self.cfg, window=canonical.window, group=canonical.group,
-                           canonical_policy=policy, kv_cache_tokens=self.cfg.max_position_embeddings,
-                           max_canonical_tokens=max_rows)
+                           canonical_policy=policy, kv_cache_tokens=self.cfg.max_position_embeddings)
         return gen.verifier
 
 

@@ -133,11 +133,8 @@ class KeepsRejectedCandidate:
 
 def shrinking_pass(model, canonical: CanonicalConfig, key_block: int, *, counts: Counter) -> RealRowsVerifier:
     policy = SplitKByRowsPolicy(key_block, counts)
-    # each inner verifier only ever runs passes of exactly its R = num_rows rows, so it is built for no more:
-    # the default of wide passes up to 512 rows binds static inputs for every (bucket, result rows) pair,
-    # about 131K of them for R = 1 on the CPU, rebuilt per generator (minutes per search, nothing computed)
-    return RealRowsVerifier(lambda num_rows: model.verifier(CanonicalConfig(window=num_rows, group=1), policy,
-                                                            max_rows=num_rows), policy)
+    return RealRowsVerifier(lambda num_rows: model.verifier(CanonicalConfig(window=num_rows, group=1), policy),
+                            policy)
 
 
 def batch_sized_split_kv(model, canonical: CanonicalConfig, key_block: int, *, counts: Counter):

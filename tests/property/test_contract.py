@@ -196,14 +196,8 @@ def test_contract_holds_for_every_family_up_to_the_context_limit(family_models, 
               for i, (p, q) in enumerate(mix)]
     schedule = data.draw(ls.arrival_schedules(num_requests=len(mix)), label="schedule")
     policy = data.draw(ls.fast_policies(), label="fast_policy")
-    # a pass's row budget: no pass can take more rows than all requests' tokens (at most 3 x 64 here), so
-    # this budget takes every pass the default (512) does, while a CPU pass binds static inputs for each
-    # multiple of R up to its budget (for R = 1 about 131K at 512: most of this test's time otherwise)
-    num_rows = canonical.num_rows
-    budget = min(512, -(-sum(len(p) + q.max_new_tokens for p, q in zip(prompts, params)) // num_rows) * num_rows)
-    assert_matches_reference(model.factory(canonical, fast_policy=policy, key_block=16, max_canonical_tokens=budget),
-                             prompts, params, schedules=[schedule],
-                             reference_factory=model.factory(canonical, key_block=16, max_canonical_tokens=budget))
+    assert_matches_reference(model.factory(canonical, fast_policy=policy, key_block=16), prompts, params,
+                             schedules=[schedule], reference_factory=model.factory(canonical, key_block=16))
 
 
 @given(data=st.data())
