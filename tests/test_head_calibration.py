@@ -76,7 +76,7 @@ def test_the_bias_reaches_the_logits_of_both_paths(tiny):
     from llm42 import DVRGenerator, SamplingParams
 
     basis = HeadBasis.draw(tiny.cfg, CPU, std=0.02, seed=0)
-    biased = figures_module._with_head(tiny, basis, 64.0)  # a bias this large decides every token
+    biased = figures_module.with_head(tiny, basis, 64.0)  # a bias this large decides every token
     winner = int(torch.argmax(biased.weights.lm_head_bias))
     outputs = {}
     for det in (False, True):
@@ -84,7 +84,7 @@ def test_the_bias_reaches_the_logits_of_both_paths(tiny):
         (out,) = gen.generate([[5, 6, 7]], SamplingParams(max_new_tokens=6, ignore_eos=True, deterministic=det))
         outputs[det] = out.token_ids
     assert outputs[False] == outputs[True] == [winner] * 6
-    plain = figures_module._with_head(tiny, basis, 0.0)
+    plain = figures_module.with_head(tiny, basis, 0.0)
     gen = DVRGenerator(plain.weights, tiny.cfg, window=4, group=2, max_num_seqs=2)
     (out,) = gen.generate([[5, 6, 7]], SamplingParams(max_new_tokens=6, ignore_eos=True))
     assert out.token_ids != [winner] * 6  # negative control: without the bias the winner is not forced

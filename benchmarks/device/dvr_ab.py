@@ -17,13 +17,25 @@ Each run gets an equal share of ``--budget-s`` as its deadline; a run cut by it 
 Reported per run: output tok/s and its ratio to the same variant's nondet, engine steps, ms per step,
 canonical passes and rows, rollbacks and recompute of deterministic requests, drafts ahead kept/dropped; and
 whether each variant's deterministic outputs equal the first variant's (they must: the contract).
+
+``--lm-head-std S --lm-head-bias-scale B`` (random models): the output head of ``llm42.bench.figures.HeadBasis``
+at that point, e.g. round 5's head calibrated to SmolLM2's flip rate on the 8B shape (S 0.2, B 26.9).
+``--online-load L``: then, per variant, ``--online-modes`` (default nondet,dvr@50) serve the first
+``--online-requests`` requests arriving as a Poisson process at L x the first variant's offline nondet capacity
+(requests per second); reported: free and deterministic requests' ITL and TTFT percentiles, and each free ITL
+percentile over the same variant's online nondet's. ``--profile-mode M``: last, one more run of M per variant
+with ``cProfile`` on the engine's steps (the host's own time by function, top 40 by own and by cumulative time,
+in ``OUT`` as ``host_profile``); a diagnostic, its run is slower and is not a figure.
 """
 
 from __future__ import annotations
 
 import argparse
+import cProfile
 import dataclasses
+import io
 import json
+import pstats
 import sys
 import time
 from pathlib import Path
@@ -35,7 +47,10 @@ sys.path.insert(0, str(REPO / "src"))
 
 from llm42.bench.models import build_model  # noqa: E402
 from llm42.bench.modes import deterministic_order, mode_by_name  # noqa: E402
-from llm42.bench.runner import run_offline  # noqa: E402
+from llm42.bench import runner as runner_module  # noqa: E402
+from llm42.bench.figures import HeadBasis, with_head  # noqa: E402
+from llm42.bench.runner import run_offline, run_online  # noqa: E402
+from llm42.bench.workloads import poisson_arrivals  # noqa: E402
 from llm42.bench.serving import (  # noqa: E402
     ServingConfig, _engine, _max_positions, build_workload, prepare_checkpoint, serving_summary,
 )
@@ -63,6 +78,13 @@ def main() -> None:
     p.add_argument("--budget-s", type=float, default=400.0)
     p.add_argument("--cache-dir", type=Path, default=None)
     p.add_argument("--lm-head-std", type=float, default=None)
+    p.add_argument("--lm-head-bias-scale", type=float, default=None)
+    p.add_argument("--online-load", type=float, default=None)
+    p.add_argument("--online-modes", default="nondet,dvr@50")
+    p.add_argument("--online-requests", type=int, default=500)
+    p.add_argument("--online-budget-s", type=float, default=120.0)
+    p.add_argument("--profile-mode", default=None)
+    p.add_argument("--profile-budget-s", type=float, default=60.0)
     args = p.parse_args()
     modes = [m for m in args.modes.split(",") if m]
     variants = [v for v in args.variants.split(",") if v]
@@ -76,6 +98,10 @@ def main() -> None:
     name = prepare_checkpoint(config.model, args.cache_dir)
     model = build_model(name, device=device, dtype=config.dtype, max_positions=_max_positions(config),
                         seed=config.seed, lm_head_std=config.lm_head_std, with_tokenizer=True)
+    if args.lm_head_bias_scale is not None:
+        std = config.lm_head_std if config.lm_head_std is not None else 0.02
+        model = with_head(model, HeadBasis.draw(model.cfg, device, std=std, seed=config.seed),
+                          args.lm_head_bias_scale)
     workload = build_workload(model, config, config.num_requests)
     det_order = deterministic_order(workload.num_requests, seed=config.seed)
     base = _engine(model, config, workload)
@@ -131,6 +157,81 @@ def main() -> None:
     out["deterministic_outputs_identical"] = checks
     Path(args.out).write_text(json.dumps(out, indent=1))
     print(json.dumps(checks), flush=True)
+    if args.online_load is not None:
+        nondet = results[first]["nondet"]
+        capacity = workload.num_requests / nondet.elapsed_s
+        out["online"] = online_runs(engines, workload.head(min(args.online_requests, workload.num_requests)),
+                                    [m for m in args.online_modes.split(",") if m], det_order=det_order,
+                                    rate=args.online_load * capacity, budget_s=args.online_budget_s,
+                                    seed=config.seed)
+        out["online"].update(load=args.online_load, capacity_rps=capacity)
+        Path(args.out).write_text(json.dumps(out, indent=1))
+    if args.profile_mode:
+        share = args.profile_budget_s / len(variants)
+        out["host_profile"] = {v: host_profile(engines[v], workload, mode_by_name(args.profile_mode),
+                                               det_order=det_order, budget_s=share) for v in variants}
+        out["host_profile"]["mode"] = args.profile_mode
+        Path(args.out).write_text(json.dumps(out, indent=1))
+
+
+def online_runs(engines: dict, workload, modes: list[str], *, det_order: list[int], rate: float, budget_s: float,
+                seed: int) -> dict:
+    """Each variant serves ``modes`` to the same Poisson arrivals at ``rate``; ITL/TTFT percentiles and each
+    free ITL percentile over the same variant's online nondet."""
+    arrivals = poisson_arrivals(workload.num_requests, rate, seed=seed)
+    share = budget_s / (len(modes) * len(engines))
+    got: dict = {"rate_rps": rate, "num_requests": workload.num_requests, "runs": {}}
+    for v, engine in engines.items():
+        base = None
+        for name in modes:
+            print(f"[dvr_ab] online {v} {name}", flush=True)
+            result = run_online(engine, workload, mode_by_name(name), arrivals, det_order=det_order,
+                                deadline=time.perf_counter() + share)
+            summary = serving_summary(result, nondet=None)
+            free = summary["latency_nondeterministic"]
+            entry = {"is_complete": result.is_complete, "output_tokens_per_s": summary["output_tokens_per_s"],
+                     "free_itl_s": free["itl_s"], "free_ttft_s": free["ttft_s"],
+                     "deterministic_itl_s": summary["latency_deterministic"]["itl_s"],
+                     "deterministic_ttft_s": summary["latency_deterministic"]["ttft_s"],
+                     "canonical_passes": result.stats.get("canonical_passes")}
+            if name == "nondet":
+                base = entry
+            elif base is not None:
+                entry["free_itl_over_nondet"] = {
+                    q: (entry["free_itl_s"][q] / base["free_itl_s"][q])
+                    if entry["free_itl_s"].get(q) and base["free_itl_s"].get(q) else None
+                    for q in ("p50", "p90", "p99")}
+            got["runs"].setdefault(v, {})[name] = entry
+            itl = entry["free_itl_s"]
+            print(f"[dvr_ab]   free ITL p50 {itl.get('p50')}  p99 {itl.get('p99')}  "
+                  f"{entry.get('free_itl_over_nondet')}  complete {result.is_complete}", flush=True)
+    return got
+
+
+def host_profile(engine, workload, mode, *, det_order: list[int], budget_s: float, top: int = 40) -> dict:
+    """One run of ``mode`` with cProfile on each engine step (``_Tracker.step``): the host's time by function."""
+    profiler = cProfile.Profile()
+    step = runner_module._Tracker.step
+
+    def profiled(self, t0):
+        profiler.enable()
+        try:
+            return step(self, t0)
+        finally:
+            profiler.disable()
+
+    runner_module._Tracker.step = profiled
+    try:
+        result = run_offline(engine, workload, mode, det_order=det_order, deadline=time.perf_counter() + budget_s)
+    finally:
+        runner_module._Tracker.step = step
+    report = {"is_complete": result.is_complete, "steps": result.stats.get("steps"),
+              "elapsed_s": result.elapsed_s, "output_tokens_per_s": result.tokens_per_s}
+    for key in ("tottime", "cumulative"):
+        text = io.StringIO()
+        pstats.Stats(profiler, stream=text).sort_stats(key).print_stats(top)
+        report[f"by_{key}"] = text.getvalue().splitlines()
+    return report
 
 
 if __name__ == "__main__":

@@ -330,7 +330,8 @@ class HeadBasis:
         return (self.noise * self.std).to(dtype), bias
 
 
-def _with_head(model: BenchModel, basis: HeadBasis, bias_scale: float) -> BenchModel:
+def with_head(model: BenchModel, basis: HeadBasis, bias_scale: float) -> BenchModel:
+    """``model`` with the output head ``basis`` gives at ``bias_scale`` (a calibration's chosen point)."""
     weight, bias = basis.head(bias_scale, model.weights.dtype)
     return dataclasses.replace(
         model, weights=dataclasses.replace(model.weights, lm_head=weight, lm_head_bias=bias), lm_head_std=basis.std,
@@ -357,7 +358,7 @@ def calibrate_head(model: BenchModel, prompts: list[tuple[int, ...]], target: fl
 
     def rate_at(scale: float) -> float | None:
         each = max(0.0, deadline - time.perf_counter()) / max(1, num_evals - len(tried))
-        got = flip_rate(_with_head(model, basis, scale).weights, cfg, prompts, num_steps=config.flip_steps,
+        got = flip_rate(with_head(model, basis, scale).weights, cfg, prompts, num_steps=config.flip_steps,
                         num_alone=config.flip_alone, seed=config.seed, use_cuda_graphs=config.use_cuda_graphs,
                         deadline=time.perf_counter() + each, min_steps=min(8, config.flip_steps))
         _release(device)  # the probe's K/V store and graphs, before the next head is built
@@ -407,7 +408,7 @@ def calibrate_head(model: BenchModel, prompts: list[tuple[int, ...]], target: fl
     chosen = min(measured, key=lambda t: abs(t["rate"] - target))["lm_head_bias_scale"] if measured else hi
     result["chosen_lm_head_bias_scale"] = chosen
     result["achieved_rate"] = next((t["rate"] for t in tried if t["lm_head_bias_scale"] == chosen), None)
-    calibrated = _with_head(model, basis, chosen)
+    calibrated = with_head(model, basis, chosen)
     del basis
     return calibrated, result
 
