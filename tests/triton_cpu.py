@@ -31,7 +31,35 @@ def enable() -> bool:
 
         _patch_lang_tensor._llm42_index = True
         interpreter._patch_lang_tensor = _patch_lang_tensor
+    _row_independent_dot(interpreter)
     return True
+
+
+def _row_independent_dot(interpreter) -> None:
+    """The interpreter's ``tl.dot`` with NumPy's own sum-of-products loop instead of ``np.matmul``.
+
+    ``np.matmul`` goes to the BLAS NumPy ships (OpenBLAS, dispatched by CPU): on an AMD EPYC its sgemm gives a
+    row of a 64 x 16 @ 16 x 64 product other bits when the same row sits at another row of the tile (11 of
+    64 rows after a shift by one), so an interpreted tile kernel was not row-independent there, where a GPU's
+    MMA is, and the CPU suite's row-independence checks failed on that CPU alone. ``np.einsum`` (no BLAS,
+    one loop order for every output element) gives a row the same bits wherever it sits, on any CPU.
+    """
+    builder = interpreter.InterpreterBuilder
+    original = builder.create_dot
+    if getattr(original, "_llm42_row_independent", False):
+        return
+
+    def create_dot(self, a, b, d, input_precision, max_num_imprecise_acc):
+        if (a.dtype.primitive_bitwidth == 8 and a.dtype.is_floating()) or \
+                (b.dtype.primitive_bitwidth == 8 and b.dtype.is_floating()):
+            return original(self, a, b, d, input_precision, max_num_imprecise_acc)
+        import numpy as np
+
+        out = np.einsum("...mk,...kn->...mn", a.data, b.data, dtype=d.data.dtype)
+        return interpreter.TensorHandle(out + d.data, d.dtype.scalar)
+
+    create_dot._llm42_row_independent = True
+    builder.create_dot = create_dot
 
 
 def is_interpreted() -> bool:

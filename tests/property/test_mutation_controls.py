@@ -57,9 +57,10 @@ def test_contract_property_fails_for_a_broken_pass_or_commit_rule(wide_model, ca
     assert len(outcomes) == NUM_EXAMPLES
     assert num_exercised(counts) > 0, f"the mutation was never exercised: {dict(counts)}"
     assert all(rollbacks > 0 for _, rollbacks in outcomes), f"an example without rollbacks: {outcomes}"
-    # the property fails if one example does; at least half keeps the suite's power visible (5 of 6 on
-    # this machine, with MKL's AVX2 path, and with canonical GEMMs made exact in float64)
+    # the property fails if one example does, so one of the search's examples must find a divergence. How
+    # many do depends on the CPU's library kernels (how often the mutation's batch-dependent choice changes a
+    # bit): 5 of 6 for split_kv_sized_by_the_batch on an Intel CI machine, 2 of 6 on an AMD EPYC one
     num_failing = sum(1 for found, _ in outcomes if found)
-    assert num_failing >= NUM_EXAMPLES // 2, (
+    assert num_failing >= 1, (
         f"the contract property caught {case} in only {num_failing} of {NUM_EXAMPLES} examples "
         f"(divergences, rollbacks per example: {outcomes})")
