@@ -25,7 +25,7 @@ at that point, e.g. round 5's head calibrated to SmolLM2's flip rate on the 8B s
 (requests per second); reported: free and deterministic requests' ITL and TTFT percentiles, and each free ITL
 percentile over the same variant's online nondet's. ``--profile-mode M``: last, one more run of M per variant
 with ``cProfile`` on the engine's steps (the host's own time by function, top 40 by own and by cumulative time,
-in ``OUT`` as ``host_profile``); a diagnostic, its run is slower and is not a figure.
+under ``host_profile`` in the ``--out`` JSON); a diagnostic, its run is slower and is not a figure.
 """
 
 from __future__ import annotations
