@@ -26,6 +26,7 @@ from llm42.kernels import tiled_canonical_attention, tiled_prefill_attention  # 
 from llm42.kernels.tiled_attention import PREFILL_LARGE, PREFILL_SMALL, prefill_config  # noqa: E402
 from tests.tiled_attention_checks import (  # noqa: E402
     Cache, check_canonical_rows_are_their_own, check_decode_launch_has_canonical_bits,
+    check_deterministic_rows_take_canonical_bits,
     check_kv_independent_of_chunking, check_matches_float64, check_unmasked_full_blocks_keep_the_bits, mixed_rows,
     prefill_kernel,
 )
@@ -110,6 +111,30 @@ def test_decode_launch_gives_decode_rows_the_canonical_bits(shape, key_block):
     cache = small_cache(shape, torch.bfloat16, seed=11, num_seqs=5)
     check_decode_launch_has_canonical_bits(cache, random.Random(3), num_rows=5, key_block=key_block,
                                            sliding_window=shape[4])
+
+
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(str(v) for v in s))
+@pytest.mark.parametrize("num_splits", [1, 3])
+def test_deterministic_rows_take_the_canonical_bits(shape, num_splits):
+    """FastPolicy(decode_kernel="deterministic"): the flagged rows of a decode batch get the canonical decode
+    launch's bits, the others the split kernel's, each launch leaving the other's rows alone."""
+    cache = small_cache(shape, torch.bfloat16, seed=13, num_seqs=6)
+    assert 1 <= check_deterministic_rows_take_canonical_bits(cache, random.Random(num_splits), key_block=16,
+                                                             num_splits=num_splits, sliding_window=shape[4]) < 6
+
+
+def test_row_selection_is_checked():
+    from llm42.kernels import paged_decode_attention
+
+    cache = small_cache(SHAPES[0], torch.float32, seed=14, num_seqs=3)
+    q, _, _, _ = cache.layout([(s, 5) for s in range(3)], static=False)
+    lens = torch.full((3,), 6, dtype=torch.int64)
+    with pytest.raises(ValueError, match="row selection"):
+        paged_decode_attention(q, cache.k, cache.v, cache.tables, lens, block_size=cache.block_size,
+                               scale=cache.scale, num_splits=1, skip_rows=torch.zeros(2, dtype=torch.int8))
+    with pytest.raises(ValueError, match="out must be"):
+        paged_decode_attention(q, cache.k, cache.v, cache.tables, lens, block_size=cache.block_size,
+                               scale=cache.scale, num_splits=1, out=torch.empty(3, 1))
 
 
 def test_decode_launch_check_can_fail():

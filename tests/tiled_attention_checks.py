@@ -234,3 +234,40 @@ def check_unmasked_full_blocks_keep_the_bits(cache: Cache, rng: random.Random, *
         compared += rows_with_full_blocks(rows, key_block=key_block, sliding_window=sliding_window,
                                           rows_per_tile=rows_per_tile)
     return compared
+
+
+def check_deterministic_rows_take_canonical_bits(cache: Cache, rng: random.Random, *, key_block: int,
+                                                 num_splits: int, sliding_window=None) -> int:
+    """``FastPolicy(decode_kernel="deterministic")``'s pair of launches on one decode batch: the split-KV kernel
+    skipping the flagged rows, then the one-row-per-tile canonical launch computing only those, into one output.
+    A flagged row gets exactly the canonical decode launch's bits, an unflagged one exactly the split kernel's
+    (at ``num_splits``), and each launch leaves the other's rows as they were (a sentinel survives there).
+    One decode row per sequence of the cache; returns the number of flagged rows (both kinds are present)."""
+    from llm42.kernels import paged_decode_attention, tiled_canonical_decode_attention
+
+    seqs = list(range(cache.num_seqs))
+    positions = [rng.randrange(cache.max_context) for _ in seqs]
+    flags = [i % 2 for i in seqs]
+    rng.shuffle(flags)
+    flags[0], flags[-1] = 0, 1  # both kinds, whatever the shuffle did
+    q, _, _, _ = cache.layout(list(zip(seqs, positions)), static=False)
+    lens = torch.tensor([p + 1 for p in positions], dtype=torch.int64, device=cache.device)
+    tables = cache.tables[torch.tensor(seqs).to(cache.tables.device)]
+    det = torch.tensor(flags, dtype=torch.int8, device=cache.device)
+    common = dict(block_size=cache.block_size, scale=cache.scale, sliding_window=sliding_window)
+    split_all = paged_decode_attention(q, cache.k, cache.v, tables, lens, num_splits=num_splits, **common)
+    canonical_all = tiled_canonical_decode_attention(q, cache.k, cache.v, tables, lens, key_block=key_block, **common)
+    sentinel = torch.full_like(q, 7.0)
+    out = paged_decode_attention(q, cache.k, cache.v, tables, lens, num_splits=num_splits, skip_rows=det,
+                                 out=sentinel.clone(), **common)
+    is_det = det.bool()
+    assert _bits(out[is_det]) == _bits(sentinel[is_det]), "the split kernel wrote a row it was told to skip"
+    assert _bits(out[~is_det]) == _bits(split_all[~is_det])
+    only = tiled_canonical_decode_attention(q, cache.k, cache.v, tables, lens, key_block=key_block, only_rows=det,
+                                            out=sentinel.clone(), **common)
+    assert _bits(only[~is_det]) == _bits(sentinel[~is_det]), "the canonical launch wrote a row it was not given"
+    combined = tiled_canonical_decode_attention(q, cache.k, cache.v, tables, lens, key_block=key_block,
+                                                only_rows=det, out=out, **common)
+    assert _bits(combined[is_det]) == _bits(canonical_all[is_det])
+    assert _bits(combined[~is_det]) == _bits(split_all[~is_det])
+    return int(is_det.sum())

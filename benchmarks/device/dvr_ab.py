@@ -4,7 +4,10 @@
         [--variants default,wide_verify,round7] [--num-requests 1000] [--max-num-seqs 1024] [--budget-s 400]
 
 Variants (``DVRGenerator`` knobs): ``default`` (the engine's defaults: on CUDA since round 9 drafting ahead, wide
-verify passes, each pass on its own stream), ``round8`` (round 8's default: drafting ahead, narrow passes on the
+verify passes, each pass on its own stream; since round 11 deterministic requests' decode rows with the canonical
+attention's bits), ``split_rows`` (round 10's default: every decode row on the split-KV kernel),
+``canonical_decode`` (``FastPolicy(decode_kernel="canonical")``: every row of a batch that fills the GPU),
+``adaptive`` (the defaults with ``adaptive_draft=True``), ``round8`` (round 8's default: drafting ahead, narrow passes on the
 caller's stream), ``wide_verify`` (that with wide verify passes), ``no_draft_ahead`` (round 8's without drafting
 ahead), ``round7`` (neither), ``side_stream`` (drafting ahead, narrow passes on their own stream),
 ``side_stream_wide`` (drafting ahead, wide passes on their own stream). Round 9's call B ran ``default`` when it was
@@ -15,7 +18,9 @@ runs every mode on the same request set through ``run_offline``. Variants run in
 (nondet of variant 1, of variant 2, ..., then dvr@10 of each, ...), so drift on the machine spreads over all.
 Each run gets an equal share of ``--budget-s`` as its deadline; a run cut by it says so (``is_complete``).
 Reported per run: output tok/s and its ratio to the same variant's nondet, engine steps, ms per step,
-canonical passes and rows, rollbacks and recompute of deterministic requests, drafts ahead kept/dropped; and
+canonical passes and rows, rollbacks and recompute of deterministic requests, drafts ahead kept/dropped, where
+the run's length comes from (``tail``: first-token and per-token times of free and deterministic requests, the
+last requests to finish, the length had deterministic requests decoded at the free ones' rate); and
 whether each variant's deterministic outputs equal the first variant's (they must: the contract).
 
 ``--lm-head-std S --lm-head-bias-scale B`` (random models): the output head of ``llm42.bench.figures.HeadBasis``
@@ -63,7 +68,59 @@ VARIANTS = {
     "round7": {"canonical_stream": False, "wide_verify": False, "draft_ahead": False},
     "side_stream": {"canonical_stream": True, "wide_verify": False},
     "side_stream_wide": {"canonical_stream": True, "wide_verify": True},
+    # round 11: the fast path's decode attention (FastPolicy(decode_kernel=...)); the default since round 11 gives
+    # deterministic requests' rows the canonical attention's bits ("deterministic"), round 10's did not ("split")
+    "split_rows": {"fast_decode_kernel": "split"},
+    "canonical_decode": {"fast_decode_kernel": "canonical"},
+    "adaptive": {"adaptive_draft": True},
 }
+
+
+def engine_variant(base, knobs: dict):
+    """``base`` (the benchmarks' Engine) with a variant's knobs; ``fast_decode_kernel`` names the fast path's
+    ``FastPolicy(decode_kernel=...)``."""
+    knobs = dict(knobs)
+    kernel = knobs.pop("fast_decode_kernel", None)
+    if kernel is not None:
+        from llm42.policies import FastPolicy
+
+        knobs["fast_policy"] = FastPolicy(decode_kernel=kernel)
+    return dataclasses.replace(base, **knobs)
+
+
+def _percentiles(values: list[float]) -> dict:
+    if not values:
+        return {"p50": None, "p90": None, "max": None, "n": 0}
+    ordered = sorted(values)
+    pick = lambda q: ordered[min(len(ordered) - 1, int(q * len(ordered)))]  # noqa: E731
+    return {"p50": pick(0.5), "p90": pick(0.9), "max": ordered[-1], "n": len(ordered)}
+
+
+def tail_summary(result, workload, *, num_last: int = 12) -> dict:
+    """Where a run's length comes from: first-token and per-token times of free and deterministic requests
+    apart, the last requests to finish, and the run's length had every deterministic request decoded at the
+    free requests' median time per token from its own first token (what verification added to the tail)."""
+    done = [r for r in result.records if r.finish_s is not None and r.first_token_s is not None]
+    out: dict = {}
+    per_token = {}
+    for kind, is_det in (("free", False), ("deterministic", True)):
+        recs = [r for r in done if r.is_deterministic == is_det]
+        rates = [(r.finish_s - r.first_token_s) / (r.num_tokens - 1) for r in recs if r.num_tokens > 1]
+        per_token[kind] = _percentiles(rates)
+        out[kind] = {"ttft_s": _percentiles([r.first_token_s for r in recs]), "s_per_token": per_token[kind],
+                     "last_finish_s": max((r.finish_s for r in recs), default=None),
+                     "rollbacks": _percentiles([float(r.num_rollbacks) for r in recs])}
+    free_rate = per_token["free"]["p50"]
+    if free_rate is not None:
+        out["finish_s_if_det_decoded_at_free_rate"] = max(
+            (r.first_token_s + (r.num_tokens - 1) * free_rate if r.is_deterministic else r.finish_s) for r in done)
+    last = sorted(done, key=lambda r: r.finish_s)[-num_last:]
+    out["last_finishers"] = [
+        {"index": r.index, "deterministic": r.is_deterministic, "prompt_tokens": len(workload.requests[r.index].prompt),
+         "output_tokens": r.num_tokens, "ttft_s": round(r.first_token_s, 4), "finish_s": round(r.finish_s, 4),
+         "rollbacks": r.num_rollbacks} for r in reversed(last)]
+    out["elapsed_s"] = result.elapsed_s
+    return out
 
 
 def main() -> None:
@@ -105,7 +162,7 @@ def main() -> None:
     workload = build_workload(model, config, config.num_requests)
     det_order = deterministic_order(workload.num_requests, seed=config.seed)
     base = _engine(model, config, workload)
-    engines = {v: dataclasses.replace(base, **VARIANTS[v]) for v in variants}
+    engines = {v: engine_variant(base, VARIANTS[v]) for v in variants}
     share = args.budget_s / (len(modes) * len(variants))
     out: dict = {"model": model.summary(), "device": torch.cuda.get_device_name() if device.type == "cuda" else "cpu",
                  "torch": torch.__version__, "args": {k: str(v) for k, v in vars(args).items()},
@@ -134,6 +191,7 @@ def main() -> None:
                 "free_itl_s": summary["latency_nondeterministic"]["itl_s"],
                 "deterministic_tpot_s": summary["latency_deterministic"]["tpot_s"],
                 "e2e_s_p99": summary["latency"]["e2e_s"]["p99"],
+                "tail": tail_summary(result, workload),
             }
             r = out["runs"][v][mode_name]
             print(f"[dvr_ab]   {r['output_tokens_per_s']:,.0f} tok/s  x{r['ratio_to_nondet'] or 0:.3f}  "

@@ -31,6 +31,9 @@ class StepInputs:
     # None, or the parts of a joined step (``join``): ((first row, the part's inputs), ...) covering the rows in
     # order; attention runs once per part on its own inputs (a decode batch beside staged prompt chunks)
     parts: tuple[tuple[int, StepInputs], ...] | None = None
+    # None, or [N] int8 (decode rows only): 1 where the row is a deterministic request's, whose attention a fast
+    # policy may give the canonical kernel's bits (``FastPolicy(decode_kernel="deterministic")``); 0 elsewhere
+    deterministic_rows: torch.Tensor | None = None
 
     @classmethod
     def join(cls, parts: list[StepInputs]) -> StepInputs:

@@ -23,6 +23,7 @@ from llm42.policies import FastPolicy, FixedShapePolicy  # noqa: E402
 from llm42.runner import ModelRunner, Segment  # noqa: E402
 from tests.tiled_attention_checks import (  # noqa: E402
     Cache, check_canonical_rows_are_their_own, check_decode_launch_has_canonical_bits,
+    check_deterministic_rows_take_canonical_bits,
     check_kv_independent_of_chunking, check_matches_float64, check_unmasked_full_blocks_keep_the_bits, mixed_rows,
     prefill_kernel,
 )
@@ -194,6 +195,47 @@ def test_decode_launch_gives_decode_rows_the_canonical_bits(shape):
                                            sliding_window=shape[5])
 
 
+@pytest.mark.parametrize("shape", [SHAPES[0], SHAPES[1], (9, 3, 64, 16, 1200, None)],
+                         ids=lambda s: "x".join(str(v) for v in s))
+@pytest.mark.parametrize("num_splits", [1, 4])
+def test_deterministic_rows_take_the_canonical_bits(shape, num_splits):
+    """FastPolicy(decode_kernel="deterministic")'s pair of launches at model shapes: flagged rows the canonical
+    decode launch's bits, the others the split kernel's, neither launch touching the other's rows."""
+    cache = cache_for(shape, torch.bfloat16, seed=22, num_seqs=48)
+    assert check_deterministic_rows_take_canonical_bits(cache, random.Random(num_splits), key_block=64,
+                                                        num_splits=num_splits, sliding_window=shape[5]) >= 1
+
+
+def test_fast_policy_routes_deterministic_rows(small_model):
+    """The policy itself: a decode step's rows flagged deterministic get the canonical decode launch's bits,
+    the others the split kernel's at the split count the step would choose."""
+    from llm42 import kernels
+    from llm42.inputs import StepInputs
+
+    cache = cache_for((9, 3, 64, 16, 1200, None), torch.bfloat16, seed=23, num_seqs=40)
+    rng = random.Random(6)
+    positions = [rng.randrange(cache.max_context) for _ in range(cache.num_seqs)]
+    q, _, _, _ = cache.layout(list(enumerate(positions)), static=False)
+    lens = torch.tensor([p + 1 for p in positions], device=DEVICE)
+    flags = torch.tensor([rng.random() < 0.4 for _ in positions], dtype=torch.int8, device=DEVICE)
+    n = cache.num_seqs
+    inputs = StepInputs(token_ids=torch.zeros(n, dtype=torch.int64, device=DEVICE), positions=lens - 1,
+                        slot_mapping=torch.zeros(n, dtype=torch.int64, device=DEVICE),
+                        row_seq=torch.arange(n, device=DEVICE), block_tables=cache.tables, context_lens=lens,
+                        seq_starts=tuple(range(n + 1)), max_context_len=cache.max_context, deterministic_rows=flags)
+    common = dict(block_size=cache.block_size, scale=cache.scale, sliding_window=None)
+    got = FastPolicy(decode_kernel="deterministic", canonical_key_block=64).attention(q, cache.k, cache.v, inputs,
+                                                                                       **common)
+    split = kernels.paged_decode_attention(q, cache.k, cache.v, cache.tables, lens, max_context_len=cache.max_context,
+                                           **common)
+    canonical = kernels.tiled_canonical_decode_attention(q, cache.k, cache.v, cache.tables, lens, key_block=64,
+                                                         **common)
+    is_det = flags.bool()
+    assert 0 < int(is_det.sum()) < n
+    assert torch.equal(got[is_det].view(torch.int16), canonical[is_det].view(torch.int16))
+    assert torch.equal(got[~is_det].view(torch.int16), split[~is_det].view(torch.int16))
+
+
 def test_fast_policy_canonical_decode_kernel_keeps_the_contract(small_model):
     """Deterministic output does not depend on the fast path's decode kernel; a large batch reaches it."""
     from llm42 import DVRGenerator
@@ -204,9 +246,10 @@ def test_fast_policy_canonical_decode_kernel_keeps_the_contract(small_model):
     params = [SamplingParams(max_new_tokens=24, ignore_eos=True, deterministic=(i % 8 == 0), temperature=0.0)
               for i in range(len(prompts))]
     outputs = {}
-    for kernel in ("split", "canonical"):
+    for kernel in ("split", "canonical", "deterministic"):
         gen = DVRGenerator(weights, cfg, fast_policy=FastPolicy(decode_kernel=kernel), max_num_seqs=96)
         outputs[kernel] = [o.token_ids for o in gen.generate(prompts, params)]
         gen.close()
     det = [i for i, p in enumerate(params) if p.deterministic]
     assert [outputs["split"][i] for i in det] == [outputs["canonical"][i] for i in det]
+    assert [outputs["split"][i] for i in det] == [outputs["deterministic"][i] for i in det]

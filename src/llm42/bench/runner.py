@@ -102,6 +102,7 @@ class Engine:
     canonical_stream: bool | None = None  # DVRGenerator's knob: the canonical pass on its own CUDA stream
     draft_ahead: bool = True  # DVRGenerator's knob: deterministic requests draft ahead of windows in a pass
     wide_verify: bool | None = None  # DVRGenerator's knob: verify windows fill passes of more than R rows
+    adaptive_draft: bool = False  # DVRGenerator's knob: halve/double a deterministic request's window depth
 
     def generator(self, mode: Mode, *, window: int | None = None, group: int | None = None,
                   ) -> tuple[DVRGenerator, list[str]]:
@@ -116,7 +117,7 @@ class Engine:
             max_num_seqs=self.max_num_seqs, max_fast_tokens=self.max_fast_tokens,
             use_cuda_graphs=self.use_cuda_graphs, overlap=mode.is_overlapped,
             max_canonical_tokens=self.max_canonical_tokens, canonical_stream=self.canonical_stream,
-            draft_ahead=self.draft_ahead, wide_verify=self.wide_verify,
+            draft_ahead=self.draft_ahead, wide_verify=self.wide_verify, adaptive_draft=self.adaptive_draft,
         )
         notes = []
         if self.use_cuda_graphs and gen.device.type == "cuda":

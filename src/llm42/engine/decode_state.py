@@ -49,6 +49,8 @@ class DecodeState:
         self.top_p = torch.ones(num_slots, dtype=torch.float32, device=dev)
         self.top_k = torch.zeros(num_slots, dtype=torch.int64, device=dev)
         self.seeds = torch.zeros(num_slots, dtype=torch.int64, device=dev)
+        # per slot: 1 for a deterministic request (its decode rows may take the canonical attention's bits)
+        self.is_deterministic = torch.zeros(num_slots, dtype=torch.int8, device=dev)
         # per slot: K/V positions below this hold the canonical pass's writes, which a decode step never
         # overwrites (its write goes to the scratch block; it attends to what is there)
         self.protect = torch.zeros(num_slots, dtype=torch.int64, device=dev)
@@ -59,7 +61,7 @@ class DecodeState:
         self._table_len = [0] * num_slots
         self._next: dict[int, tuple[int | None, int]] = {}
         self._protect: dict[int, int] = {}
-        self._params: dict[int, tuple[float, int, float, int]] = {}
+        self._params: dict[int, tuple[float, int, float, int, int]] = {}
         self._table_writes: list[tuple[int, int, int]] = []
         self._variant = [(False, False)] * num_slots  # (sampled, filtered) per slot
         self._pinned_batch = torch.zeros(max_num_seqs, dtype=torch.int64, pin_memory=self._is_cuda)
@@ -68,7 +70,7 @@ class DecodeState:
     # -- host -> device updates -------------------------------------------------------------------
     def admit(self, slot: int, rid: int, params, seed: int) -> None:
         """A request takes ``slot``: its sampling params and (prefix-shared) block table."""
-        self._params[slot] = (params.temperature, params.top_k, params.top_p, seed)
+        self._params[slot] = (params.temperature, params.top_k, params.top_p, seed, int(params.deterministic))
         self._protect[slot] = 0
         self._variant[slot] = sampling_variant([params])
         self._table_len[slot] = 0
@@ -132,6 +134,7 @@ class DecodeState:
             self.top_k.index_copy_(0, slots, _ints([v[1] for v in values], dev))
             self.top_p.index_copy_(0, slots, _floats([v[2] for v in values], dev))
             self.seeds.index_copy_(0, slots, _ints([v[3] for v in values], dev))
+            self.is_deterministic.index_copy_(0, slots, to_device([v[4] for v in values], torch.int8, dev))
             self._params.clear()
         if self._table_writes:
             rows, cols, blocks = zip(*self._table_writes)
@@ -198,6 +201,7 @@ class DecodeState:
             # a bound inside graphs (the CUDA kernels size their splits from it at capture)
             max_context_len=self.max_model_len if max_context_len is None else max_context_len,
             logits_rows=None,
+            deterministic_rows=self.is_deterministic[idx],
         )
         return idx, positions, inputs
 

@@ -116,14 +116,14 @@ def _canonical_attention_kernel(
 
 @triton.jit
 def _decode_partial_kernel(
-    q_ptr, k_ptr, v_ptr, out_ptr, part_ptr, lse_ptr, tables_ptr, ctx_ptr,
+    q_ptr, k_ptr, v_ptr, out_ptr, part_ptr, lse_ptr, tables_ptr, ctx_ptr, select_ptr,
     stride_q_row, stride_q_head, stride_o_row, stride_o_head,
     stride_k_slot, stride_k_head, stride_v_slot, stride_v_head, stride_table,
     stride_p_row, stride_p_head, stride_p_split, stride_l_row, stride_l_head,
     qk_scale, window, num_splits,
     GROUPS: tl.constexpr, BLOCK_G: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr,
     BLOCK_N: tl.constexpr, PAGE: tl.constexpr, HAS_WINDOW: tl.constexpr, IS_DIRECT: tl.constexpr,
-    DOT_PRECISION: tl.constexpr,
+    DOT_PRECISION: tl.constexpr, SELECT: tl.constexpr,
 ):
     seq = tl.program_id(0)
     kv_head = tl.program_id(1)
@@ -133,6 +133,11 @@ def _decode_partial_kernel(
     offs_d = tl.arange(0, BLOCK_D)
     g_mask = offs_g < GROUPS
     d_mask = offs_d < HEAD_DIM
+    if SELECT != 0:  # only the rows whose flag is 0 (SELECT 1) or nonzero (SELECT 2): the others read no key
+        flag = tl.load(select_ptr + seq)
+        keep = (flag != 0) if SELECT == 2 else (flag == 0)
+        ctx = tl.where(keep, ctx, 0)
+        g_mask = tl.where(keep, g_mask, False)  # (a scalar & a vector: Triton's interpreter gives int8, not a mask)
     heads = kv_head * GROUPS + offs_g
     q_mask = g_mask[:, None] & d_mask[None, :]
     q = tl.load(q_ptr + seq * stride_q_row + heads[:, None] * stride_q_head + offs_d[None, :], mask=q_mask, other=0.0)
@@ -171,9 +176,9 @@ def _decode_partial_kernel(
 
 @triton.jit
 def _decode_combine_kernel(
-    part_ptr, lse_ptr, out_ptr, num_splits,
+    part_ptr, lse_ptr, out_ptr, select_ptr, num_splits,
     stride_p_row, stride_p_head, stride_p_split, stride_l_row, stride_l_head, stride_o_row, stride_o_head,
-    HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_S: tl.constexpr,
+    HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_S: tl.constexpr, SELECT: tl.constexpr,
 ):
     seq = tl.program_id(0)
     head = tl.program_id(1)
@@ -181,6 +186,11 @@ def _decode_combine_kernel(
     offs_d = tl.arange(0, BLOCK_D)
     s_mask = offs_s < num_splits
     d_mask = offs_d < HEAD_DIM
+    if SELECT != 0:
+        flag = tl.load(select_ptr + seq)
+        keep = (flag != 0) if SELECT == 2 else (flag == 0)
+        s_mask = tl.where(keep, s_mask, False)
+        d_mask = tl.where(keep, d_mask, False)
     lse = tl.load(lse_ptr + seq * stride_l_row + head * stride_l_head + offs_s, mask=s_mask, other=float("-inf"))
     weight = tl.exp2(lse - tl.max(lse, 0))  # empty and padded splits weigh exactly 0
     part = tl.load(part_ptr + seq * stride_p_row + head * stride_p_head + offs_s[:, None] * stride_p_split
@@ -188,6 +198,26 @@ def _decode_combine_kernel(
     out = tl.sum(weight[:, None] * part, 0) / tl.sum(weight, 0)
     tl.store(out_ptr + seq * stride_o_row + head * stride_o_head + offs_d, out.to(out_ptr.dtype.element_ty),
              mask=d_mask)
+
+
+def _check_out(out: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
+    if out.shape != q.shape or out.dtype != q.dtype or out.device != q.device or not out.is_contiguous():
+        raise ValueError(f"out must be a contiguous {q.dtype} tensor of q's shape {tuple(q.shape)} on {q.device}, "
+                         f"got {out.dtype} {tuple(out.shape)} on {out.device}")
+    return out
+
+
+def _selection(flags: torch.Tensor | None, num_rows: int, *, keep_flagged: bool, like: torch.Tensor):
+    """(SELECT, pointer) of a kernel's row selection: 0 and any tensor without ``flags``; else 2 (run the rows
+    whose flag is nonzero) with ``keep_flagged``, 1 (run the rows whose flag is 0) without."""
+    if flags is None:
+        return 0, like
+    if flags.shape != (num_rows,) or flags.device != like.device:
+        raise ValueError(f"a row selection must be a [{num_rows}] tensor on {like.device}, "
+                         f"got {tuple(flags.shape)} on {flags.device}")
+    if flags.dtype == torch.bool:
+        flags = flags.view(torch.int8)
+    return (2 if keep_flagged else 1), flags.contiguous()
 
 
 def _dot_precision(dtype: torch.dtype) -> str:
@@ -289,12 +319,17 @@ def paged_decode_attention(
     sliding_window: int | None = None,
     num_splits: int | None = None,
     max_context_len: int | None = None,
+    skip_rows: torch.Tensor | None = None,
+    out: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Fast split-KV decode attention; returns [B, Hq, D].
 
     ``num_splits`` defaults to :func:`choose_num_splits` over ``max_context_len``
     (a host bound on ``context_lens``; a CUDA graph passes its capacity). Each
     sequence cuts its own context into that many chunks on the device.
+    ``skip_rows`` ([B], nonzero = skip): those rows read no key and their rows of the output are
+    left as they were (``out``, when given, is written in place: another kernel fills the skipped
+    rows); the other rows get the bits they get without it.
     """
     num_seqs = q.shape[0]
     num_heads, num_kv_heads, head_dim = _check_shapes(q, k_cache, v_cache)
@@ -308,9 +343,10 @@ def paged_decode_attention(
     if not 1 <= num_splits <= MAX_SPLITS:
         raise ValueError(f"num_splits must be in [1, {MAX_SPLITS}], got {num_splits}")
     context_lens, block_tables = _contiguous_rows(context_lens, block_tables)
-    out = torch.empty_like(q)
+    out = torch.empty_like(q) if out is None else _check_out(out, q)
     if num_seqs == 0:
         return out
+    select, select_ptr = _selection(skip_rows, num_seqs, keep_flagged=False, like=context_lens)
     block_d = max(16, triton.next_power_of_2(head_dim))
     is_direct = num_splits == 1
     if is_direct:
@@ -320,22 +356,22 @@ def paged_decode_attention(
         part = torch.empty((num_seqs, num_heads, num_splits, head_dim), device=q.device, dtype=torch.float32)
         lse = torch.empty((num_seqs, num_heads, num_splits), device=q.device, dtype=torch.float32)
     _decode_partial_kernel[(num_seqs, num_kv_heads, num_splits)](
-        q, k_cache, v_cache, out, part, lse, block_tables, context_lens,
+        q, k_cache, v_cache, out, part, lse, block_tables, context_lens, select_ptr,
         q.stride(0), q.stride(1), out.stride(0), out.stride(1),
         k_cache.stride(0), k_cache.stride(1), v_cache.stride(0), v_cache.stride(1), block_tables.stride(0),
         part.stride(0), part.stride(1), part.stride(2), lse.stride(0), lse.stride(1),
         scale * _LOG2E, window, num_splits,
         GROUPS=groups, BLOCK_G=max(16, triton.next_power_of_2(groups)), HEAD_DIM=head_dim, BLOCK_D=block_d,
         BLOCK_N=DECODE_BLOCK_N, PAGE=block_size, HAS_WINDOW=has_window, IS_DIRECT=is_direct,
-        DOT_PRECISION=_dot_precision(k_cache.dtype),
+        DOT_PRECISION=_dot_precision(k_cache.dtype), SELECT=select,
         num_warps=DECODE_WARPS, num_stages=DECODE_STAGES,
     )
     if not is_direct:
         _decode_combine_kernel[(num_seqs, num_heads)](
-            part, lse, out, num_splits,
+            part, lse, out, select_ptr, num_splits,
             part.stride(0), part.stride(1), part.stride(2), lse.stride(0), lse.stride(1), out.stride(0),
             out.stride(1),
-            HEAD_DIM=head_dim, BLOCK_D=block_d, BLOCK_S=max(2, triton.next_power_of_2(num_splits)),
+            HEAD_DIM=head_dim, BLOCK_D=block_d, BLOCK_S=max(2, triton.next_power_of_2(num_splits)), SELECT=select,
             num_warps=4,
         )
     return out

@@ -50,7 +50,9 @@ import torch
 import triton
 import triton.language as tl
 
-from llm42.kernels.attention import _LOG2E, _check_shapes, _contiguous_rows, _dot_precision, _window
+from llm42.kernels.attention import (
+    _LOG2E, _check_out, _check_shapes, _contiguous_rows, _dot_precision, _selection, _window,
+)
 
 # the canonical launch configuration: part of the canonical config (changing it changes committed bits)
 CANONICAL_TILE_M = 64
@@ -126,13 +128,14 @@ def _full_step(acc, m_i, l_i, q, k_head_ptr, v_head_ptr, table_row_ptr, key_star
 
 @triton.jit(do_not_specialize=["num_rows", "num_tiles", "window"])
 def _tiled_attention_kernel(
-    q_ptr, k_ptr, v_ptr, out_ptr, pos_ptr, row_seq_ptr, tables_ptr, num_rows, num_tiles,
+    q_ptr, k_ptr, v_ptr, out_ptr, pos_ptr, row_seq_ptr, tables_ptr, select_ptr, num_rows, num_tiles,
     stride_q_row, stride_q_head, stride_o_row, stride_o_head,
     stride_k_slot, stride_k_head, stride_v_slot, stride_v_head, stride_table,
     qk_scale, window,
     GROUPS: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr, PAGE: tl.constexpr, HAS_WINDOW: tl.constexpr, DOT_PRECISION: tl.constexpr,
     IS_CANONICAL: tl.constexpr, UPCAST: tl.constexpr, ROWS: tl.constexpr, MASK_EVERY_BLOCK: tl.constexpr,
+    SELECT: tl.constexpr,
 ):
     # ROWS query rows per tile (at most BLOCK_M // GROUPS; M-rows past ROWS x GROUPS are padding, never stored)
     tile = num_tiles - 1 - tl.program_id(0)  # the tiles with the longest key ranges (usually the last) first
@@ -142,6 +145,9 @@ def _tiled_attention_kernel(
     d_mask = offs_d < HEAD_DIM
     rows = tile * ROWS + offs_m // GROUPS
     m_valid = (offs_m < ROWS * GROUPS) & (rows < num_rows)
+    if SELECT != 0:  # only the rows whose flag is 0 (SELECT 1) or nonzero (SELECT 2); the others are not rows here
+        flag = tl.load(select_ptr + rows, mask=m_valid, other=0)
+        m_valid = m_valid & ((flag != 0) if SELECT == 2 else (flag == 0))
     rows = tl.where(m_valid, rows, 0)
     heads = kv_head * GROUPS + offs_m % GROUPS
     pos = tl.load(pos_ptr + rows, mask=m_valid, other=0).to(tl.int32)
@@ -208,7 +214,7 @@ def _tiled_attention_kernel(
 
 def _launch(q, k_cache, v_cache, positions, row_seq, block_tables, *, block_size, scale, sliding_window,
             block_m, block_n, num_warps, num_stages, is_canonical, rows_per_tile=None, fp_fusion=None,
-            mask_every_block=None):
+            mask_every_block=None, only_rows=None, out=None):
     num_rows = q.shape[0]
     num_heads, num_kv_heads, head_dim = _check_shapes(q, k_cache, v_cache)
     groups = num_heads // num_kv_heads
@@ -218,13 +224,14 @@ def _launch(q, k_cache, v_cache, positions, row_seq, block_tables, *, block_size
         raise ValueError(f"the tiled attention kernels need key blocks of a power of two >= 16 keys, got {block_n}")
     has_window, window = _window(sliding_window)
     positions, row_seq, block_tables = _contiguous_rows(positions, row_seq, block_tables)
-    out = torch.empty_like(q)
+    out = torch.empty_like(q) if out is None else _check_out(out, q)
     if num_rows == 0:
         return out
+    select, select_ptr = _selection(only_rows, num_rows, keep_flagged=True, like=positions)
     rows_per_tile = block_m // groups if rows_per_tile is None else rows_per_tile
     num_tiles = -(-num_rows // rows_per_tile)
     _tiled_attention_kernel[(num_tiles, num_kv_heads)](
-        q, k_cache, v_cache, out, positions, row_seq, block_tables, num_rows, num_tiles,
+        q, k_cache, v_cache, out, positions, row_seq, block_tables, select_ptr, num_rows, num_tiles,
         q.stride(0), q.stride(1), out.stride(0), out.stride(1),
         k_cache.stride(0), k_cache.stride(1), v_cache.stride(0), v_cache.stride(1), block_tables.stride(0),
         scale * _LOG2E, window,
@@ -232,7 +239,7 @@ def _launch(q, k_cache, v_cache, positions, row_seq, block_tables, *, block_size
         BLOCK_N=block_n, PAGE=block_size, HAS_WINDOW=has_window, DOT_PRECISION=_dot_precision(k_cache.dtype),
         IS_CANONICAL=is_canonical, UPCAST=q.device.type != "cuda", ROWS=rows_per_tile,
         MASK_EVERY_BLOCK=(is_canonical and CANONICAL_MASK_EVERY_BLOCK) if mask_every_block is None
-        else mask_every_block, num_warps=num_warps,
+        else mask_every_block, SELECT=select, num_warps=num_warps,
         num_stages=num_stages, enable_fp_fusion=(not is_canonical) if fp_fusion is None else fp_fusion,
     )
     return out
@@ -315,8 +322,14 @@ def tiled_canonical_decode_attention(
     key_block: int = 64,
     sliding_window: int | None = None,
     mask_every_block: bool | None = None,
+    only_rows: torch.Tensor | None = None,
+    out: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Decode rows with the canonical tiled kernel's bits, one row per tile (the fast path's option); [B, Hq, D].
+
+    ``only_rows`` ([B], nonzero = compute): only those rows are computed and stored, the others' rows of
+    ``out`` (written in place when given) are left as they were: a decode batch whose deterministic rows
+    take these bits and the others the split-KV kernel's (``FastPolicy(decode_kernel="deterministic")``).
 
     The canonical launch packs ``CANONICAL_TILE_M // G`` rows per tile, so decode
     rows of different sequences share a program and run one after the other.
@@ -335,4 +348,4 @@ def tiled_canonical_decode_attention(
     return _launch(q, k_cache, v_cache, positions, row_seq, block_tables, block_size=block_size, scale=scale,
                    sliding_window=sliding_window, block_m=CANONICAL_TILE_M, block_n=key_block,
                    num_warps=CANONICAL_TILE_WARPS, num_stages=CANONICAL_TILE_STAGES, is_canonical=True,
-                   rows_per_tile=1, mask_every_block=mask_every_block)
+                   rows_per_tile=1, mask_every_block=mask_every_block, only_rows=only_rows, out=out)

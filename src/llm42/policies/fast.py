@@ -11,7 +11,7 @@ from llm42.ops.attention import padded_attention
 from llm42.policies.base import FusedRowOps
 from llm42.ops.norm import rms_norm
 
-DECODE_KERNELS = ("split", "canonical")  # FastPolicy(decode_kernel=...) on CUDA
+DECODE_KERNELS = ("split", "canonical", "deterministic")  # FastPolicy(decode_kernel=...) on CUDA
 # decode_kernel="canonical" takes a batch that fills two waves of programs with one split each (where it was
 # measured, round 4), whatever wave count the split kernel itself aims at (DECODE_SPLIT_WAVES)
 CANONICAL_DECODE_WAVES = 2
@@ -43,6 +43,12 @@ class FastPolicy(FusedRowOps):
     smaller batches keep the split kernel. A deterministic request's fast tokens
     then agree with the canonical pass on attention, and roll back only where
     the GEMMs' or norms' drift flips them.
+    ``"deterministic"``: the same bits for the decode rows of deterministic
+    requests only, at every batch size (``StepInputs.deterministic_rows``, which
+    the engine's decode state sets); the other rows keep the split kernel. Each
+    of the two kernels skips the other's rows, so a free request's row gets the
+    split kernel's bits and costs what it did; the deterministic rows pay the
+    one-row-per-tile launch, which they make up for in rollbacks avoided.
     """
 
     name = "fast"
@@ -82,6 +88,17 @@ class FastPolicy(FusedRowOps):
         if q.is_cuda:
             from llm42 import kernels
 
+            flags = inputs.deterministic_rows
+            if is_decode and self.decode_kernel == "deterministic" and flags is not None:
+                out = kernels.paged_decode_attention(
+                    q, k_cache, v_cache, inputs.block_tables, inputs.context_lens, block_size=block_size,
+                    scale=scale, sliding_window=sliding_window, max_context_len=inputs.max_context_len,
+                    skip_rows=flags,
+                )
+                return kernels.tiled_canonical_decode_attention(
+                    q, k_cache, v_cache, inputs.block_tables, inputs.context_lens, block_size=block_size,
+                    scale=scale, key_block=self.canonical_key_block, sliding_window=sliding_window,
+                    only_rows=flags, out=out)
             if is_decode and self.decode_kernel == "canonical" and kernels.choose_num_splits(
                     inputs.num_seqs, k_cache.shape[1], inputs.max_context_len, num_sms=kernels.num_sms(q.device),
                     block_n=kernels.attention.DECODE_BLOCK_N, waves=CANONICAL_DECODE_WAVES) == 1:
@@ -110,3 +127,18 @@ class FastPolicy(FusedRowOps):
         if self.decode_kernel != "split":
             args.append(f"decode_kernel={self.decode_kernel!r}, canonical_key_block={self.canonical_key_block}")
         return f"{type(self).__name__}({', '.join(args)})"
+
+
+def default_fast_policy(canonical_policy) -> FastPolicy:
+    """The engine's fast path when none is given: ``FastPolicy(decode_kernel="deterministic")`` at the canonical
+    policy's key block where that policy is llm42's ``FixedShapePolicy`` with the tiled attention kernel on
+    Triton (the bits ``tiled_canonical_decode_attention`` reproduces), else ``FastPolicy()``: the row kernel's bits
+    are the split kernel's with one split already, and of another policy nothing is assumed. Measured on the
+    H200: docs/benchmarks.md, "Measured, round 11"."""
+    from llm42.policies.fixed_shape import FixedShapePolicy
+
+    if (type(canonical_policy) is FixedShapePolicy and canonical_policy.attention_kernel in ("tiled", "tiled_masked")
+            and canonical_policy.attention_backend == "triton"):
+        return FastPolicy(decode_kernel="deterministic", canonical_key_block=canonical_policy.key_block)
+    return FastPolicy()
+

@@ -1,0 +1,78 @@
+"""The decode state tells the fast path which of a decode step's rows are deterministic requests'
+(``StepInputs.deterministic_rows``), so ``FastPolicy(decode_kernel="deterministic")`` can give those rows the
+canonical attention's bits (the kernels' own checks: tests/test_tiled_attention.py, tests/gpu)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from llm42 import DVRGenerator, KVStore, SamplingParams
+from llm42.engine.decode_state import DecodeState
+from llm42.inputs import StepInputs
+from llm42.model.weights import random_weights
+from llm42.policies import FastPolicy, FixedShapePolicy
+from llm42.policies.fast import default_fast_policy
+from tests.helpers import tiny_config
+
+CFG = tiny_config()
+WEIGHTS = random_weights(CFG, seed=5)
+
+
+def _state():
+    kv = KVStore(CFG, num_blocks=32, block_size=8, num_scratch_slots=32)
+    state = DecodeState(WEIGHTS, CFG, kv, FastPolicy(), max_num_seqs=4)
+    for rid in range(4):
+        kv.allocate(rid, 12)
+        kv.append(rid, 4)
+    return kv, state
+
+
+def test_decode_rows_carry_the_deterministic_flag_of_their_slot():
+    kv, state = _state()
+    kinds = [True, False, True, False]
+    for slot, is_det in enumerate(kinds):
+        state.admit(slot, slot, SamplingParams(deterministic=is_det), 7)
+    state.flush()
+    state.stage_batch([3, 0, 2], 4)  # a padding row last
+    _, _, inputs = state.decode_inputs(4, None)
+    assert inputs.deterministic_rows.tolist() == [0, 1, 1, 0]
+    # a slot taken over by a request of the other kind carries the new request's flag
+    state.release(0)
+    kv.free(0)
+    kv.allocate(9, 12)
+    state.admit(0, 9, SamplingParams(), 1)
+    state.flush()
+    state.stage_batch([0, 2], 2)
+    _, _, inputs = state.decode_inputs(2, None)
+    assert inputs.deterministic_rows.tolist() == [0, 1]
+
+
+def test_joined_step_keeps_the_decode_part_flags():
+    _, state = _state()
+    state.admit(0, 0, SamplingParams(deterministic=True), 7)
+    state.admit(1, 1, SamplingParams(), 7)
+    state.flush()
+    state.stage_batch([0, 1], 2)
+    _, _, decode = state.decode_inputs(2, None)
+    joined = StepInputs.join([decode, decode])
+    assert all(part.deterministic_rows.tolist() == [1, 0] for _, part in joined.parts)
+
+
+def test_default_fast_policy_follows_the_canonical_attention():
+    """The engine's default fast path gives deterministic rows the canonical pass's attention bits where the
+    canonical attention is the tiled kernel (its key block), and keeps the split kernel for the row kernel, whose
+    bits the split kernel with one split already has."""
+    tiled = default_fast_policy(FixedShapePolicy(key_block=32))
+    assert (tiled.decode_kernel, tiled.canonical_key_block) == ("deterministic", 32)
+    assert default_fast_policy(FixedShapePolicy(attention_kernel="rows")).decode_kernel == "split"
+    assert default_fast_policy(object()).decode_kernel == "split"  # a user's canonical policy: nothing assumed
+    gen = DVRGenerator(WEIGHTS, CFG, canonical_policy=FixedShapePolicy(key_block=16), kv_cache_tokens=256)
+    assert (gen.fast_policy.decode_kernel, gen.fast_policy.canonical_key_block) == ("deterministic", 16)
+    mine = FastPolicy()
+    assert DVRGenerator(WEIGHTS, CFG, fast_policy=mine, kv_cache_tokens=256).fast_policy is mine
+
+
+def test_decode_kernel_is_checked():
+    with pytest.raises(ValueError, match="decode_kernel"):
+        FastPolicy(decode_kernel="deterministc")
