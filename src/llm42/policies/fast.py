@@ -47,8 +47,10 @@ class FastPolicy(FusedRowOps):
     requests only, at every batch size (``StepInputs.deterministic_rows``, which
     the engine's decode state sets); the other rows keep the split kernel. Each
     of the two kernels skips the other's rows, so a free request's row gets the
-    split kernel's bits and costs what it did; the deterministic rows pay the
-    one-row-per-tile launch, which they make up for in rollbacks avoided.
+    split kernel's bits; the canonical launch runs on a stream of its own beside
+    the split kernel (its one-row tiles cannot split a long context). The
+    engine's default where the canonical pass runs the tiled kernel
+    (``default_fast_policy``).
     """
 
     name = "fast"
@@ -90,15 +92,26 @@ class FastPolicy(FusedRowOps):
 
             flags = inputs.deterministic_rows
             if is_decode and self.decode_kernel == "deterministic" and flags is not None:
-                out = kernels.paged_decode_attention(
+                # the two launches side by side: the deterministic rows' one-row-per-tile launch cannot split a
+                # long context (its programs run the whole key range in turn), so on a stream of its own it runs
+                # beside the split kernel's programs instead of after them (and costs a batch without such rows
+                # nothing). Each writes only its rows of ``out``; the caller's stream waits for both
+                out = torch.empty_like(q)
+                main = torch.cuda.current_stream(q.device)
+                side = self._side_stream(q.device)
+                side.wait_stream(main)
+                with torch.cuda.stream(side):
+                    kernels.tiled_canonical_decode_attention(
+                        q, k_cache, v_cache, inputs.block_tables, inputs.context_lens, block_size=block_size,
+                        scale=scale, key_block=self.canonical_key_block, sliding_window=sliding_window,
+                        only_rows=flags, out=out)
+                kernels.paged_decode_attention(
                     q, k_cache, v_cache, inputs.block_tables, inputs.context_lens, block_size=block_size,
                     scale=scale, sliding_window=sliding_window, max_context_len=inputs.max_context_len,
-                    skip_rows=flags,
+                    skip_rows=flags, out=out,
                 )
-                return kernels.tiled_canonical_decode_attention(
-                    q, k_cache, v_cache, inputs.block_tables, inputs.context_lens, block_size=block_size,
-                    scale=scale, key_block=self.canonical_key_block, sliding_window=sliding_window,
-                    only_rows=flags, out=out)
+                main.wait_stream(side)
+                return out
             if is_decode and self.decode_kernel == "canonical" and kernels.choose_num_splits(
                     inputs.num_seqs, k_cache.shape[1], inputs.max_context_len, num_sms=kernels.num_sms(q.device),
                     block_n=kernels.attention.DECODE_BLOCK_N, waves=CANONICAL_DECODE_WAVES) == 1:
@@ -118,6 +131,14 @@ class FastPolicy(FusedRowOps):
         return padded_attention(
             q, k_cache, v_cache, inputs, block_size=block_size, scale=scale, sliding_window=sliding_window
         )
+
+    def _side_stream(self, device: torch.device) -> torch.cuda.Stream:
+        """The stream the deterministic rows' attention runs on (one per device, made on first use)."""
+        streams = self.__dict__.setdefault("_side_streams", {})
+        index = device.index if device.index is not None else torch.cuda.current_device()
+        if index not in streams:
+            streams[index] = torch.cuda.Stream(device=index)
+        return streams[index]
 
     def process_logits(self, logits: torch.Tensor, inputs: StepInputs) -> torch.Tensor:
         return logits
