@@ -5,19 +5,21 @@
 # round 10's (split_rows), then 500 of them online at 0.7 x capacity (nondet, dvr@50), in one process; then, in a
 # second process, the defaults with adaptive_draft (offline) while the time lasts.
 #
-#   bash benchmarks/device/r11_call_b.sh [BUDGET_S] [ONLINE_S] [ADAPTIVE_S]
+#   bash benchmarks/device/r11_call_b.sh [BUDGET_S] [ONLINE_S] [ADAPTIVE_S (0: none)] [NAME]
+# (call E ran it again, after call D, as: bash benchmarks/device/r11_call_b.sh 200 80 0 dvr_ab_smollm2_side_stream)
 source "$(dirname "$0")/session_preamble.sh"
 BUDGET=${1:-240}
 ONLINE=${2:-90}
 ADAPTIVE=${3:-100}
+NAME=${4:-dvr_ab_smollm2}
 source "$(dirname "$0")/smollm2_env.sh"
 timeout $((BUDGET + ONLINE + 100)) python3 benchmarks/device/dvr_ab.py --model "$SMOL" \
     --cache-dir /tmp/llm42_models --variants default,split_rows --budget-s "$BUDGET" --online-load 0.7 \
-    --online-budget-s "$ONLINE" --out "$OUT/dvr_ab_smollm2.json" >>"$LOG" 2>&1
+    --online-budget-s "$ONLINE" --out "$OUT/$NAME.json" >>"$LOG" 2>&1
 log "dvr_ab exit $?"
-timeout $((ADAPTIVE + 40)) python3 benchmarks/device/dvr_ab.py --model "$SMOL" \
+[ "$ADAPTIVE" -gt 0 ] && timeout $((ADAPTIVE + 40)) python3 benchmarks/device/dvr_ab.py --model "$SMOL" \
     --cache-dir /tmp/llm42_models --variants adaptive --budget-s "$ADAPTIVE" \
     --out "$OUT/dvr_ab_smollm2_adaptive.json" >>"$LOG" 2>&1
-log "dvr_ab adaptive exit $?"
+[ "$ADAPTIVE" -gt 0 ] && log "dvr_ab adaptive exit $?"
 grep "^\[dvr_ab\]\|num_checked" "$LOG" | tail -n 30
 log "done"
