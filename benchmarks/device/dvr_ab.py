@@ -4,8 +4,9 @@
         [--variants default,wide_verify,round7] [--num-requests 1000] [--max-num-seqs 1024] [--budget-s 400]
 
 Variants (``DVRGenerator`` knobs): ``default`` (the engine's defaults: on CUDA since round 9 drafting ahead, wide
-verify passes, each pass on its own stream; since round 11 deterministic requests' decode rows with the canonical
-attention's bits), ``split_rows`` (round 10's default: every decode row on the split-KV kernel),
+verify passes, each pass on its own stream), ``det_rows`` (``FastPolicy(decode_kernel="deterministic")``:
+deterministic requests' decode rows with the canonical attention's bits; round 11's device calls ran it under the
+name ``default``), ``split_rows`` (every decode row on the split-KV kernel: the default, named explicitly),
 ``canonical_decode`` (``FastPolicy(decode_kernel="canonical")``: every row of a batch that fills the GPU),
 ``adaptive`` (the defaults with ``adaptive_draft=True``), ``round8`` (round 8's default: drafting ahead, narrow passes on the
 caller's stream), ``wide_verify`` (that with wide verify passes), ``no_draft_ahead`` (round 8's without drafting
@@ -68,8 +69,10 @@ VARIANTS = {
     "round7": {"canonical_stream": False, "wide_verify": False, "draft_ahead": False},
     "side_stream": {"canonical_stream": True, "wide_verify": False},
     "side_stream_wide": {"canonical_stream": True, "wide_verify": True},
-    # round 11: the fast path's decode attention (FastPolicy(decode_kernel=...)); the default since round 11 gives
-    # deterministic requests' rows the canonical attention's bits ("deterministic"), round 10's did not ("split")
+    # round 11: the fast path's decode attention (FastPolicy(decode_kernel=...)). "det_rows": deterministic requests'
+    # rows with the canonical attention's bits (round 11's calls ran it as "default", the tree's default then);
+    # "split_rows": every row on the split-KV kernel, the engine's default (round 10's and again after round 11)
+    "det_rows": {"fast_decode_kernel": "deterministic"},
     "split_rows": {"fast_decode_kernel": "split"},
     "canonical_decode": {"fast_decode_kernel": "canonical"},
     "adaptive": {"adaptive_draft": True},

@@ -45,8 +45,7 @@ from llm42.model.loader import (
 )
 from llm42.model.weights import Weights, random_weights, weight_views, with_rope_positions
 from llm42.params import Completion, SamplingParams, sample_seed
-from llm42.policies import FixedShapePolicy
-from llm42.policies.fast import default_fast_policy
+from llm42.policies import FastPolicy, FixedShapePolicy
 from llm42.policies.base import ReductionPolicy
 from llm42.prompts import Tokenizer, encode_prompt
 from llm42.runner import ModelRunner, Segment
@@ -197,6 +196,7 @@ class DVRGenerator:
         self.tokenizer = tokenizer
         self.device = weights.device
         self.runner = ModelRunner(weights, cfg)
+        self.fast_policy = fast_policy if fast_policy is not None else FastPolicy()
         self.canonical_policy = canonical_policy if canonical_policy is not None else FixedShapePolicy()
         is_graphed = use_cuda_graphs and self.device.type == "cuda"
         is_cuda = self.device.type == "cuda"
@@ -217,8 +217,6 @@ class DVRGenerator:
                                  f"injected verifier's passes of {own} rows")
             num_canonical_tokens = own
         self.verifier = verifier
-        # left out: deterministic requests' decode rows get the canonical attention's bits (fewer rollbacks)
-        self.fast_policy = fast_policy if fast_policy is not None else default_fast_policy(self.canonical_policy)
         # drafting ahead of a window in a pass needs a verifier that leaves the rollback of K/V to the engine
         self._draft_ahead = draft_ahead and isinstance(verifier, Verifier)
         self.max_canonical_tokens = num_canonical_tokens

@@ -48,9 +48,13 @@ class FastPolicy(FusedRowOps):
     the engine's decode state sets); the other rows keep the split kernel. Each
     of the two kernels skips the other's rows, so a free request's row gets the
     split kernel's bits; the canonical launch runs on a stream of its own beside
-    the split kernel (its one-row tiles cannot split a long context). The
-    engine's default where the canonical pass runs the tiled kernel
-    (``default_fast_policy``).
+    the split kernel (its one-row tiles cannot split a long context). Set
+    ``canonical_key_block`` to the canonical policy's ``key_block``. Measured on the
+    H200 (docs/benchmarks.md, "Measured, round 11"): on SmolLM2 it removes nearly
+    every rollback (1.46 -> 0.01 per deterministic request at dvr@10, 3.05 -> 0.22
+    at dvr@50) and cuts the run's steps by 10-25 %, but each step with deterministic
+    rows costs 1.4-1.5x (their whole-context serial programs), so the throughput
+    is lower than the default's; an option, not the default.
     """
 
     name = "fast"
@@ -148,18 +152,4 @@ class FastPolicy(FusedRowOps):
         if self.decode_kernel != "split":
             args.append(f"decode_kernel={self.decode_kernel!r}, canonical_key_block={self.canonical_key_block}")
         return f"{type(self).__name__}({', '.join(args)})"
-
-
-def default_fast_policy(canonical_policy) -> FastPolicy:
-    """The engine's fast path when none is given: ``FastPolicy(decode_kernel="deterministic")`` at the canonical
-    policy's key block where that policy is llm42's ``FixedShapePolicy`` with the tiled attention kernel on
-    Triton (the bits ``tiled_canonical_decode_attention`` reproduces), else ``FastPolicy()``: the row kernel's bits
-    are the split kernel's with one split already, and of another policy nothing is assumed. Measured on the
-    H200: docs/benchmarks.md, "Measured, round 11"."""
-    from llm42.policies.fixed_shape import FixedShapePolicy
-
-    if (type(canonical_policy) is FixedShapePolicy and canonical_policy.attention_kernel in ("tiled", "tiled_masked")
-            and canonical_policy.attention_backend == "triton"):
-        return FastPolicy(decode_kernel="deterministic", canonical_key_block=canonical_policy.key_block)
-    return FastPolicy()
 
