@@ -69,3 +69,20 @@ def test_the_default_fast_path_keeps_the_split_kernel():
 def test_decode_kernel_is_checked():
     with pytest.raises(ValueError, match="decode_kernel"):
         FastPolicy(decode_kernel="deterministc")
+
+
+def test_key_chunk_options_are_checked():
+    from llm42.policies import BatchInvariantPolicy, FixedShapePolicy
+
+    policy = FixedShapePolicy(attention_kernel="chunked", key_chunk=256)
+    assert policy.key_chunk == 256 and "key_chunk=256" in repr(policy)
+    assert "key_chunk" not in repr(FixedShapePolicy())
+    with pytest.raises(ValueError, match="key_chunk .* multiple of key_block"):
+        FixedShapePolicy(key_block=64, attention_kernel="chunked", key_chunk=96)
+    with pytest.raises(TypeError, match="key_chunk"):
+        FixedShapePolicy(attention_kernel="chunked", key_chunk=True)
+    with pytest.raises(ValueError, match="FastPolicy key_chunk"):
+        FastPolicy(decode_kernel="deterministic", canonical_key_block=64, canonical_key_chunk=100)
+    fast = FastPolicy(decode_kernel="deterministic", canonical_key_chunk=512)
+    assert "canonical_key_chunk=512" in repr(fast)
+    assert "key_chunk=128" in repr(BatchInvariantPolicy(attention_kernel="chunked", key_chunk=128))

@@ -22,11 +22,14 @@ if not triton_cpu.is_interpreted():
 from hypothesis import given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
-from llm42.kernels import tiled_canonical_attention, tiled_prefill_attention  # noqa: E402
+from llm42.kernels import (  # noqa: E402
+    chunked_canonical_attention, chunked_canonical_decode_attention, tiled_canonical_attention,
+    tiled_prefill_attention,
+)
 from llm42.kernels.tiled_attention import PREFILL_LARGE, PREFILL_SMALL, prefill_config  # noqa: E402
 from tests.tiled_attention_checks import (  # noqa: E402
     Cache, check_canonical_rows_are_their_own, check_decode_launch_has_canonical_bits,
-    check_deterministic_rows_take_canonical_bits,
+    check_chunked_decode_has_canonical_bits, check_deterministic_rows_take_canonical_bits,
     check_kv_independent_of_chunking, check_matches_float64, check_unmasked_full_blocks_keep_the_bits, mixed_rows,
     prefill_kernel,
 )
@@ -169,3 +172,67 @@ def test_unmasked_full_blocks_check_can_fail():
     with pytest.raises(AssertionError):
         check_unmasked_full_blocks_keep_the_bits(cache, random.Random(6), num_launches=1, key_block=16,
                                                  other=dict(key_block=32))
+
+
+def _chunked(key_chunk):
+    def kernel(*args, **kwargs):
+        return chunked_canonical_attention(*args, key_chunk=key_chunk, **kwargs)
+    return kernel
+
+
+def chunk_cache(shape, seed, *, num_seqs=5):
+    return small_cache(shape, torch.bfloat16, seed=seed, num_seqs=num_seqs, max_context=96)
+
+
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(str(v) for v in s))
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_chunked_canonical_matches_float64(dtype, shape):
+    cache = small_cache(shape, dtype, seed=41, max_context=96)
+    rows = mixed_rows(cache, random.Random(7), num_chunks=3, num_decode=3)
+    check_matches_float64(cache, _chunked(32), rows, sliding_window=shape[4], key_block=16)
+
+
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(str(v) for v in s))
+def test_chunked_canonical_rows_are_their_own(shape):
+    """The chunked launch keeps the canonical kernel's contract: a row alone and among any others, same bits."""
+    cache = chunk_cache(shape, seed=42)
+    compared = check_canonical_rows_are_their_own(cache, random.Random(8), num_probes=4, num_launches=3,
+                                                  max_neighbours=5, key_block=16, sliding_window=shape[4],
+                                                  kernel=_chunked(32))
+    assert compared == 12
+
+
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(str(v) for v in s))
+@pytest.mark.parametrize("key_chunk", [32, 64])
+def test_chunked_decode_gives_decode_rows_the_canonical_bits(shape, key_chunk):
+    """Each decode row's chunks in their own programs, folded by a second kernel: the canonical pass's bits."""
+    cache = chunk_cache(shape, seed=43, num_seqs=6)
+    spanning = check_chunked_decode_has_canonical_bits(cache, random.Random(key_chunk), key_block=16,
+                                                       key_chunk=key_chunk, sliding_window=shape[4])
+    assert spanning >= 1  # rows whose context is cut into several chunks: the fold is exercised
+
+
+def test_chunked_bits_depend_on_the_chunk():
+    """Negative controls: the chunk is part of the canonical config (another chunk, or the tiled kernel, gives
+    some row other bits), so the checks above compare launches that could differ."""
+    cache = chunk_cache(SHAPES[1], seed=44)
+    rows = mixed_rows(cache, random.Random(9), num_chunks=3, num_decode=4)
+    by_32 = cache.run(_chunked(32), rows, key_block=16)
+    assert not torch.equal(by_32.view(torch.int16), cache.run(_chunked(64), rows, key_block=16).view(torch.int16))
+    tiled = cache.run(tiled_canonical_attention, rows, key_block=16)
+    assert not torch.equal(by_32.view(torch.int16), tiled.view(torch.int16))
+    seqs = list(range(cache.num_seqs))
+    positions = [60 + s for s in seqs]
+    q, _, _, _ = cache.layout(list(zip(seqs, positions)), static=False)
+    lens = torch.tensor([p + 1 for p in positions])
+    decode = chunked_canonical_decode_attention(q, cache.k, cache.v, cache.tables[torch.tensor(seqs)], lens,
+                                                block_size=cache.block_size, scale=cache.scale,
+                                                max_context_len=cache.max_context, key_block=16, key_chunk=64)
+    packed = cache.run(_chunked(32), list(zip(seqs, positions)), key_block=16)
+    assert not torch.equal(decode.view(torch.int16), packed.view(torch.int16))
+
+
+def test_key_chunk_is_checked():
+    cache = chunk_cache(SHAPES[0], seed=45)
+    with pytest.raises(ValueError, match="key_chunk"):
+        cache.run(_chunked(24), [(0, 5)], key_block=16)

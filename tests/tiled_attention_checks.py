@@ -90,14 +90,15 @@ def _bits(t: torch.Tensor) -> bytes:
 
 def check_canonical_rows_are_their_own(cache: Cache, rng: random.Random, *, num_probes: int, num_launches: int,
                                        max_neighbours: int, key_block: int, sliding_window=None,
-                                       mask_every_block=None) -> int:
+                                       mask_every_block=None, kernel=tiled_canonical_attention) -> int:
     """Each probe row alone (one-row launch) and inside random launches: next to longer and shorter rows of
     its own sequence, other sequences' rows, at any index and tile, varlen or static: the same bits.
-    Returns the number of (probe, launch) comparisons made."""
+    Returns the number of (probe, launch) comparisons made. ``kernel``: a canonical launch (the tiled one, or
+    the chunked one with its ``key_chunk`` bound)."""
     kwargs = dict(key_block=key_block, sliding_window=sliding_window, mask_every_block=mask_every_block)
     probes = [(rng.randrange(cache.num_seqs), rng.randrange(cache.max_context)) for _ in range(num_probes)]
     probes = list(dict.fromkeys(probes))
-    alone = {p: _bits(cache.run(tiled_canonical_attention, [p], **kwargs)[0]) for p in probes}
+    alone = {p: _bits(cache.run(kernel, [p], **kwargs)[0]) for p in probes}
     compared = 0
     for _ in range(num_launches):
         rows = []
@@ -114,7 +115,7 @@ def check_canonical_rows_are_their_own(cache: Cache, rng: random.Random, *, num_
                 for _ in range(rng.randint(0, max_neighbours))] + rows
         # a row appears once per launch (duplicates would be the same row anyway)
         rows = list(dict.fromkeys(rows))
-        out = cache.run(tiled_canonical_attention, rows, static=rng.random() < 0.5, **kwargs)
+        out = cache.run(kernel, rows, static=rng.random() < 0.5, **kwargs)
         for probe in probes:
             assert _bits(out[rows.index(probe)]) == alone[probe], (probe, rows)
             compared += 1
@@ -271,3 +272,40 @@ def check_deterministic_rows_take_canonical_bits(cache: Cache, rng: random.Rando
     assert _bits(combined[is_det]) == _bits(canonical_all[is_det])
     assert _bits(combined[~is_det]) == _bits(split_all[~is_det])
     return int(is_det.sum())
+
+
+def check_chunked_decode_has_canonical_bits(cache: Cache, rng: random.Random, *, key_block: int, key_chunk: int,
+                                            sliding_window=None) -> int:
+    """``chunked_canonical_decode_attention`` (one program per row, kv head and chunk, then the fold) gives each
+    decode row the bits the chunked canonical launch gives it: packed with other sequences' rows, as the last
+    row of a verify window, and with only some rows selected (the others' rows of ``out`` untouched). One decode
+    row per sequence of the cache; returns the number of rows whose context spans more than one chunk."""
+    import functools
+
+    from llm42.kernels import chunked_canonical_attention, chunked_canonical_decode_attention
+
+    canonical = functools.partial(chunked_canonical_attention, key_chunk=key_chunk)
+    seqs = list(range(cache.num_seqs))
+    positions = [rng.randrange(cache.max_context) for _ in seqs]
+    rows = list(zip(seqs, positions))
+    q, _, _, _ = cache.layout(rows, static=False)
+    lens = torch.tensor([p + 1 for p in positions], dtype=torch.int64, device=cache.device)
+    tables = cache.tables[torch.tensor(seqs).to(cache.tables.device)]
+    kwargs = dict(key_block=key_block, sliding_window=sliding_window)
+    common = dict(block_size=cache.block_size, scale=cache.scale, max_context_len=cache.max_context,
+                  key_chunk=key_chunk, **kwargs)
+    decode = chunked_canonical_decode_attention(q, cache.k, cache.v, tables, lens, **common)
+    packed = cache.run(canonical, rows, **kwargs)
+    assert _bits(decode) == _bits(packed)
+    for i, (seq, pos) in enumerate(rows):
+        window = [(seq, p) for p in range(max(0, pos - 7), pos + 1)]
+        verify = cache.run(canonical, window, static=True, **kwargs)
+        assert _bits(decode[i]) == _bits(verify[-1]), (seq, pos)
+    flags = torch.tensor([i % 2 for i in seqs], dtype=torch.int8, device=cache.device)
+    sentinel = torch.full_like(q, 7.0)
+    only = chunked_canonical_decode_attention(q, cache.k, cache.v, tables, lens, only_rows=flags,
+                                              out=sentinel.clone(), **common)
+    is_det = flags.bool()
+    assert _bits(only[is_det]) == _bits(decode[is_det])
+    assert _bits(only[~is_det]) == _bits(sentinel[~is_det]), "the chunked launch wrote a row it was not given"
+    return sum(p // key_chunk > 0 for p in positions)

@@ -23,7 +23,7 @@ from llm42.policies import FastPolicy, FixedShapePolicy  # noqa: E402
 from llm42.runner import ModelRunner, Segment  # noqa: E402
 from tests.tiled_attention_checks import (  # noqa: E402
     Cache, check_canonical_rows_are_their_own, check_decode_launch_has_canonical_bits,
-    check_deterministic_rows_take_canonical_bits,
+    check_chunked_decode_has_canonical_bits, check_deterministic_rows_take_canonical_bits,
     check_kv_independent_of_chunking, check_matches_float64, check_unmasked_full_blocks_keep_the_bits, mixed_rows,
     prefill_kernel,
 )
@@ -206,6 +206,39 @@ def test_deterministic_rows_take_the_canonical_bits(shape, num_splits):
                                                         num_splits=num_splits, sliding_window=shape[5]) >= 1
 
 
+@pytest.mark.parametrize("shape", [SHAPES[0], SHAPES[1], (9, 3, 64, 16, 1200, None)],
+                         ids=lambda s: "x".join(str(v) for v in s))
+@pytest.mark.parametrize("key_chunk", [128, 512])
+def test_chunked_decode_gives_decode_rows_the_canonical_bits(shape, key_chunk):
+    """The chunked kernel on the H200: a decode row's chunks in parallel programs, folded, give it the packed
+    canonical launch's bits and a verify window's."""
+    cache = cache_for(shape, torch.bfloat16, seed=24, num_seqs=32)
+    assert check_chunked_decode_has_canonical_bits(cache, random.Random(key_chunk), key_block=64,
+                                                   key_chunk=key_chunk, sliding_window=shape[5]) >= 1
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_chunked_canonical_rows_are_their_own(dtype):
+    import functools
+
+    from llm42.kernels import chunked_canonical_attention
+
+    cache = cache_for(SHAPES[0], dtype, seed=25, num_seqs=6)
+    kernel = functools.partial(chunked_canonical_attention, key_chunk=256)
+    assert check_canonical_rows_are_their_own(cache, random.Random(3), num_probes=6, num_launches=3,
+                                              max_neighbours=40, key_block=64, kernel=kernel) >= 15
+
+
+def test_chunked_canonical_matches_float64():
+    import functools
+
+    from llm42.kernels import chunked_canonical_attention
+
+    cache = cache_for(SHAPES[0], torch.bfloat16, seed=26)
+    rows = mixed_rows(cache, random.Random(4), num_chunks=3, num_decode=8)
+    check_matches_float64(cache, functools.partial(chunked_canonical_attention, key_chunk=256), rows, key_block=64)
+
+
 def test_fast_policy_routes_deterministic_rows(small_model):
     """The policy itself: a decode step's rows flagged deterministic get the canonical decode launch's bits,
     the others the split kernel's at the split count the step would choose."""
@@ -226,6 +259,8 @@ def test_fast_policy_routes_deterministic_rows(small_model):
     common = dict(block_size=cache.block_size, scale=cache.scale, sliding_window=None)
     got = FastPolicy(decode_kernel="deterministic", canonical_key_block=64).attention(q, cache.k, cache.v, inputs,
                                                                                        **common)
+    chunked = FastPolicy(decode_kernel="deterministic", canonical_key_chunk=256).attention(q, cache.k, cache.v,
+                                                                                           inputs, **common)
     split = kernels.paged_decode_attention(q, cache.k, cache.v, cache.tables, lens, max_context_len=cache.max_context,
                                            **common)
     canonical = kernels.tiled_canonical_decode_attention(q, cache.k, cache.v, cache.tables, lens, key_block=64,
@@ -234,6 +269,10 @@ def test_fast_policy_routes_deterministic_rows(small_model):
     assert 0 < int(is_det.sum()) < n
     assert torch.equal(got[is_det].view(torch.int16), canonical[is_det].view(torch.int16))
     assert torch.equal(got[~is_det].view(torch.int16), split[~is_det].view(torch.int16))
+    by_chunks = kernels.chunked_canonical_decode_attention(q, cache.k, cache.v, cache.tables, lens,
+                                                           max_context_len=cache.max_context, key_chunk=256, **common)
+    assert torch.equal(chunked[is_det].view(torch.int16), by_chunks[is_det].view(torch.int16))
+    assert torch.equal(chunked[~is_det].view(torch.int16), split[~is_det].view(torch.int16))
 
 
 def test_fast_policy_canonical_decode_kernel_keeps_the_contract(small_model):
@@ -250,6 +289,13 @@ def test_fast_policy_canonical_decode_kernel_keeps_the_contract(small_model):
         gen = DVRGenerator(weights, cfg, fast_policy=FastPolicy(decode_kernel=kernel), max_num_seqs=96)
         outputs[kernel] = [o.token_ids for o in gen.generate(prompts, params)]
         gen.close()
+    for kernel in ("split", "deterministic"):  # the chunked canonical kernel, deterministic rows on its bits
+        gen = DVRGenerator(weights, cfg, fast_policy=FastPolicy(decode_kernel=kernel, canonical_key_chunk=256),
+                           canonical_policy=FixedShapePolicy(attention_kernel="chunked", key_chunk=256),
+                           max_num_seqs=96)
+        outputs[f"chunked_{kernel}"] = [o.token_ids for o in gen.generate(prompts, params)]
+        gen.close()
     det = [i for i, p in enumerate(params) if p.deterministic]
+    assert [outputs["chunked_split"][i] for i in det] == [outputs["chunked_deterministic"][i] for i in det]
     assert [outputs["split"][i] for i in det] == [outputs["canonical"][i] for i in det]
     assert [outputs["split"][i] for i in det] == [outputs["deterministic"][i] for i in det]

@@ -18,7 +18,7 @@ import torch.nn.functional as F
 from llm42.inputs import StepInputs
 from llm42.ops import flash
 from llm42.policies.base import ExactRowOps
-from llm42.policies.fixed_shape import FixedShapePolicy
+from llm42.policies.fixed_shape import DEFAULT_KEY_CHUNK, FixedShapePolicy
 
 
 def _check_positive(name: str, value: object) -> int:
@@ -89,14 +89,14 @@ class BatchInvariantPolicy(ExactRowOps):
     is_graph_safe = True
 
     def __init__(self, *, matmul_rows: int = 32, norm_rows: int = 256, key_block: int = 64,
-                 matmul: str = "auto", attention_kernel: str = "tiled"):
+                 matmul: str = "auto", attention_kernel: str = "tiled", key_chunk: int = DEFAULT_KEY_CHUNK):
         self.matmul_rows = _check_positive("matmul_rows", matmul_rows)
         self.norm_rows = _check_positive("norm_rows", norm_rows)
         if matmul not in ("auto", "tiled"):
             raise ValueError(f"BatchInvariantPolicy matmul must be 'auto' or 'tiled', got {matmul!r}")
         self.matmul = matmul
         self._reference = FixedShapePolicy(key_block=key_block, attention_backend="triton",
-                                           attention_kernel=attention_kernel)
+                                           attention_kernel=attention_kernel, key_chunk=key_chunk)
 
     @property
     def key_block(self) -> int:
@@ -134,6 +134,13 @@ class BatchInvariantPolicy(ExactRowOps):
         return out.view(*x.shape[:-1], out.shape[-1])
 
     def attention(self, q, k_cache, v_cache, inputs: StepInputs, *, block_size, scale, sliding_window):
+        if q.is_cuda and inputs.is_decode and self.attention_kernel == "chunked":
+            from llm42 import kernels  # the packed launch's bits, each row's chunks in parallel
+
+            return kernels.chunked_canonical_decode_attention(
+                q, k_cache, v_cache, inputs.block_tables, inputs.context_lens, block_size=block_size, scale=scale,
+                max_context_len=inputs.max_context_len, key_block=self.key_block, key_chunk=self._reference.key_chunk,
+                sliding_window=sliding_window)
         if q.is_cuda and inputs.is_decode and self.attention_kernel == "tiled" and not flash.use_flash(
                 self._reference.attention_backend, q, k_cache, v_cache, block_size=block_size):
             # the same bits as the packed canonical launch (each row's bits are its own), one program per row
@@ -153,4 +160,5 @@ class BatchInvariantPolicy(ExactRowOps):
     def __repr__(self) -> str:
         return (f"BatchInvariantPolicy(matmul_rows={self.matmul_rows}, norm_rows={self.norm_rows}, "
                 f"key_block={self.key_block}, matmul={self.matmul!r}"
-                + ("" if self.attention_kernel == "tiled" else f", attention_kernel={self.attention_kernel!r}") + ")")
+                + ("" if self.attention_kernel == "tiled" else f", attention_kernel={self.attention_kernel!r}")
+                + (f", key_chunk={self._reference.key_chunk}" if self.attention_kernel == "chunked" else "") + ")")

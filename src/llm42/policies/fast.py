@@ -55,6 +55,11 @@ class FastPolicy(FusedRowOps):
     at dvr@50) and cuts the run's steps by 10-25 %, but each step with deterministic
     rows costs 1.4-1.5x (their whole-context serial programs), so the throughput
     is lower than the default's; an option, not the default.
+    ``canonical_key_chunk``: set it to the canonical policy's ``key_chunk`` when that
+    policy runs the chunked kernel (``FixedShapePolicy(attention_kernel="chunked")``):
+    the deterministic rows then take that kernel's bits, each row's chunks in parallel
+    (``chunked_canonical_decode_attention``), so a long context no longer makes the
+    step wait for one program.
     """
 
     name = "fast"
@@ -65,8 +70,10 @@ class FastPolicy(FusedRowOps):
     decode_kernel = "split"
     canonical_key_block = 64
 
+    canonical_key_chunk = None
+
     def __init__(self, *, attention_backend: str = "auto", decode_kernel: str = "split",
-                 canonical_key_block: int = 64):
+                 canonical_key_block: int = 64, canonical_key_chunk: int | None = None):
         self.attention_backend = flash.check_backend(attention_backend)
         if decode_kernel not in DECODE_KERNELS:
             raise ValueError(f"decode_kernel must be one of {DECODE_KERNELS}, got {decode_kernel!r}")
@@ -75,6 +82,11 @@ class FastPolicy(FusedRowOps):
             raise ValueError(f"canonical_key_block must be a power of two >= 16, got {canonical_key_block!r}")
         self.decode_kernel = decode_kernel
         self.canonical_key_block = canonical_key_block
+        if canonical_key_chunk is not None:
+            from llm42.policies.fixed_shape import check_key_chunk
+
+            check_key_chunk("FastPolicy", canonical_key_chunk, canonical_key_block)
+        self.canonical_key_chunk = canonical_key_chunk
 
     def linear(self, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
         return F.linear(x, weight, bias)
@@ -105,10 +117,8 @@ class FastPolicy(FusedRowOps):
                 side = self._side_stream(q.device)
                 side.wait_stream(main)
                 with torch.cuda.stream(side):
-                    kernels.tiled_canonical_decode_attention(
-                        q, k_cache, v_cache, inputs.block_tables, inputs.context_lens, block_size=block_size,
-                        scale=scale, key_block=self.canonical_key_block, sliding_window=sliding_window,
-                        only_rows=flags, out=out)
+                    self._canonical_decode(q, k_cache, v_cache, inputs, block_size=block_size, scale=scale,
+                                           sliding_window=sliding_window, only_rows=flags, out=out)
                 kernels.paged_decode_attention(
                     q, k_cache, v_cache, inputs.block_tables, inputs.context_lens, block_size=block_size,
                     scale=scale, sliding_window=sliding_window, max_context_len=inputs.max_context_len,
@@ -119,9 +129,8 @@ class FastPolicy(FusedRowOps):
             if is_decode and self.decode_kernel == "canonical" and kernels.choose_num_splits(
                     inputs.num_seqs, k_cache.shape[1], inputs.max_context_len, num_sms=kernels.num_sms(q.device),
                     block_n=kernels.attention.DECODE_BLOCK_N, waves=CANONICAL_DECODE_WAVES) == 1:
-                return kernels.tiled_canonical_decode_attention(
-                    q, k_cache, v_cache, inputs.block_tables, inputs.context_lens, block_size=block_size,
-                    scale=scale, key_block=self.canonical_key_block, sliding_window=sliding_window)
+                return self._canonical_decode(q, k_cache, v_cache, inputs, block_size=block_size, scale=scale,
+                                              sliding_window=sliding_window)
             if is_decode:
                 return kernels.paged_decode_attention(
                     q, k_cache, v_cache, inputs.block_tables, inputs.context_lens, block_size=block_size,
@@ -135,6 +144,21 @@ class FastPolicy(FusedRowOps):
         return padded_attention(
             q, k_cache, v_cache, inputs, block_size=block_size, scale=scale, sliding_window=sliding_window
         )
+
+    def _canonical_decode(self, q, k_cache, v_cache, inputs: StepInputs, *, block_size, scale, sliding_window,
+                          only_rows=None, out=None):
+        """Decode rows with the canonical pass's attention bits: the tiled kernel's one-row launch, or with
+        ``canonical_key_chunk`` the chunked kernel's (each row's chunks in parallel)."""
+        from llm42 import kernels
+
+        if self.canonical_key_chunk is None:
+            return kernels.tiled_canonical_decode_attention(
+                q, k_cache, v_cache, inputs.block_tables, inputs.context_lens, block_size=block_size, scale=scale,
+                key_block=self.canonical_key_block, sliding_window=sliding_window, only_rows=only_rows, out=out)
+        return kernels.chunked_canonical_decode_attention(
+            q, k_cache, v_cache, inputs.block_tables, inputs.context_lens, block_size=block_size, scale=scale,
+            max_context_len=inputs.max_context_len, key_block=self.canonical_key_block,
+            key_chunk=self.canonical_key_chunk, sliding_window=sliding_window, only_rows=only_rows, out=out)
 
     def _side_stream(self, device: torch.device) -> torch.cuda.Stream:
         """The stream the deterministic rows' attention runs on (one per device, made on first use)."""
@@ -151,5 +175,7 @@ class FastPolicy(FusedRowOps):
         args = [] if self.attention_backend == "auto" else [f"attention_backend={self.attention_backend!r}"]
         if self.decode_kernel != "split":
             args.append(f"decode_kernel={self.decode_kernel!r}, canonical_key_block={self.canonical_key_block}")
+            if self.canonical_key_chunk is not None:
+                args.append(f"canonical_key_chunk={self.canonical_key_chunk}")
         return f"{type(self).__name__}({', '.join(args)})"
 

@@ -18,7 +18,10 @@ if TYPE_CHECKING:
 
 # the Triton canonical attention kernels (CUDA; part of the canonical config). "tiled_masked" is "tiled" with
 # every key block through the masked step: the same bits, slower (the reference the GPU suite compares with)
-ATTENTION_KERNELS = ("tiled", "tiled_masked", "rows")
+# "chunked": the tiled kernel's steps within chunks of ``key_chunk`` keys fixed by absolute position, folded in order
+# (``llm42.kernels.chunked_attention``: other committed bits; a decode row's chunks can run in parallel)
+ATTENTION_KERNELS = ("tiled", "tiled_masked", "rows", "chunked")
+DEFAULT_KEY_CHUNK = 512  # keys per chunk of the "chunked" kernel (part of the canonical config there)
 
 
 class FixedShapePolicy(ExactRowOps, FusedRowOps):
@@ -46,7 +49,11 @@ class FixedShapePolicy(ExactRowOps, FusedRowOps):
     block's loads, a row's bits are its own; ``key_block`` a power of two >= 16;
     ``attention_kernel="rows"`` takes the one-program-per-row kernel of earlier
     versions instead, whose committed bits differ; ``"tiled_masked"`` the tiled
-    kernel with every key block masked, the same bits as ``"tiled"``, slower), the fused row-per-program RMSNorm and the fused row ops
+    kernel with every key block masked, the same bits as ``"tiled"``, slower; ``"chunked"`` the tiled kernel's
+    steps within chunks of ``key_chunk`` keys cut at fixed absolute positions and folded in order, whose
+    committed bits differ from ``"tiled"``'s but whose decode rows can reduce their chunks in parallel with the
+    same bits: ``FastPolicy(decode_kernel="deterministic", canonical_key_chunk=key_chunk)``), the fused
+    row-per-program RMSNorm and the fused row ops
     (residual add + RMSNorm, RoPE + K/V write, SwiGLU: row-wise, launched over
     the R rows, each row's arithmetic fixed by the feature sizes alone).
 
@@ -66,11 +73,13 @@ class FixedShapePolicy(ExactRowOps, FusedRowOps):
     is_shape_closed = True
     is_graph_safe = True
 
-    def __init__(self, key_block: int = 64, *, attention_backend: str = "triton", attention_kernel: str = "tiled"):
+    def __init__(self, key_block: int = 64, *, attention_backend: str = "triton", attention_kernel: str = "tiled",
+                 key_chunk: int = DEFAULT_KEY_CHUNK):
         self.key_block = positive_int("FixedShapePolicy", "key_block", key_block)
         if attention_kernel not in ATTENTION_KERNELS:
             raise ValueError(f"attention_kernel must be one of {ATTENTION_KERNELS}, got {attention_kernel!r}")
         self.attention_kernel = attention_kernel
+        self.key_chunk = check_key_chunk("FixedShapePolicy", key_chunk, self.key_block)
         self.attention_backend = flash.check_backend(attention_backend)
         self.slices = exact.SHARED_WEIGHT_SLICES
 
@@ -113,6 +122,12 @@ class FixedShapePolicy(ExactRowOps, FusedRowOps):
         if q.is_cuda:
             from llm42 import kernels
 
+            if self.attention_kernel == "chunked":
+                return kernels.chunked_canonical_attention(
+                    q, k_cache, v_cache, inputs.positions, inputs.shared_table_rows, inputs.block_tables,
+                    block_size=block_size, scale=scale, key_block=self.key_block, key_chunk=self.key_chunk,
+                    sliding_window=sliding_window,
+                )
             if self.attention_kernel == "rows":
                 return kernels.canonical_attention(
                     q, k_cache, v_cache, inputs.positions, inputs.row_seq, inputs.block_tables,
@@ -134,4 +149,14 @@ class FixedShapePolicy(ExactRowOps, FusedRowOps):
     def __repr__(self) -> str:
         backend = "" if self.attention_backend == "triton" else f", attention_backend={self.attention_backend!r}"
         kernel = "" if self.attention_kernel == "tiled" else f", attention_kernel={self.attention_kernel!r}"
+        if self.attention_kernel == "chunked":
+            kernel += f", key_chunk={self.key_chunk}"
         return f"FixedShapePolicy(key_block={self.key_block}{backend}{kernel})"
+
+
+def check_key_chunk(owner: str, key_chunk: object, key_block: int) -> int:
+    """A chunk of the chunked canonical attention: a positive multiple of ``key_block`` keys."""
+    positive_int(owner, "key_chunk", key_chunk)
+    if key_chunk % key_block:
+        raise ValueError(f"{owner} key_chunk ({key_chunk}) must be a multiple of key_block ({key_block})")
+    return key_chunk
