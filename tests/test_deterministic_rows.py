@@ -18,9 +18,10 @@ CFG = tiny_config()
 WEIGHTS = random_weights(CFG, seed=5)
 
 
-def _state():
+def _state(policy=None):
     kv = KVStore(CFG, num_blocks=32, block_size=8, num_scratch_slots=32)
-    state = DecodeState(WEIGHTS, CFG, kv, FastPolicy(), max_num_seqs=4)
+    policy = FastPolicy(decode_kernel="deterministic") if policy is None else policy
+    state = DecodeState(WEIGHTS, CFG, kv, policy, max_num_seqs=4)
     for rid in range(4):
         kv.allocate(rid, 12)
         kv.append(rid, 4)
@@ -45,6 +46,14 @@ def test_decode_rows_carry_the_deterministic_flag_of_their_slot():
     state.stage_batch([0, 2], 2)
     _, _, inputs = state.decode_inputs(2, None)
     assert inputs.deterministic_rows.tolist() == [0, 1]
+
+
+def test_a_policy_that_does_not_read_the_flags_gets_none():
+    _, state = _state(FastPolicy())
+    state.admit(0, 0, SamplingParams(deterministic=True), 7)
+    state.flush()
+    state.stage_batch([0], 1)
+    assert state.decode_inputs(1, None)[2].deterministic_rows is None
 
 
 def test_joined_step_keeps_the_decode_part_flags():

@@ -201,7 +201,9 @@ class DecodeState:
             # a bound inside graphs (the CUDA kernels size their splits from it at capture)
             max_context_len=self.max_model_len if max_context_len is None else max_context_len,
             logits_rows=None,
-            deterministic_rows=self.is_deterministic[idx],
+            # only for a policy that reads them (a gather per step otherwise spent for nothing)
+            deterministic_rows=self.is_deterministic[idx] if getattr(self.policy, "wants_deterministic_rows", False)
+            else None,
         )
         return idx, positions, inputs
 

@@ -145,6 +145,11 @@ class FastPolicy(FusedRowOps):
             q, k_cache, v_cache, inputs, block_size=block_size, scale=scale, sliding_window=sliding_window
         )
 
+    @property
+    def wants_deterministic_rows(self) -> bool:
+        """Whether decode steps should carry ``StepInputs.deterministic_rows`` (the decode state reads this)."""
+        return self.decode_kernel == "deterministic"
+
     def _canonical_decode(self, q, k_cache, v_cache, inputs: StepInputs, *, block_size, scale, sliding_window,
                           only_rows=None, out=None):
         """Decode rows with the canonical pass's attention bits: the tiled kernel's one-row launch, or with
