@@ -40,7 +40,7 @@ from llm42.bench.metrics import percentile
 from llm42.bench.models import BenchModel, build_model, model_label
 from llm42.bench.roofline import model_sizes
 from llm42.bench.runner import capture_mixed_graphs, capture_prefill_graphs
-from llm42.bench.script import OnDevice, Run, add_common_args, finish, log, run_meta
+from llm42.bench.script import OnDevice, Run, add_common_args, canonical_key_chunk, finish, log, run_meta
 from llm42.generator import DVRGenerator
 from llm42.params import SamplingParams
 from llm42.policies import FastPolicy, FixedShapePolicy
@@ -188,7 +188,8 @@ def run_long_prompts(config: LongPromptConfig, *, out: Path, repo: Path) -> dict
                            kv_cache_tokens=kv_tokens, max_model_len=config.max_positions,
                            use_cuda_graphs=config.use_cuda_graphs, canonical_thread=config.canonical_thread,
                            canonical_policy=FixedShapePolicy(attention_kernel=config.canonical_attention),
-                           fast_policy=FastPolicy(decode_kernel=config.fast_decode_kernel),
+                           fast_policy=FastPolicy(decode_kernel=config.fast_decode_kernel,
+                                                  canonical_key_chunk=canonical_key_chunk(config.canonical_attention)),
                            max_canonical_tokens=config.max_canonical_tokens,
                            canonical_stream=config.canonical_stream)
         results["engine"] = {"num_canonical_rows": gen.canonical_config.num_rows,

@@ -46,7 +46,9 @@ def add_common_args(p: argparse.ArgumentParser, *, out_help: str, budget_s: floa
                    "part of the canonical config (the batch_invariant baseline takes the same one)")
     p.add_argument("--fast-decode-kernel", choices=DECODE_KERNELS, default="split",
                    help="FastPolicy(decode_kernel=...): 'canonical' gives large decode batches the canonical tiled "
-                   "kernel's attention bits (serving and long-prompt benchmarks)")
+                   "kernel's attention bits, 'deterministic' deterministic requests' decode rows the canonical "
+                   "attention's bits (the chunked kernel's with --canonical-attention chunked; serving and "
+                   "long-prompt benchmarks)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--threads", type=int, default=1, help="CPU intra-op threads")
     p.add_argument("--cache-dir", type=Path, default=None,
@@ -163,3 +165,10 @@ class Run:
         finally:
             signal.signal(signal.SIGTERM, previous)
             self.save()
+
+def canonical_key_chunk(canonical_attention: str) -> int | None:
+    """The fast path's ``canonical_key_chunk`` for a canonical pass on ``canonical_attention`` (the benchmarks'
+    ``FixedShapePolicy(attention_kernel=...)``, at its default ``key_chunk``): the chunk of the chunked kernel."""
+    from llm42.policies.fixed_shape import DEFAULT_KEY_CHUNK
+
+    return DEFAULT_KEY_CHUNK if canonical_attention == "chunked" else None

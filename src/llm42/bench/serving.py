@@ -55,7 +55,9 @@ from llm42.bench.models import BenchModel, build_model
 from llm42.bench.modes import NONDET, deterministic_order, mode_by_name
 from llm42.bench.roofline import roofline
 from llm42.bench.runner import WARMUP_KV_TOKENS, Clock, Engine, capture_decode_graphs, run_offline, run_online
-from llm42.bench.script import OnDevice, Run, add_common_args, finish, log, names, replot, run_meta
+from llm42.bench.script import (
+    OnDevice, Run, add_common_args, canonical_key_chunk, finish, log, names, replot, run_meta,
+)
 from llm42.bench.suite import device_info
 from llm42.bench.workloads import FIRST_TOKEN_ID, Workload, chat_like, fixed_shape, poisson_arrivals, sharegpt_like
 from llm42.generator import DVRGenerator
@@ -114,7 +116,8 @@ class ServingConfig:
             return None
         from llm42.policies import FastPolicy
 
-        return FastPolicy(decode_kernel=self.fast_decode_kernel)
+        return FastPolicy(decode_kernel=self.fast_decode_kernel, canonical_key_chunk=canonical_key_chunk(
+            self.canonical_attention))
 
     def __post_init__(self) -> None:
         for name in (*self.offline_modes, *self.online_modes):
@@ -691,3 +694,4 @@ def _num(value) -> str:
 
 
 __all__ = ["ServingConfig", "run_serving", "main", "prepare_checkpoint", "steady_decode", "serving_summary"]
+
