@@ -84,6 +84,12 @@ VARIANTS = {
     "chunked_det_rows": {"canonical_attention": "chunked", "fast_decode_kernel": "deterministic",
                          "canonical_key_chunk": 512},
     "adaptive": {"adaptive_draft": True},
+    # round 12: DefaultScheduler(prompt_share=...): windows leave that share of a pass's rows to deterministic
+    # prompts while any wait; window 16 (R = 16 x 16 = 256 still: another canonical config, other bits), alone
+    # and with the share
+    "prompt_share": {"prompt_share": 0.5},
+    "w16": {"window": 16, "group": 16},
+    "w16_share": {"window": 16, "group": 16, "prompt_share": 0.5},
 }
 
 
@@ -221,7 +227,8 @@ def main() -> None:
         # a variant's deterministic outputs equal those of the first variant with the same canonical config (the
         # contract); another canonical attention commits other bits, so it is compared within its own kind only
         def canonical(variant):
-            return VARIANTS[variant].get("canonical_attention", "tiled")
+            knobs = VARIANTS[variant]
+            return knobs.get("canonical_attention", "tiled"), knobs.get("window", 32), knobs.get("group", 8)
 
         for v in variants:
             ref_variant = next(u for u in variants if canonical(u) == canonical(v))

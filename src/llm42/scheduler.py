@@ -228,7 +228,19 @@ class DefaultScheduler:
     to ``max_windows`` windows in ``max_result_rows`` rows: G windows in R
     rows, or G per R rows of a wide pass), then deterministic prompt chunks, up
     to ``max_canonical_tokens`` rows in all (one result row per chunk).
+
+    ``prompt_share``: while deterministic prompts wait for the canonical pass, the share of each pass's
+    rows that windows leave to them (at most the rows those prompts still need). Without it a wide pass fills with windows as soon as many
+    deterministic requests decode, and a deterministic prompt admitted then waits for rows: its first
+    token, and so the end of a long reply, comes late. 0 gives windows every row they can use.
+    Scheduling never changes a committed bit.
     """
+
+    def __init__(self, *, prompt_share: float = 0.0):
+        if isinstance(prompt_share, bool) or not isinstance(prompt_share, (int, float)) or not (
+                0.0 <= prompt_share <= 1.0):
+            raise ValueError(f"DefaultScheduler prompt_share must be a number in [0, 1], got {prompt_share!r}")
+        self.prompt_share = float(prompt_share)
 
     def schedule(self, state: SchedulerState) -> Plan:
         reqs = state.requests
@@ -238,12 +250,17 @@ class DefaultScheduler:
         due = [v for v in reqs if v.is_ready_to_verify]
         det_prefill = [v for v in reqs if v.is_deterministic and v.is_prefill]
         if due or det_prefill:
+            window_rows = state.max_result_rows
+            if det_prefill and self.prompt_share:
+                reserve = min(sum(v.num_prompt_remaining for v in det_prefill),
+                              int(self.prompt_share * state.max_canonical_rows))
+                window_rows = min(window_rows, state.max_canonical_rows - reserve)
             for v in due:
-                if len(verify) < max_windows and rows + 1 + v.num_candidates <= state.max_result_rows:
+                if len(verify) < max_windows and rows + 1 + v.num_candidates <= window_rows:
                     verify.append(v.rid)
                     rows += 1 + v.num_candidates
             # partial windows only in the rows the due ones leave in their blocks of R (at least R): free rows
-            fill = min(state.max_result_rows, max(r, -(-rows // r) * r))
+            fill = min(window_rows, max(r, -(-rows // r) * r))
             for v in reqs:
                 if (v.is_deterministic and not v.is_prefill and not v.is_ready_to_verify and v.num_candidates > 0
                         and len(verify) < max_windows and rows + 1 + v.num_candidates <= fill):

@@ -32,6 +32,7 @@ from llm42.generator import DVRGenerator
 from llm42.params import SamplingParams
 from llm42.policies import BatchInvariantPolicy, FixedShapePolicy, ReductionPolicy
 from llm42.sampler import SAMPLING_VARIANTS
+from llm42.scheduler import DefaultScheduler
 
 WARMUP_PROMPT = (FIRST_TOKEN_ID, FIRST_TOKEN_ID + 1)
 WARMUP_NEW_TOKENS = 3
@@ -103,6 +104,7 @@ class Engine:
     draft_ahead: bool = True  # DVRGenerator's knob: deterministic requests draft ahead of windows in a pass
     wide_verify: bool | None = None  # DVRGenerator's knob: verify windows fill passes of more than R rows
     adaptive_draft: bool = False  # DVRGenerator's knob: halve/double a deterministic request's window depth
+    prompt_share: float = 0.0  # DefaultScheduler's knob: a pass's rows windows leave to deterministic prompts
 
     def generator(self, mode: Mode, *, window: int | None = None, group: int | None = None,
                   ) -> tuple[DVRGenerator, list[str]]:
@@ -118,6 +120,7 @@ class Engine:
             use_cuda_graphs=self.use_cuda_graphs, overlap=mode.is_overlapped,
             max_canonical_tokens=self.max_canonical_tokens, canonical_stream=self.canonical_stream,
             draft_ahead=self.draft_ahead, wide_verify=self.wide_verify, adaptive_draft=self.adaptive_draft,
+            scheduler=DefaultScheduler(prompt_share=self.prompt_share),
         )
         notes = []
         if self.use_cuda_graphs and gen.device.type == "cuda":
