@@ -20,6 +20,7 @@ each variant builds its generators through the benchmarks' ``Engine`` (every gra
 runs every mode on the same request set through ``run_offline``. Variants run in turn, mode by mode
 (nondet of variant 1, of variant 2, ..., then dvr@10 of each, ...), so drift on the machine spreads over all.
 Each run gets an equal share of ``--budget-s`` as its deadline; a run cut by it says so (``is_complete``).
+Before the timed runs, every variant runs every mode on ``--warmup-requests`` requests, untimed (kernels compile).
 Reported per run: output tok/s and its ratio to the same variant's nondet, engine steps, ms per step,
 canonical passes and rows, rollbacks and recompute of deterministic requests, drafts ahead kept/dropped, where
 the run's length comes from (``tail``: first-token and per-token times of free and deterministic requests, the
@@ -158,6 +159,8 @@ def main() -> None:
     p.add_argument("--online-modes", default="nondet,dvr@50")
     p.add_argument("--online-requests", type=int, default=500)
     p.add_argument("--online-budget-s", type=float, default=120.0)
+    p.add_argument("--warmup-requests", type=int, default=16, help="untimed warm-up requests per variant and mode")
+    p.add_argument("--warmup-s", type=float, default=60.0, help="deadline of each warm-up run")
     p.add_argument("--profile-mode", default=None)
     p.add_argument("--profile-budget-s", type=float, default=60.0)
     args = p.parse_args()
@@ -181,6 +184,17 @@ def main() -> None:
     det_order = deterministic_order(workload.num_requests, seed=config.seed)
     base = _engine(model, config, workload)
     engines = {v: engine_variant(base, VARIANTS[v]) for v in variants}
+    # warm-up, untimed: each variant's kernels compile (Triton JIT, cuBLAS handles) on a few requests of every mode
+    # before any timed run, so the first run of the process (or of a variant with its own kernels) does not spend
+    # its budget share on start-up (rounds 8 and 12 lost runs to it)
+    warm = workload.head(min(args.warmup_requests, workload.num_requests))
+    warm_order = deterministic_order(warm.num_requests, seed=config.seed)
+    for v in variants if args.warmup_requests > 0 else ():
+        for mode_name in modes:
+            t0 = time.perf_counter()
+            run_offline(engines[v], warm, mode_by_name(mode_name), det_order=warm_order,
+                        deadline=time.perf_counter() + args.warmup_s)
+            print(f"[dvr_ab] warm-up {v} {mode_name}: {time.perf_counter() - t0:.1f} s", flush=True)
     share = args.budget_s / (len(modes) * len(variants))
     out: dict = {"model": model.summary(), "device": torch.cuda.get_device_name() if device.type == "cuda" else "cpu",
                  "torch": torch.__version__, "args": {k: str(v) for k, v in vars(args).items()},
