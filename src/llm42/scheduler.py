@@ -236,6 +236,8 @@ class DefaultScheduler:
     Scheduling never changes a committed bit.
     """
 
+    prompt_share: float = 0.0  # a class default too: subclasses that skip __init__ keep working
+
     def __init__(self, *, prompt_share: float = 0.0):
         if isinstance(prompt_share, bool) or not isinstance(prompt_share, (int, float)) or not (
                 0.0 <= prompt_share <= 1.0):
