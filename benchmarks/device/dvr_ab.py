@@ -187,9 +187,9 @@ def main() -> None:
     # warm-up, untimed: each variant's kernels compile (Triton JIT, cuBLAS handles) on a few requests of every mode
     # before any timed run, so the first run of the process (or of a variant with its own kernels) does not spend
     # its budget share on start-up (rounds 8 and 12 lost runs to it)
-    warm = workload.head(min(args.warmup_requests, workload.num_requests))
+    warm = workload.head(args.warmup_requests)
     warm_order = deterministic_order(warm.num_requests, seed=config.seed)
-    for v in variants if args.warmup_requests > 0 else ():
+    for v in variants if args.warmup_requests > 0 else []:
         for mode_name in modes:
             t0 = time.perf_counter()
             run_offline(engines[v], warm, mode_by_name(mode_name), det_order=warm_order,

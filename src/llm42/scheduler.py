@@ -230,10 +230,10 @@ class DefaultScheduler:
     to ``max_canonical_tokens`` rows in all (one result row per chunk).
 
     ``prompt_share``: while deterministic prompts wait for the canonical pass, the share of each pass's
-    rows that windows leave to them (at most the rows those prompts still need). Without it a wide pass fills with windows as soon as many
-    deterministic requests decode, and a deterministic prompt admitted then waits for rows: its first
-    token, and so the end of a long reply, comes late. 0 gives windows every row they can use.
-    Scheduling never changes a committed bit.
+    rows that windows leave to them (at most the rows those prompts still need); 0 (the default) gives
+    windows every row they can use. It helps where pass rows are the limit (tests/test_prompt_share.py);
+    on the H200 serving benchmark it changed nothing, since there the passes' rate is the limit
+    (docs/benchmarks.md, round 12). Scheduling never changes a committed bit.
     """
 
     prompt_share: float = 0.0  # a class default too: subclasses that skip __init__ keep working
