@@ -232,3 +232,44 @@ def test_gemm_row_blocks_hands_every_gemm_r_rows_tensor_parallel_too(has_row_par
                        torch.cat([(x[i: i + R] @ w.T) * 2 + b for i in range(0, 4 * R, R)]))
     assert set(policy.rows_seen) == {R}
 
+
+
+class _RecordingGemmPolicy(FixedShapePolicy):
+    """``FixedShapePolicy(gemm=...)`` that records the rows of every GEMM it runs."""
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self.rows_seen: list[int] = []
+
+    def linear(self, x, weight, bias=None):
+        self.rows_seen.append(x.shape[0])
+        return super().linear(x, weight, bias)
+
+
+def test_a_row_invariant_gemm_runs_each_wide_gemm_once_with_the_narrow_passes_bits():
+    """``FixedShapePolicy(gemm="triton")`` says its GEMM rows are their own at any M (on the CPU both configs run
+    the exact GEMM), so a wide pass hands each GEMM all its rows at once instead of R-row blocks; the bits are
+    those of R-row passes and of the cuBLAS config (the same exact GEMM here). Control: with ``gemm="cublas"``
+    no GEMM sees more than R rows, so the first half is not vacuous."""
+    triton, cublas = _RecordingGemmPolicy(gemm="triton"), _RecordingGemmPolicy(gemm="cublas")
+    assert triton.is_gemm_row_invariant and not cublas.is_gemm_row_invariant
+    wide = _generator(8 * R, canonical_policy=triton)
+    got = _outputs(wide)
+    assert not any(isinstance(p, GemmRowBlocks) for p in wide.verifier.canonical_pass._policies.values())
+    assert max(triton.rows_seen) > R, "no GEMM of a wide pass ran over more than R rows"
+    assert got == _outputs(_generator(R, canonical_policy=FixedShapePolicy(gemm="triton")))
+    assert got == _outputs(_generator(8 * R, canonical_policy=cublas))
+    assert max(cublas.rows_seen) <= R
+    for prompt in PROMPTS:
+        if len(prompt) > R:
+            other = _generator(R)
+            other.generate([prompt], _params(0))
+            for a, b in zip(_prompt_kv(wide, prompt), _prompt_kv(other, prompt)):
+                assert torch.equal(a, b)
+
+
+def test_bad_canonical_gemm_is_refused_naming_the_field():
+    with pytest.raises(ValueError, match="gemm"):
+        FixedShapePolicy(gemm="cutlass")
+    assert repr(FixedShapePolicy(gemm="triton")) == "FixedShapePolicy(key_block=64, gemm='triton')"
+    assert repr(FixedShapePolicy()) == "FixedShapePolicy(key_block=64)"

@@ -13,7 +13,9 @@ attention, ``FixedShapePolicy(attention_kernel="chunked")``: other committed bit
 deterministic rows on its bits, their chunks in parallel), ``round8`` (round 8's default: drafting ahead, narrow passes on the
 caller's stream), ``wide_verify`` (that with wide verify passes), ``no_draft_ahead`` (round 8's without drafting
 ahead), ``round7`` (neither), ``side_stream`` (drafting ahead, narrow passes on their own stream),
-``side_stream_wide`` (drafting ahead, wide passes on their own stream). Round 9's call B ran ``default`` when it was
+``side_stream_wide`` (drafting ahead, wide passes on their own stream), ``triton_gemm`` (the canonical GEMM as the
+batch-invariant Triton matmul, ``FixedShapePolicy(gemm="triton")``: other committed bits, a wide pass's GEMMs in
+one launch). Round 9's call B ran ``default`` when it was
 round 8's; round 8's runs named drafting ahead + wide verify ``new`` and drafting ahead alone ``no_wide_verify``.
 The model is loaded once (``llm42.bench.serving``'s loaders; SmolLM2's chat prompts when it has a tokenizer);
 each variant builds its generators through the benchmarks' ``Engine`` (every graph captured before timing) and
@@ -25,8 +27,10 @@ Reported per run: output tok/s and its ratio to the same variant's nondet, engin
 canonical passes and rows, rollbacks and recompute of deterministic requests, drafts ahead kept/dropped, where
 the run's length comes from (``tail``: first-token and per-token times of free and deterministic requests, the
 last requests to finish, the length had deterministic requests decoded at the free ones' rate); and
-whether each variant's deterministic outputs equal those of the first variant with the same canonical attention
-(they must: the contract; another canonical attention commits other bits).
+whether each variant's deterministic outputs equal those of the first variant with the same canonical config
+(they must: the contract; another canonical attention or GEMM commits other bits). Each dvr run also records a
+digest per finished deterministic request (``deterministic_digests``: request index -> SHA-256 of its token ids,
+16 hex digits), so two processes' runs of one canonical config can be compared (``--compare A.json B.json``).
 
 ``--lm-head-std S --lm-head-bias-scale B`` (random models): the output head of ``llm42.bench.figures.HeadBasis``
 at that point, e.g. round 5's head calibrated to SmolLM2's flip rate on the 8B shape (S 0.2, B 26.9).
@@ -43,6 +47,7 @@ from __future__ import annotations
 import argparse
 import cProfile
 import dataclasses
+import hashlib
 import io
 import json
 import pstats
@@ -91,6 +96,9 @@ VARIANTS = {
     "prompt_share": {"prompt_share": 0.5},
     "w16": {"window": 16, "group": 16},
     "w16_share": {"window": 16, "group": 16, "prompt_share": 0.5},
+    # round 13: the canonical GEMM as the batch-invariant Triton matmul (FixedShapePolicy(gemm="triton"): other
+    # committed bits), a wide pass's GEMMs in one launch over all its rows instead of one cuBLAS call per R rows
+    "triton_gemm": {"canonical_gemm": "triton"},
 }
 
 
@@ -105,6 +113,27 @@ def engine_variant(base, knobs: dict):
 
         knobs["fast_policy"] = FastPolicy(decode_kernel=kernel, canonical_key_chunk=chunk)
     return dataclasses.replace(base, **knobs)
+
+
+def token_digest(token_ids) -> str:
+    return hashlib.sha256(json.dumps(list(token_ids)).encode()).hexdigest()[:16]
+
+
+def compare_digests(first: Path, second: Path) -> dict:
+    """Per (variant, mode) present in both runs' JSON: deterministic requests finished in both, and how many have
+    the same digest (two processes, one canonical config: all of them, by the contract)."""
+    a, b = (json.loads(Path(p).read_text())["runs"] for p in (first, second))
+    out = {}
+    for variant in sorted(set(a) & set(b)):
+        for mode in sorted(set(a[variant]) & set(b[variant])):
+            da = a[variant][mode].get("deterministic_digests")
+            db = b[variant][mode].get("deterministic_digests")
+            if da is None or db is None:
+                continue
+            common = set(da) & set(db)
+            out[f"{variant}_{mode}"] = {"num_checked": len(common),
+                                        "num_identical": sum(da[i] == db[i] for i in common)}
+    return out
 
 
 def _percentiles(values: list[float]) -> dict:
@@ -144,8 +173,10 @@ def tail_summary(result, workload, *, num_last: int = 12) -> dict:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--model", required=True, help="a checkpoint (GGUF file or directory) or 8b")
-    p.add_argument("--out", required=True)
+    p.add_argument("--model", help="a checkpoint (GGUF file or directory) or 8b")
+    p.add_argument("--out")
+    p.add_argument("--compare", nargs=2, type=Path, metavar=("A_JSON", "B_JSON"),
+                   help="only compare two runs' deterministic digests (printed as JSON, and written to --out if given)")
     p.add_argument("--modes", default="nondet,dvr@10,dvr@50")
     p.add_argument("--variants", default="default,wide_verify,round7")
     p.add_argument("--num-requests", type=int, default=1000)
@@ -164,6 +195,14 @@ def main() -> None:
     p.add_argument("--profile-mode", default=None)
     p.add_argument("--profile-budget-s", type=float, default=60.0)
     args = p.parse_args()
+    if args.compare:
+        checks = compare_digests(*args.compare)
+        print(json.dumps(checks), flush=True)
+        if args.out:
+            Path(args.out).write_text(json.dumps(checks, indent=1) + "\n")
+        return
+    if not args.model or not args.out:
+        p.error("--model and --out are required (unless --compare)")
     modes = [m for m in args.modes.split(",") if m]
     variants = [v for v in args.variants.split(",") if v]
     if "nondet" not in modes:
@@ -225,6 +264,10 @@ def main() -> None:
                 "e2e_s_p99": summary["latency"]["e2e_s"]["p99"],
                 "tail": tail_summary(result, workload),
             }
+            if mode_name.startswith("dvr@"):
+                out["runs"][v][mode_name]["deterministic_digests"] = {
+                    str(rec.index): token_digest(rec.token_ids) for rec in result.records
+                    if rec.is_deterministic and rec.finish_s is not None}
             r = out["runs"][v][mode_name]
             print(f"[dvr_ab]   {r['output_tokens_per_s']:,.0f} tok/s  x{r['ratio_to_nondet'] or 0:.3f}  "
                   f"steps {r['steps']}  passes {r['canonical_passes']}  complete {r['is_complete']}", flush=True)
@@ -242,7 +285,8 @@ def main() -> None:
         # contract); another canonical attention commits other bits, so it is compared within its own kind only
         def canonical(variant):
             knobs = VARIANTS[variant]
-            return knobs.get("canonical_attention", "tiled"), knobs.get("window", 32), knobs.get("group", 8)
+            return (knobs.get("canonical_attention", "tiled"), knobs.get("canonical_gemm", "cublas"),
+                    knobs.get("window", 32), knobs.get("group", 8))
 
         for v in variants:
             ref_variant = next(u for u in variants if canonical(u) == canonical(v))

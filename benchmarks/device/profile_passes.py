@@ -2,6 +2,7 @@
 
     PYTHONPATH=src python3 benchmarks/device/profile_passes.py --out passes.json [--model smollm2|8b|tiny]
         [--device cuda|cpu] [--reps 20] [--warmup 3] [--context 600] [--max-canonical-tokens 2048] [--layers N]
+        [--canonical-gemm cublas|triton]
 
 One ``DVRGenerator`` (random weights of the model's shape, bf16 on CUDA, fp32 on the CPU; window 32 x
 group 8, R = 256; max_num_seqs 256) is built and never stepped: its own canonical pass
@@ -46,6 +47,7 @@ from llm42.bench.models import tiny_config  # noqa: E402
 from llm42.bench.passes import canonical_segments  # noqa: E402
 from llm42.model.config import llama31_8b_config  # noqa: E402
 from llm42.model.weights import random_weights  # noqa: E402
+from llm42.policies.fixed_shape import GEMMS, FixedShapePolicy  # noqa: E402
 from llm42.runner import Segment  # noqa: E402
 from profile_serving import smollm2_shape  # noqa: E402
 
@@ -151,7 +153,7 @@ def build(args) -> tuple[DVRGenerator, int]:
     weights = random_weights(cfg, seed=0, dtype=dtype, device=device)
     gen = DVRGenerator(weights, cfg, window=WINDOW, group=GROUP, max_num_seqs=MAX_SEQS,
                        max_canonical_tokens=args.max_canonical_tokens, kv_cache_tokens=kv_tokens,
-                       prefix_cache=False)
+                       prefix_cache=False, canonical_policy=FixedShapePolicy(gemm=args.canonical_gemm))
     args.model = model
     return gen, max_chunk
 
@@ -188,6 +190,8 @@ def main() -> None:
     ap.add_argument("--layers", type=int, default=None, help="override the model's layer count (default: the "
                     "model's on CUDA, 1 on the CPU)")
     ap.add_argument("--cpu-threads", type=int, default=1, help="torch intra-op threads on the CPU")
+    ap.add_argument("--canonical-gemm", choices=GEMMS, default="cublas",
+                    help="FixedShapePolicy(gemm=...): the canonical pass's GEMM on CUDA (part of the canonical config)")
     args = ap.parse_args()
     defaults = DEFAULTS["cuda" if torch.device(args.device).type == "cuda" else "cpu"]
     for name, value in zip(("reps", "warmup", "context", "max_canonical_tokens", "layers"), defaults):

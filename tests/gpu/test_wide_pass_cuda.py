@@ -1,4 +1,4 @@
-"""Wide canonical passes on CUDA: the same committed bits as R-row passes, with cuBLAS GEMMs.
+"""Wide canonical passes on CUDA: the same committed bits as R-row passes, with cuBLAS GEMMs (and the Triton GEMM).
 
 On the CPU every canonical GEMM is exact, so a wide pass agrees with narrow passes whatever
 its GEMMs' shapes (tests/test_wide_pass.py checks the staging, the selected rows and the
@@ -110,5 +110,75 @@ def test_wide_verify_passes_commit_the_bits_of_r_row_passes_on_cuda(llama8b, rep
     got = _run(wide, prompts, params, num_free=16)
     wide.close()
     report("wide_verify_max_windows_per_pass", max(windows))
+    assert max(windows) > GROUP, f"no pass held more than G windows: {windows}"
+    assert got == reference
+
+
+def test_the_triton_canonical_gemm_gives_a_row_its_bits_at_any_number_of_rows():
+    """``FixedShapePolicy(gemm="triton")``'s linear at the 8B shape's widths: rows of a 2,048-row call equal the same
+    rows run alone, in R-row blocks and shuffled among other rows. Control: cuBLAS at M = 2,048 vs M = 1 differs
+    somewhere in these shapes (so the comparison can see a difference where it exists)."""
+    policy = FixedShapePolicy(gemm="triton")
+    gen = torch.Generator(device="cuda").manual_seed(5)
+    cublas_differs = False
+    for n, k in ((6144, 4096), (4096, 4096), (28672, 4096), (4096, 14336)):
+        x = torch.randn(2048, k, device="cuda", generator=gen).to(torch.bfloat16)
+        w = (torch.randn(n, k, device="cuda", generator=gen) / k ** 0.5).to(torch.bfloat16)
+        full = policy.linear(x, w)
+        blocks = torch.cat([policy.linear(x[i: i + 256], w) for i in range(0, 2048, 256)])
+        assert torch.equal(full, blocks)
+        for row in (0, 777, 2047):
+            assert torch.equal(policy.linear(x[row: row + 1], w), full[row: row + 1])
+        perm = torch.randperm(2048, device="cuda", generator=gen)
+        assert torch.equal(policy.linear(x[perm], w), full[perm])
+        cublas_differs |= not torch.equal(torch.nn.functional.linear(x[:1], w),
+                                          torch.nn.functional.linear(x, w)[:1])
+    assert cublas_differs, "cuBLAS gave row 0 the same bits at M = 1 and M = 2,048 in every shape"
+
+
+def test_wide_passes_with_the_triton_gemm_commit_the_bits_of_r_row_passes_on_cuda(llama8b, report):
+    """The same deterministic requests as above under ``FixedShapePolicy(gemm="triton")``: passes of up to 1,024 rows
+    run each GEMM once over all their rows, and commit the tokens, log-probs and prompt K/V of R-row passes; free
+    requests beside them change nothing. Control: the cuBLAS config's K/V differs (another canonical config)."""
+    cfg, _ = llama8b
+    prompts, params = _requests(cfg.vocab_size)
+    triton = FixedShapePolicy(gemm="triton")
+    narrow = _generator(llama8b, WINDOW * GROUP, canonical_policy=triton)
+    reference = _run(narrow, prompts, params)
+    reference_kv = _prompt_kv(narrow, prompts[0])
+    narrow.close()
+    wide = _generator(llama8b, 4 * WINDOW * GROUP, canonical_policy=triton)
+    alone = _run(wide, prompts, params)
+    assert wide.stats["canonical_rows"] > 256 * wide.stats["canonical_passes"] - 256, "no wide pass ran"
+    wide_kv = _prompt_kv(wide, prompts[0])
+    wide.close()
+    batched = _run(_generator(llama8b, 4 * WINDOW * GROUP, canonical_policy=triton), prompts, params, num_free=24)
+    report("triton_gemm_wide_pass_kv_equal", bool(torch.equal(wide_kv, reference_kv)))
+    assert torch.equal(wide_kv, reference_kv)
+    assert alone == reference
+    assert batched == reference
+
+    cublas = _generator(llama8b, 4 * WINDOW * GROUP)
+    _run(cublas, prompts[:1], params[:1])
+    cublas_kv = _prompt_kv(cublas, prompts[0])
+    cublas.close()
+    report("triton_vs_cublas_kv_entries_differing", int((cublas_kv != reference_kv).sum()))
+    assert not torch.equal(cublas_kv, reference_kv)
+
+
+def test_wide_verify_passes_with_the_triton_gemm_commit_the_bits_of_r_row_passes_on_cuda(llama8b):
+    cfg, _ = llama8b
+    rng = random.Random(12)
+    prompts = [[rng.randrange(3, cfg.vocab_size) for _ in range(rng.randint(8, 40))] for _ in range(40)]
+    params = [SamplingParams(max_new_tokens=48, deterministic=True, ignore_eos=True, logprobs=True,
+                             temperature=0.0 if i % 2 else 0.8, seed=200 + i) for i in range(40)]
+    triton = FixedShapePolicy(gemm="triton")
+    narrow = _generator(llama8b, WINDOW * GROUP, canonical_policy=triton)
+    reference = _run(narrow, prompts, params)
+    narrow.close()
+    wide = _generator(llama8b, 4 * WINDOW * GROUP, wide_verify=True, canonical_policy=triton)
+    windows = count_windows(wide)
+    got = _run(wide, prompts, params, num_free=16)
+    wide.close()
     assert max(windows) > GROUP, f"no pass held more than G windows: {windows}"
     assert got == reference

@@ -65,6 +65,7 @@ class LongPromptConfig:
     use_cuda_graphs: bool
     canonical_thread: bool = False
     canonical_attention: str = "tiled"
+    canonical_gemm: str = "cublas"  # FixedShapePolicy(gemm=...)
     fast_decode_kernel: str = "split"
     max_canonical_tokens: int | None = None  # None: the engine's default (max_fast_tokens, in R-row steps)
     canonical_stream: bool | None = None  # CUDA: the canonical pass on its own stream (None: the engine's default)
@@ -187,7 +188,8 @@ def run_long_prompts(config: LongPromptConfig, *, out: Path, repo: Path) -> dict
                            max_num_seqs=config.free_batch + 2, max_fast_tokens=config.max_fast_tokens,
                            kv_cache_tokens=kv_tokens, max_model_len=config.max_positions,
                            use_cuda_graphs=config.use_cuda_graphs, canonical_thread=config.canonical_thread,
-                           canonical_policy=FixedShapePolicy(attention_kernel=config.canonical_attention),
+                           canonical_policy=FixedShapePolicy(attention_kernel=config.canonical_attention,
+                                                            gemm=config.canonical_gemm),
                            fast_policy=FastPolicy(decode_kernel=config.fast_decode_kernel,
                                                   canonical_key_chunk=canonical_key_chunk(config.canonical_attention)),
                            max_canonical_tokens=config.max_canonical_tokens,
@@ -268,8 +270,8 @@ def main(argv: list[str] | None = None, *, repo: Path | None = None) -> int:
             free_new_tokens=pick(args.free_new_tokens, 2048, 64), itl_prompt=pick(args.itl_prompt, 8192, 64),
             itl_steps=pick(args.itl_steps, 32, 4), max_fast_tokens=pick(args.max_fast_tokens, 2048, 128),
             seed=args.seed, use_cuda_graphs=not args.no_cuda_graphs, canonical_thread=args.canonical_thread,
-            canonical_attention=args.canonical_attention, fast_decode_kernel=args.fast_decode_kernel,
-            max_canonical_tokens=args.max_canonical_tokens, canonical_stream=args.canonical_stream,
+            canonical_attention=args.canonical_attention, canonical_gemm=args.canonical_gemm,
+            fast_decode_kernel=args.fast_decode_kernel, max_canonical_tokens=args.max_canonical_tokens, canonical_stream=args.canonical_stream,
         )
         stem = model_label(Path(model)) if Path(model).exists() else model
         out = args.out or repo / "benchmarks" / "results" / f"long_prompts_{args.device}_{stem}.json"

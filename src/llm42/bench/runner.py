@@ -99,6 +99,7 @@ class Engine:
     fast_policy: ReductionPolicy | None = None
     max_fast_tokens: int = 512
     canonical_attention: str = "tiled"  # FixedShapePolicy(attention_kernel=...): the canonical pass's attention
+    canonical_gemm: str = "cublas"  # FixedShapePolicy(gemm=...): the canonical pass's GEMM on CUDA
     max_canonical_tokens: int | None = None  # DVRGenerator's knob (None: its default)
     canonical_stream: bool | None = None  # DVRGenerator's knob: the canonical pass on its own CUDA stream
     draft_ahead: bool = True  # DVRGenerator's knob: deterministic requests draft ahead of windows in a pass
@@ -114,7 +115,7 @@ class Engine:
         gen = DVRGenerator(
             self.model.weights, self.model.cfg,
             window=window or self.window, group=group or self.group,
-            fast_policy=fast_policy, canonical_policy=FixedShapePolicy(attention_kernel=kernel),
+            fast_policy=fast_policy, canonical_policy=FixedShapePolicy(attention_kernel=kernel, gemm=self.canonical_gemm),
             kv_cache_tokens=self.kv_cache_tokens,
             max_num_seqs=self.max_num_seqs, max_fast_tokens=self.max_fast_tokens,
             use_cuda_graphs=self.use_cuda_graphs, overlap=mode.is_overlapped,

@@ -24,7 +24,7 @@ import torch
 from llm42.bench.devicetime import Budget, write_json
 from llm42.bench.suite import device_info, git_info
 from llm42.policies.fast import DECODE_KERNELS
-from llm42.policies.fixed_shape import ATTENTION_KERNELS
+from llm42.policies.fixed_shape import ATTENTION_KERNELS, GEMMS
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -44,6 +44,9 @@ def add_common_args(p: argparse.ArgumentParser, *, out_help: str, budget_s: floa
     p.add_argument("--canonical-attention", choices=ATTENTION_KERNELS, default="tiled",
                    help="the canonical pass's attention kernel, FixedShapePolicy(attention_kernel=...): "
                    "part of the canonical config (the batch_invariant baseline takes the same one)")
+    p.add_argument("--canonical-gemm", choices=GEMMS, default="cublas",
+                   help="the canonical pass's GEMM on CUDA, FixedShapePolicy(gemm=...): part of the canonical "
+                   "config; 'triton' runs a wide pass's GEMMs once over all its rows (the batch-invariant matmul)")
     p.add_argument("--fast-decode-kernel", choices=DECODE_KERNELS, default="split",
                    help="FastPolicy(decode_kernel=...): 'canonical' gives large decode batches the canonical tiled "
                    "kernel's attention bits, 'deterministic' deterministic requests' decode rows the canonical "

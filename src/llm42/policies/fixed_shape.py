@@ -22,6 +22,11 @@ if TYPE_CHECKING:
 # (``llm42.kernels.chunked_attention``: other committed bits; a decode row's chunks can run in parallel)
 ATTENTION_KERNELS = ("tiled", "tiled_masked", "rows", "chunked")
 DEFAULT_KEY_CHUNK = 512  # keys per chunk of the "chunked" kernel (part of the canonical config there)
+# the canonical GEMM on CUDA (part of the canonical config): "cublas", the library GEMM at M = R rows (a wide pass
+# runs it on R-row blocks); "triton", the persistent batch-invariant Triton matmul (``llm42.kernels.
+# batch_invariant_matmul``: fixed tiles, no split-K), whose rows are their own at any M, so a wide pass runs each
+# GEMM once over all its rows. Other committed bits than "cublas" on CUDA; on the CPU both are the exact GEMM
+GEMMS = ("cublas", "triton")
 
 
 class FixedShapePolicy(ExactRowOps, FusedRowOps):
@@ -67,6 +72,13 @@ class FixedShapePolicy(ExactRowOps, FusedRowOps):
     backend decides the committed bits, so it is part of the canonical config:
     the default is explicit so that installing flash-attn never changes a
     deterministic request's output behind the user's back.
+
+    ``gemm`` (CUDA; part of the canonical config): ``"cublas"`` (the default) the library GEMM at M = R
+    above; ``"triton"`` the persistent batch-invariant Triton matmul (``llm42.kernels.batch_invariant_matmul``:
+    tiles fixed per dtype, K walked in order by one program per output tile, no split-K), whose every row
+    is its own at any number of rows, so a wide pass runs each linear in one launch over all its rows
+    instead of one cuBLAS call per R-row block (``is_gemm_row_invariant``). Its committed bits differ from
+    ``"cublas"``'s on CUDA; on the CPU both run the exact GEMM (the same bits).
     """
 
     name = "fixed_shape"
@@ -74,8 +86,11 @@ class FixedShapePolicy(ExactRowOps, FusedRowOps):
     is_graph_safe = True
 
     def __init__(self, key_block: int = 64, *, attention_backend: str = "triton", attention_kernel: str = "tiled",
-                 key_chunk: int = DEFAULT_KEY_CHUNK):
+                 key_chunk: int = DEFAULT_KEY_CHUNK, gemm: str = "cublas"):
         self.key_block = positive_int("FixedShapePolicy", "key_block", key_block)
+        if gemm not in GEMMS:
+            raise ValueError(f"FixedShapePolicy gemm must be one of {GEMMS}, got {gemm!r}")
+        self.gemm = gemm
         if attention_kernel not in ATTENTION_KERNELS:
             raise ValueError(f"attention_kernel must be one of {ATTENTION_KERNELS}, got {attention_kernel!r}")
         self.attention_kernel = attention_kernel
@@ -83,9 +98,22 @@ class FixedShapePolicy(ExactRowOps, FusedRowOps):
         self.attention_backend = flash.check_backend(attention_backend)
         self.slices = exact.SHARED_WEIGHT_SLICES
 
+    @property
+    def is_gemm_row_invariant(self) -> bool:
+        """Whether a wide pass may run each GEMM once over all its rows (``gemm="triton"``): a row's bits are then
+        its own at any number of rows (the Triton GEMM on CUDA, the exact GEMM elsewhere), with no R-row blocks."""
+        return self.gemm == "triton"
+
+    def _cuda_linear(self, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+        if self.gemm == "triton":
+            from llm42.kernels.batch_invariant_matmul import matmul  # needs Triton: imported on CUDA only
+
+            return matmul(x, weight, bias)
+        return F.linear(x, weight, bias)
+
     def linear(self, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
         if x.is_cuda:
-            return F.linear(x, weight, bias)
+            return self._cuda_linear(x, weight, bias)
         return exact.linear(x, weight, bias, slices=self.slices)
 
     def row_parallel_linear(self, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, *,
@@ -100,7 +128,7 @@ class FixedShapePolicy(ExactRowOps, FusedRowOps):
         the number of ranks.
         """
         if x.is_cuda:
-            out = tp.ordered_sum(F.linear(x, weight))
+            out = tp.ordered_sum(self._cuda_linear(x, weight, None))
             return out if bias is None else out + bias
         if shard is None:
             raise ValueError("a row-parallel weight on the CPU needs its RowShard (llm42.distributed.load_shard)")
@@ -151,7 +179,8 @@ class FixedShapePolicy(ExactRowOps, FusedRowOps):
         kernel = "" if self.attention_kernel == "tiled" else f", attention_kernel={self.attention_kernel!r}"
         if self.attention_kernel == "chunked":
             kernel += f", key_chunk={self.key_chunk}"
-        return f"FixedShapePolicy(key_block={self.key_block}{backend}{kernel})"
+        gemm = "" if self.gemm == "cublas" else f", gemm={self.gemm!r}"
+        return f"FixedShapePolicy(key_block={self.key_block}{backend}{kernel}{gemm})"
 
 
 def check_key_chunk(owner: str, key_chunk: object, key_block: int) -> int:

@@ -22,9 +22,10 @@ same bits at any shape).
 A *wide* pass (``max_rows`` > R) takes up to ``max_rows`` rows of prompt chunks and windows in
 one launch, in buckets of R, 2R, 4R, ... rows (every multiple of R where no CUDA graph is
 captured), for long prompts: every GEMM still runs on
-blocks of exactly R rows (``GemmRowBlocks``), and the head and the sampler on R selected
-rows (``wanted``: each window's rows, each prompt chunk's last row), so a row gets the bits an
-R-row pass gives it (position invariance at M = R, observation O2); attention and the
+blocks of exactly R rows (``GemmRowBlocks``; once over all the rows where the policy's GEMM
+rows are their own at any M: ``FixedShapePolicy(gemm="triton")``, ``is_gemm_row_invariant``),
+and the head and the sampler on R selected rows (``wanted``: each window's rows, each prompt
+chunk's last row), so a row gets the bits an R-row pass gives it (position invariance at M = R, observation O2); attention and the
 row-wise kernels run over all the bucket's rows at once, which they compute row by row (the
 canonical attention kernels' bits are a row's own, whatever the launch). What it saves: an
 8,192-token prompt takes 4 launches of 2,048 rows instead of 32 of 256, and its attention
@@ -281,8 +282,10 @@ class CanonicalPass:
         if self.is_graphed:
             for key in self._keys():
                 self._key_inputs(key)
-        self._policies = {bucket: self.policy if bucket == num_rows else GemmRowBlocks(self.policy, num_rows)
-                          for bucket in self.buckets}
+        # a policy whose GEMM rows are their own at any M (FixedShapePolicy(gemm="triton")) runs each GEMM once
+        row_invariant = bool(getattr(self.policy, "is_gemm_row_invariant", False))
+        self._policies = {bucket: self.policy if bucket == num_rows or row_invariant
+                          else GemmRowBlocks(self.policy, num_rows) for bucket in self.buckets}
         self._kv = kv
         self._samplers.clear()
         self._forward_graphs.clear()
