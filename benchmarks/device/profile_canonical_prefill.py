@@ -32,7 +32,7 @@ def kernel_class(name: str) -> str:
     low = name.lower()
     if "attention" in low:
         return "attention"
-    if any(k in low for k in ("gemm", "cutlass", "sm90", "nvjet", "xmma", "cublas")):
+    if any(k in low for k in ("gemm", "cutlass", "sm90", "nvjet", "xmma", "cublas", "matmul")):
         return "gemm"
     if any(k in low for k in ("rms", "norm", "rope", "silu", "swiglu", "residual", "fused")):
         return "row_ops"

@@ -2,7 +2,7 @@
 
     PYTHONPATH=src python3 benchmarks/device/profile_passes.py --out passes.json [--model smollm2|8b|tiny]
         [--device cuda|cpu] [--reps 20] [--warmup 3] [--context 600] [--max-canonical-tokens 2048] [--layers N]
-        [--canonical-gemm cublas|triton]
+        [--canonical-gemm cublas|triton] [--kernel-profile]
 
 One ``DVRGenerator`` (random weights of the model's shape, bf16 on CUDA, fp32 on the CPU; window 32 x
 group 8, R = 256; max_num_seqs 256) is built and never stepped: its own canonical pass
@@ -19,6 +19,10 @@ group 8, R = 256; max_num_seqs 256) is built and never stepped: its own canonica
 Per pass: host ms of ``stage`` (perf_counter), device ms of ``_run`` (CUDA events; the wall time on the CPU),
 and ``launch`` + ``wait`` (host clock); median and p90, the bucket and ms per real row. Per decode batch: host
 ms of ``stage_batch``, device ms of the step, ms per row; each pass is also given in decode steps of batch 256.
+``--kernel-profile``: instead, the generator runs eagerly (no CUDA graphs: the profiler sees every kernel) and one
+pass of each verify and prompt-chunk shape runs under ``torch.profiler`` after the warm-ups; its kernels are summed
+by class (GEMM, attention, row ops, other: ``profile_canonical_prefill.kernel_class``) with the top kernels, under
+``kernel_profile`` in the JSON (kernel time is what a graph replays; the eager launches add host time only).
 On the CPU the defaults shrink to a check that takes seconds: the ``tiny`` model (llm42.bench.models) with 1
 layer, context 32, max 512 canonical rows, 5 reps after 1 warm-up, 1 torch thread (all overridable).
 A diagnostic, not a benchmark.
@@ -49,6 +53,7 @@ from llm42.model.config import llama31_8b_config  # noqa: E402
 from llm42.model.weights import random_weights  # noqa: E402
 from llm42.policies.fixed_shape import GEMMS, FixedShapePolicy  # noqa: E402
 from llm42.runner import Segment  # noqa: E402
+from profile_canonical_prefill import kernel_class  # noqa: E402
 from profile_serving import smollm2_shape  # noqa: E402
 
 WINDOW, GROUP, MAX_SEQS = 32, 8, 256
@@ -110,6 +115,46 @@ def time_pass(cp, kv, segments: list[Segment], wanted: list[int] | None, *, reps
             "device_ms_per_row": round(device_stats["median"] / rows, 5)}
 
 
+def kernel_profile(gen: DVRGenerator, cp, kv, prompt_rid: int, *, context: int, warmup: int) -> list[dict]:
+    """One eager pass per shape (verify passes of 8 and 64 windows, prompt chunks of 256 and 2,048 rows, as far as
+    ``max_rows`` allows) under ``torch.profiler``: kernel milliseconds by class and the top kernels."""
+    from torch.profiler import ProfilerActivity, profile
+
+    device = gen.device
+    shapes = []
+    for windows in (w for w in (8, 64) if w * WINDOW <= cp.max_rows):
+        segments = canonical_segments(gen.cfg, window=WINDOW, group=windows, context=context + WINDOW, params=PARAMS)
+        shapes.append(("verify", segments, list(range(cp.num_rows)) if windows * WINDOW > cp.num_rows else None))
+    for rows in (r for r in (256, 2048) if r <= cp.max_rows):
+        tokens = tuple((7 * i + 3) % gen.cfg.vocab_size for i in range(rows))
+        shapes.append(("chunk", [Segment(prompt_rid, tokens, context, PARAMS, 0)], [rows - 1]))
+    out = []
+    for kind, segments, wanted in shapes:
+        per_row = [(s.params, s.seed, pos + 1) for s in segments for pos in range(s.start, s.end)]
+        for _ in range(max(1, warmup)):
+            cp._run(cp.stage(segments, kv, per_row, wanted=wanted))
+        synchronize(device)
+        activities = [ProfilerActivity.CUDA] if device.type == "cuda" else [ProfilerActivity.CPU]
+        with profile(activities=activities) as prof:
+            cp._run(cp.stage(segments, kv, per_row, wanted=wanted))
+            synchronize(device)
+        by_class: dict[str, float] = {}
+        kernels = []
+        for evt in prof.key_averages():
+            us = getattr(evt, "device_time_total", 0.0) if device.type == "cuda" else evt.self_cpu_time_total
+            kind_of = getattr(evt, "device_type", None)  # kernels are CUDA events; skip any CPU-side op's total
+            if us <= 0 or (device.type == "cuda" and kind_of is not None and "CUDA" not in str(kind_of)):
+                continue
+            cls = kernel_class(evt.key)
+            by_class[cls] = round(by_class.get(cls, 0.0) + us / 1e3, 4)
+            kernels.append({"name": evt.key[:120], "class": cls, "ms": round(us / 1e3, 4), "calls": evt.count})
+        kernels.sort(key=lambda k: -k["ms"])
+        out.append({"kind": kind, "rows": len(per_row), "bucket": cp.bucket_for(len(per_row)),
+                    "kernel_ms_by_class": by_class, "kernel_ms_total": round(sum(by_class.values()), 4),
+                    "kernel_launches": sum(k["calls"] for k in kernels), "top": kernels[:12]})
+    return out
+
+
 def time_decode(gen: DVRGenerator, batch: int, position: int, *, reps: int, warmup: int, device) -> dict:
     """One decode step of slots 0 .. batch - 1 at ``position``: graph replay on CUDA, eager elsewhere."""
     state, graphs = gen.decode_state, gen.fast_step.decode_graphs
@@ -153,7 +198,8 @@ def build(args) -> tuple[DVRGenerator, int]:
     weights = random_weights(cfg, seed=0, dtype=dtype, device=device)
     gen = DVRGenerator(weights, cfg, window=WINDOW, group=GROUP, max_num_seqs=MAX_SEQS,
                        max_canonical_tokens=args.max_canonical_tokens, kv_cache_tokens=kv_tokens,
-                       prefix_cache=False, canonical_policy=FixedShapePolicy(gemm=args.canonical_gemm))
+                       prefix_cache=False, canonical_policy=FixedShapePolicy(gemm=args.canonical_gemm),
+                       use_cuda_graphs=not args.kernel_profile)
     args.model = model
     return gen, max_chunk
 
@@ -192,6 +238,8 @@ def main() -> None:
     ap.add_argument("--cpu-threads", type=int, default=1, help="torch intra-op threads on the CPU")
     ap.add_argument("--canonical-gemm", choices=GEMMS, default="cublas",
                     help="FixedShapePolicy(gemm=...): the canonical pass's GEMM on CUDA (part of the canonical config)")
+    ap.add_argument("--kernel-profile", action="store_true",
+                    help="eager passes under torch.profiler: kernel time by class per pass shape (no timings)")
     args = ap.parse_args()
     defaults = DEFAULTS["cuda" if torch.device(args.device).type == "cuda" else "cpu"]
     for name, value in zip(("reps", "warmup", "context", "max_canonical_tokens", "layers"), defaults):
@@ -220,6 +268,15 @@ def main() -> None:
                   "all rows greedy; K/V random; the generator is never stepped"],
         "verify_windows": [], "prompt_chunks": [], "decode": [],
     }
+    if args.kernel_profile:
+        result["kernel_profile"] = kernel_profile(gen, cp, kv, prompt_rid, context=args.context,
+                                                  warmup=args.warmup)
+        gen.close()
+        Path(args.out).write_text(json.dumps(result, indent=1) + "\n")
+        for row in result["kernel_profile"]:
+            print(f"{row['kind']:7s} {row['rows']:5d} rows  kernels {row['kernel_ms_total']:7.3f} ms  "
+                  + "  ".join(f"{k} {v:.3f}" for k, v in sorted(row["kernel_ms_by_class"].items())))
+        return
     for windows in (w for w in WINDOW_COUNTS if w * WINDOW <= cp.max_rows):
         segments = canonical_segments(gen.cfg, window=WINDOW, group=windows, context=args.context + WINDOW,
                                       params=PARAMS)
