@@ -115,7 +115,8 @@ class Engine:
         gen = DVRGenerator(
             self.model.weights, self.model.cfg,
             window=window or self.window, group=group or self.group,
-            fast_policy=fast_policy, canonical_policy=FixedShapePolicy(attention_kernel=kernel, gemm=self.canonical_gemm),
+            fast_policy=fast_policy,
+            canonical_policy=FixedShapePolicy(attention_kernel=kernel, gemm=self.canonical_gemm),
             kv_cache_tokens=self.kv_cache_tokens,
             max_num_seqs=self.max_num_seqs, max_fast_tokens=self.max_fast_tokens,
             use_cuda_graphs=self.use_cuda_graphs, overlap=mode.is_overlapped,

@@ -25,9 +25,10 @@ captured), for long prompts: every GEMM still runs on
 blocks of exactly R rows (``GemmRowBlocks``; once over all the rows where the policy's GEMM
 rows are their own at any M: ``FixedShapePolicy(gemm="triton")``, ``is_gemm_row_invariant``),
 and the head and the sampler on R selected rows (``wanted``: each window's rows, each prompt
-chunk's last row), so a row gets the bits an R-row pass gives it (position invariance at M = R, observation O2); attention and the
-row-wise kernels run over all the bucket's rows at once, which they compute row by row (the
-canonical attention kernels' bits are a row's own, whatever the launch). What it saves: an
+chunk's last row), so a row gets the bits an R-row pass gives it (position invariance at M = R,
+observation O2); attention and the row-wise kernels run over all the bucket's rows at once,
+which they compute row by row (the canonical attention kernels' bits are a row's own, whatever
+the launch). What it saves: an
 8,192-token prompt takes 4 launches of 2,048 rows instead of 32 of 256, and its attention
 fills the GPU (256 rows give the tiled kernel 128 programs on 132 SMs).
 """
