@@ -233,7 +233,6 @@ def test_gemm_row_blocks_hands_every_gemm_r_rows_tensor_parallel_too(has_row_par
     assert set(policy.rows_seen) == {R}
 
 
-
 class _RecordingGemmPolicy(FixedShapePolicy):
     """``FixedShapePolicy(gemm=...)`` that records the rows of every GEMM it runs."""
 

@@ -22,10 +22,7 @@ if TYPE_CHECKING:
 # (``llm42.kernels.chunked_attention``: other committed bits; a decode row's chunks can run in parallel)
 ATTENTION_KERNELS = ("tiled", "tiled_masked", "rows", "chunked")
 DEFAULT_KEY_CHUNK = 512  # keys per chunk of the "chunked" kernel (part of the canonical config there)
-# the canonical GEMM on CUDA (part of the canonical config): "cublas", the library GEMM at M = R rows (a wide pass
-# runs it on R-row blocks); "triton", the persistent batch-invariant Triton matmul (``llm42.kernels.
-# batch_invariant_matmul``: fixed tiles, no split-K), whose rows are their own at any M, so a wide pass runs each
-# GEMM once over all its rows. Other committed bits than "cublas" on CUDA; on the CPU both are the exact GEMM
+# the canonical GEMM on CUDA (part of the canonical config; FixedShapePolicy's docstring says what each is)
 GEMMS = ("cublas", "triton")
 
 
