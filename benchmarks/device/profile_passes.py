@@ -2,7 +2,8 @@
 
     PYTHONPATH=src python3 benchmarks/device/profile_passes.py --out passes.json [--model smollm2|8b|tiny]
         [--device cuda|cpu] [--reps 20] [--warmup 3] [--context 600] [--max-canonical-tokens 2048] [--layers N]
-        [--canonical-gemm cublas|triton] [--kernel-profile]
+        [--canonical-gemm cublas|triton] [--canonical-attention tiled|chunked] [--key-chunk 512] [--kernel-profile]
+        [--fast-decode-kernel split|deterministic] [--det-fractions 0,0.1,0.5] [--decode-only] [--seqs 256]
 
 One ``DVRGenerator`` (random weights of the model's shape, bf16 on CUDA, fp32 on the CPU; window 32 x
 group 8, R = 256; max_num_seqs 256) is built and never stepped: its own canonical pass
@@ -14,7 +15,11 @@ group 8, R = 256; max_num_seqs 256) is built and never stepped: its own canonica
   results for at most R rows (``wanted``): there the first 256 rows (``result_rows`` in the JSON);
 - prompt-chunk passes of 256, 512, 1024, 2048 rows (one request, positions context .., wanted = its last row);
 - the fast path's decode step at batch 64, 128, 256 (position context), through the generator's
-  ``DecodeState`` and, on CUDA, a replay of its ``DecodeGraphs``; on the CPU the eager step.
+  ``DecodeState`` and, on CUDA, a replay of its ``DecodeGraphs``; on the CPU the eager step. With
+  ``--fast-decode-kernel deterministic`` (``FastPolicy(decode_kernel="deterministic")``, on the canonical
+  attention's bits: the tiled kernel's one-row launch, or with ``--canonical-attention chunked`` the chunked
+  kernel's, each row's chunks in parallel) once per ``--det-fractions`` value: that share of the decode slots
+  (every k-th slot) is deterministic. ``--decode-only`` skips the passes.
 
 Per pass: host ms of ``stage`` (perf_counter), device ms of ``_run`` (CUDA events; the wall time on the CPU),
 and ``launch`` + ``wait`` (host clock); median and p90, the bucket and ms per real row. Per decode batch: host
@@ -51,7 +56,8 @@ from llm42.bench.models import tiny_config  # noqa: E402
 from llm42.bench.passes import canonical_segments  # noqa: E402
 from llm42.model.config import llama31_8b_config  # noqa: E402
 from llm42.model.weights import random_weights  # noqa: E402
-from llm42.policies.fixed_shape import GEMMS, FixedShapePolicy  # noqa: E402
+from llm42.policies import FastPolicy  # noqa: E402
+from llm42.policies.fixed_shape import DEFAULT_KEY_CHUNK, GEMMS, FixedShapePolicy  # noqa: E402
 from llm42.runner import Segment  # noqa: E402
 from profile_canonical_prefill import kernel_class  # noqa: E402
 from profile_serving import smollm2_shape  # noqa: E402
@@ -122,7 +128,7 @@ def kernel_profile(gen: DVRGenerator, cp, kv, prompt_rid: int, *, context: int, 
 
     device = gen.device
     shapes = []
-    for windows in (w for w in (8, 64) if w * WINDOW <= cp.max_rows):
+    for windows in (w for w in (8, 64) if w * WINDOW <= cp.max_rows and w <= gen.config.max_num_seqs):
         segments = canonical_segments(gen.cfg, window=WINDOW, group=windows, context=context + WINDOW, params=PARAMS)
         shapes.append(("verify", segments, list(range(cp.num_rows)) if windows * WINDOW > cp.num_rows else None))
     for rows in (r for r in (256, 2048) if r <= cp.max_rows):
@@ -155,6 +161,19 @@ def kernel_profile(gen: DVRGenerator, cp, kv, prompt_rid: int, *, context: int, 
     return out
 
 
+def set_deterministic_share(gen: DVRGenerator, share: float, context: int) -> int:
+    """Re-admit decode slots 0 .. seqs - 1 with every k-th slot deterministic (``share`` of them); returns how many."""
+    num_seqs = gen.config.max_num_seqs
+    num_det = round(share * num_seqs)
+    det = {round(i * num_seqs / num_det) for i in range(num_det)} if num_det else set()
+    state = gen.decode_state
+    for rid in range(num_seqs):
+        state.admit(rid, rid, SamplingParams(deterministic=rid in det), 0)
+        state.set_next(rid, rid * 7 % gen.cfg.vocab_size, context)
+    state.flush()
+    return len(det)
+
+
 def time_decode(gen: DVRGenerator, batch: int, position: int, *, reps: int, warmup: int, device) -> dict:
     """One decode step of slots 0 .. batch - 1 at ``position``: graph replay on CUDA, eager elsewhere."""
     state, graphs = gen.decode_state, gen.fast_step.decode_graphs
@@ -184,40 +203,47 @@ def time_decode(gen: DVRGenerator, batch: int, position: int, *, reps: int, warm
 def build(args) -> tuple[DVRGenerator, int]:
     device = torch.device(args.device)
     model = args.model or ("smollm2" if device.type == "cuda" else "tiny")
-    cfg = {"smollm2": smollm2_shape, "8b": lambda: llama31_8b_config(max_position_embeddings=4096),
-           "tiny": lambda: tiny_config(4096)}[model]()
+    max_chunk = max([r for r in CHUNK_ROWS if r <= args.max_canonical_tokens], default=0)
+    positions = max(4096, -(-(args.context + max_chunk + 64) // 1024) * 1024)
+    cfg = {"smollm2": smollm2_shape, "8b": lambda: llama31_8b_config(max_position_embeddings=positions),
+           "tiny": lambda: tiny_config(positions)}[model]()
     if args.layers:
         cfg = dataclasses.replace(cfg, num_layers=args.layers)
-    max_chunk = max([r for r in CHUNK_ROWS if r <= args.max_canonical_tokens], default=0)
+    if model == "smollm2":  # the real checkpoint's 8,192 positions (the shape's default is 4,096)
+        cfg = dataclasses.replace(cfg, max_position_embeddings=max(8192, positions))
     per_request = -(-(args.context + 64) // 16) * 16
-    kv_tokens = MAX_SEQS * per_request + args.context + max_chunk + 256
+    kv_tokens = args.seqs * per_request + args.context + max_chunk + 256
     if args.context + max(max_chunk, WINDOW) + 16 > cfg.max_position_embeddings:
         raise SystemExit(f"--context {args.context} + {max_chunk} rows exceeds the model's "
                          f"{cfg.max_position_embeddings} positions")
     dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
     weights = random_weights(cfg, seed=0, dtype=dtype, device=device)
-    gen = DVRGenerator(weights, cfg, window=WINDOW, group=GROUP, max_num_seqs=MAX_SEQS,
+    canonical = FixedShapePolicy(gemm=args.canonical_gemm, attention_kernel=args.canonical_attention,
+                                 key_chunk=args.key_chunk)
+    chunk = args.key_chunk if args.canonical_attention == "chunked" else None
+    gen = DVRGenerator(weights, cfg, window=WINDOW, group=GROUP, max_num_seqs=args.seqs,
                        max_canonical_tokens=args.max_canonical_tokens, kv_cache_tokens=kv_tokens,
-                       prefix_cache=False, canonical_policy=FixedShapePolicy(gemm=args.canonical_gemm),
+                       prefix_cache=False, canonical_policy=canonical,
+                       fast_policy=FastPolicy(decode_kernel=args.fast_decode_kernel, canonical_key_chunk=chunk),
                        use_cuda_graphs=not args.kernel_profile)
     args.model = model
     return gen, max_chunk
 
 
 def prepare(gen: DVRGenerator, context: int, max_chunk: int) -> int:
-    """Random K/V everywhere; requests 0 .. 255 with context + 32 positions (decode slots too), one prompt."""
+    """Random K/V everywhere; requests 0 .. seqs - 1 with context + 32 positions (decode slots too), one prompt."""
     kv, device = gen.kv, gen.device
     generator = torch.Generator(device=device).manual_seed(0)
     for layer in range(gen.cfg.num_layers):
         for cache in (kv.layers().k[layer], kv.layers().v[layer]):
             cache.copy_(torch.randn(cache.shape, generator=generator, device=device, dtype=torch.float32))
-    for rid in range(MAX_SEQS):
+    for rid in range(gen.config.max_num_seqs):
         kv.allocate(rid, context + 64)
         kv.append(rid, context + WINDOW)
         gen.decode_state.admit(rid, rid, SamplingParams(), 0)  # slot rid decodes request rid
         gen.decode_state.set_next(rid, rid * 7 % gen.cfg.vocab_size, context)
     gen.decode_state.flush()
-    prompt_rid = MAX_SEQS
+    prompt_rid = gen.config.max_num_seqs
     kv.allocate(prompt_rid, context + max_chunk)
     kv.append(prompt_rid, context + max_chunk)
     return prompt_rid
@@ -238,6 +264,15 @@ def main() -> None:
     ap.add_argument("--cpu-threads", type=int, default=1, help="torch intra-op threads on the CPU")
     ap.add_argument("--canonical-gemm", choices=GEMMS, default="cublas",
                     help="FixedShapePolicy(gemm=...): the canonical pass's GEMM on CUDA (part of the canonical config)")
+    ap.add_argument("--canonical-attention", choices=("tiled", "chunked"), default="tiled",
+                    help="FixedShapePolicy(attention_kernel=...): the canonical pass's attention (canonical config)")
+    ap.add_argument("--key-chunk", type=int, default=DEFAULT_KEY_CHUNK, help="the chunked kernel's keys per chunk")
+    ap.add_argument("--fast-decode-kernel", choices=("split", "deterministic"), default="split",
+                    help="FastPolicy(decode_kernel=...): deterministic rows on the canonical attention's bits")
+    ap.add_argument("--det-fractions", default="0",
+                    help="comma-separated shares of the decode slots that are deterministic (decode timings)")
+    ap.add_argument("--decode-only", action="store_true", help="time the decode steps only (no passes)")
+    ap.add_argument("--seqs", type=int, default=MAX_SEQS, help="decode slots (max_num_seqs); 64 windows need 64")
     ap.add_argument("--kernel-profile", action="store_true",
                     help="eager passes under torch.profiler: kernel time by class per pass shape (no timings)")
     args = ap.parse_args()
@@ -277,21 +312,24 @@ def main() -> None:
             print(f"{row['kind']:7s} {row['rows']:5d} rows  kernels {row['kernel_ms_total']:7.3f} ms  "
                   + "  ".join(f"{k} {v:.3f}" for k, v in sorted(row["kernel_ms_by_class"].items())))
         return
-    for windows in (w for w in WINDOW_COUNTS if w * WINDOW <= cp.max_rows):
+    for windows in (w for w in WINDOW_COUNTS if w * WINDOW <= cp.max_rows and w <= args.seqs
+                    and not args.decode_only):
         segments = canonical_segments(gen.cfg, window=WINDOW, group=windows, context=args.context + WINDOW,
                                       params=PARAMS)
         wanted = list(range(R)) if windows * WINDOW > R else None
         row = time_pass(cp, kv, segments, wanted, reps=args.reps, warmup=args.warmup, device=device)
         result["verify_windows"].append({"windows": windows, **row})
-    for rows in (r for r in CHUNK_ROWS if r <= cp.max_rows):
+    for rows in (r for r in CHUNK_ROWS if r <= cp.max_rows and not args.decode_only):
         tokens = tuple((7 * i + 3) % gen.cfg.vocab_size for i in range(rows))
         segment = Segment(prompt_rid, tokens, args.context, PARAMS, 0)
         row = time_pass(cp, kv, [segment], [rows - 1], reps=args.reps, warmup=args.warmup, device=device)
         result["prompt_chunks"].append(row)
-    for batch in DECODE_BATCHES:
-        result["decode"].append(time_decode(gen, batch, args.context, reps=args.reps, warmup=args.warmup,
-                                            device=device))
-    step_ms = result["decode"][-1]["device_ms"]["median"]  # batch 256: the fast path's full batch
+    for share in [float(f) for f in args.det_fractions.split(",") if f]:
+        num_det = set_deterministic_share(gen, share, args.context)
+        for batch in (b for b in DECODE_BATCHES if b <= args.seqs):
+            row = time_decode(gen, batch, args.context, reps=args.reps, warmup=args.warmup, device=device)
+            result["decode"].append({"det_fraction": share, "deterministic_slots": num_det, **row})
+    step_ms = result["decode"][len([b for b in DECODE_BATCHES if b <= args.seqs]) - 1]["device_ms"]["median"]
     for row in result["verify_windows"] + result["prompt_chunks"]:
         row["decode_steps_256"] = round(row["device_ms"]["median"] / step_ms, 3)
     gen.close()
@@ -304,7 +342,7 @@ def main() -> None:
     for kind, key, label in (("verify", "verify_windows", "windows"), ("chunk", "prompt_chunks", None),
                              ("decode", "decode", None)):
         for r in result[key]:
-            name = f"{kind} {r[label]}w" if label else kind
+            name = f"{kind} {r[label]}w" if label else (f"{kind} d{r['det_fraction']:g}" if kind == "decode" else kind)
             rows = r.get("rows", r.get("batch"))
             lw = f"{r['launch_wait_ms']['median']:11.3f}" if "launch_wait_ms" in r else f"{'':11s}"
             steps = f"{r['decode_steps_256']:9.2f}" if "decode_steps_256" in r else ""
