@@ -314,3 +314,54 @@ def test_batch_invariant_generator_on_gpu_gives_every_request_its_alone_output()
         assert batched.notes == [], batched.notes  # the decode graphs were captured
         check = batch_invariance_check(engine, workload, batched, num_requests=24, deadline=float("inf"))
         assert check["mismatched_requests"] == [], check
+
+
+# -- the kernel's tiles: pinned per weight shape, never chosen by M (Triton's interpreter on the CPU) --------------
+
+SMALL_TILES = dict(BLOCK_M=16, BLOCK_N=16, BLOCK_K=16, GROUP_M=2, num_stages=1, num_warps=1)
+
+
+def test_pinned_tiles_are_a_function_of_the_weight_shape(monkeypatch):
+    pytest.importorskip("triton")
+    from llm42.kernels import batch_invariant_matmul as bim
+
+    default = bim.config_for(torch.float32, 40, 48)
+    assert default == bim._CONFIGS[torch.float32]
+    monkeypatch.setitem(bim._SHAPE_CONFIGS, (torch.float32, 40, 48), SMALL_TILES)
+    assert bim.config_for(torch.float32, 40, 48) == SMALL_TILES
+    assert bim.config_for(torch.float32, 40, 64) == default  # another shape keeps the dtype's tiles
+    assert bim.config_for(torch.bfloat16, 40, 48) == bim._CONFIGS[torch.bfloat16]
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the interpreter runs when there is no CUDA device")
+def test_pinned_tiles_keep_rows_their_own_and_are_the_ones_run(monkeypatch):
+    pytest.importorskip("triton")
+    import os
+
+    if os.environ.get("TRITON_INTERPRET") != "1":
+        pytest.skip("Triton's interpreter is off")
+    from llm42.kernels import batch_invariant_matmul as bim
+
+    gen = torch.Generator().manual_seed(3)
+    weight = torch.randn(40, 48, generator=gen) * 0.2
+    x = torch.randn(7, 48, generator=gen)
+    monkeypatch.setitem(bim._SHAPE_CONFIGS, (torch.float32, 40, 48), SMALL_TILES)
+    alone = torch.cat([bim.matmul(x[i:i + 1], weight) for i in range(7)])
+    assert torch.equal(bim.matmul(x, weight), alone)  # rows their own at M = 7 with the pinned tiles
+    torch.testing.assert_close(alone, x @ weight.T, rtol=1e-5, atol=1e-5)
+    # the pinned tiles are what runs for that shape, the dtype's for another (a spy records each launch's tiles)
+    calls = []
+    real = bim._persistent_matmul_kernel
+
+    class Spy:
+        def __getitem__(self, grid):
+            def launch(*args, **kwargs):
+                calls.append({k: kwargs[k] for k in ("BLOCK_M", "BLOCK_N", "BLOCK_K")})
+                return real[grid](*args, **kwargs)
+            return launch
+
+    monkeypatch.setattr(bim, "_persistent_matmul_kernel", Spy())
+    bim.matmul(x, weight)
+    bim.matmul(x[:, :32].contiguous(), weight[:, :32].contiguous())
+    assert calls == [dict(BLOCK_M=16, BLOCK_N=16, BLOCK_K=16),
+                     {k: bim._CONFIGS[torch.float32][k] for k in ("BLOCK_M", "BLOCK_N", "BLOCK_K")}]

@@ -295,3 +295,18 @@ def test_cuda_device_without_cuda_fails_clearly(capsys, tmp_path):
     code = load_run_all().main(["--device", "cuda", "--out", str(tmp_path), "--no-progress"])
     assert code == 2
     assert "no CUDA device" in capsys.readouterr().err
+
+
+def test_a_runs_budget_starts_at_its_first_request():
+    # budget_s bounds the timed run alone: the generator's build before it is not counted, the deadline still
+    # bounds the whole call. A zero budget serves nothing (control: the same run with room finishes every request)
+    workload = fixed_shape(8, 4, 2, length_scale=1.0, vocab_size=512)
+    model = build_model("tiny", device=torch.device("cpu"), dtype=torch.float32, max_positions=64)
+    engine = Engine(model, window=4, group=2, kv_cache_tokens=256)
+    cut = run_offline(engine, workload, mode_by_name("dvr@50"), det_order=[0, 1], deadline=math.inf, budget_s=0.0)
+    assert not cut.is_complete and not any(r.is_finished for r in cut.records)
+    whole = run_offline(engine, workload, mode_by_name("dvr@50"), det_order=[0, 1], deadline=math.inf,
+                        budget_s=600.0)
+    assert whole.is_complete and all(r.is_finished for r in whole.records)
+    past = run_offline(engine, workload, mode_by_name("dvr@50"), det_order=[0, 1], deadline=0.0, budget_s=600.0)
+    assert not past.is_complete

@@ -279,12 +279,21 @@ def _order_within(det_order: list[int], workload: Workload) -> list[int]:
     return [i for i in det_order if i < workload.num_requests]
 
 
+def _run_deadline(deadline: float, budget_s: float | None) -> float:
+    return deadline if budget_s is None else min(deadline, time.perf_counter() + budget_s)
+
+
 def run_offline(engine: Engine, workload: Workload, mode: Mode, *, det_order: list[int], deadline: float,
                 max_requests: int | None = None, window: int | None = None, group: int | None = None,
-                ) -> RunResult:
-    """All requests arrive at time 0 (one-at-a-time modes serve them in ``det_order``)."""
+                budget_s: float | None = None) -> RunResult:
+    """All requests arrive at time 0 (one-at-a-time modes serve them in ``det_order``).
+
+    ``deadline`` (perf_counter) bounds the whole call, the generator's build (graph captures) included;
+    ``budget_s``, if given, bounds the timed run alone, from its first request.
+    """
     gen, notes = engine.generator(mode, window=window, group=group)
     before = _warm_up(gen, mode)
+    deadline = _run_deadline(deadline, budget_s)
     clock = Clock(engine.model.weights.device)
     order = _order_within(det_order, workload)
     deterministic = deterministic_indices(mode, order)
@@ -321,12 +330,14 @@ def run_offline(engine: Engine, workload: Workload, mode: Mode, *, det_order: li
 
 
 def run_online(engine: Engine, workload: Workload, mode: Mode, arrivals: list[float], *, det_order: list[int],
-               deadline: float) -> RunResult:
-    """Requests are submitted between steps once the wall clock passes their arrival time."""
+               deadline: float, budget_s: float | None = None) -> RunResult:
+    """Requests are submitted between steps once the wall clock passes their arrival time (``deadline`` and
+    ``budget_s`` as for ``run_offline``)."""
     if mode.is_one_at_a_time:
         raise ValueError("online runs serve requests as they arrive; one-at-a-time modes are offline only")
     gen, notes = engine.generator(mode)
     before = _warm_up(gen, mode)
+    deadline = _run_deadline(deadline, budget_s)
     clock = Clock(engine.model.weights.device)
     deterministic = deterministic_indices(mode, _order_within(det_order, workload))
     tracker = _Tracker(gen, clock)

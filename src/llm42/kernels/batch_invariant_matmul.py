@@ -30,6 +30,10 @@ _CONFIGS = {
     torch.float16: dict(BLOCK_M=128, BLOCK_N=128, BLOCK_K=64, GROUP_M=8, num_stages=3, num_warps=8),
     torch.float32: dict(BLOCK_M=64, BLOCK_N=64, BLOCK_K=32, GROUP_M=8, num_stages=2, num_warps=4),
 }
+# Pinned per weight shape (dtype, N, K) where a sweep on the H200 found faster tiles than the dtype's
+# (benchmarks/device/gemm_config_sweep.py; docs/gpu.md). A function of the weight's shape only, never of M: a
+# row's bits stay its own at any batch, and a model's canonical GEMM config is fixed by its weights.
+_SHAPE_CONFIGS: dict[tuple[torch.dtype, int, int], dict] = {}
 _INTERPRETER_PROGRAMS = 4  # programs in the persistent grid when there is no GPU (Triton's interpreter)
 
 
@@ -87,11 +91,19 @@ def _num_programs(device: torch.device) -> int:
     return _INTERPRETER_PROGRAMS
 
 
-def matmul(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+def config_for(dtype: torch.dtype, num_out: int, k: int) -> dict:
+    """The tiles ``matmul`` runs for a [num_out, k] weight of ``dtype``: pinned per shape, else the dtype's."""
+    return _SHAPE_CONFIGS.get((dtype, num_out, k), _CONFIGS[dtype])
+
+
+def matmul(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None, *,
+           config: dict | None = None) -> torch.Tensor:
     """``F.linear(x, weight, bias)`` whose rows are bit-identical at every batch size.
 
     x: [..., K]; weight: [N, K]; bias: [N] or None -> [..., N] in x's dtype.
-    Accumulates in fp32; fp32 inputs use exact fp32 products (no TF32).
+    Accumulates in fp32; fp32 inputs use exact fp32 products (no TF32). ``config`` (BLOCK_M, BLOCK_N, BLOCK_K,
+    GROUP_M, num_stages, num_warps and optionally PROGRAMS_PER_SM) overrides ``config_for``: for sweeps only,
+    since the tiles are part of the bits.
     """
     if x.dtype not in _CONFIGS:
         raise TypeError(f"batch-invariant matmul supports {sorted(str(d) for d in _CONFIGS)}, got {x.dtype}")
@@ -106,16 +118,18 @@ def matmul(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
     rows = x.reshape(-1, k)  # [M, K]
     out = torch.empty((rows.shape[0], num_out), device=x.device, dtype=x.dtype)
     if rows.shape[0] and num_out:
-        num_programs = _num_programs(x.device)
+        launch = dict(config if config is not None else config_for(x.dtype, num_out, k))
+        per_sm = launch.pop("PROGRAMS_PER_SM", 1)
+        num_programs = _num_programs(x.device) * (per_sm if x.device.type == "cuda" else 1)
         _persistent_matmul_kernel[(num_programs,)](
             rows, weight, bias if bias is not None else weight, out,
             rows.shape[0], num_out, k, num_programs,
             rows.stride(0), rows.stride(1), weight.stride(0), weight.stride(1), out.stride(0), out.stride(1),
             HAS_BIAS=bias is not None,
             DOT_PRECISION="ieee" if x.dtype == torch.float32 else "tf32",
-            **_CONFIGS[x.dtype],
+            **launch,
         )
     return out.view(*x.shape[:-1], num_out)
 
 
-__all__ = ["matmul"]
+__all__ = ["config_for", "matmul"]
