@@ -365,3 +365,23 @@ def test_pinned_tiles_keep_rows_their_own_and_are_the_ones_run(monkeypatch):
     bim.matmul(x[:, :32].contiguous(), weight[:, :32].contiguous())
     assert calls == [dict(BLOCK_M=16, BLOCK_N=16, BLOCK_K=16),
                      {k: bim._CONFIGS[torch.float32][k] for k in ("BLOCK_M", "BLOCK_N", "BLOCK_K")}]
+
+
+@pytest.mark.gpu
+def test_pinned_tiles_keep_every_row_its_own_on_gpu():
+    """Every weight shape with pinned tiles (``_SHAPE_CONFIGS``): a row's bits are the same alone, in 7 rows, in 256
+    and in 2,048 (the tiles are a function of the shape, so any M runs them); control: cuBLAS at those M."""
+    pytest.importorskip("triton")
+    from llm42.kernels import batch_invariant_matmul as bim
+
+    gen = torch.Generator(device="cuda").manual_seed(1)
+    cublas_drift = 0
+    for (dtype, n, k) in bim._SHAPE_CONFIGS:
+        weight = (torch.randn(n, k, generator=gen, device="cuda") / k ** 0.5).to(dtype)
+        x = torch.randn(2048, k, generator=gen, device="cuda").to(dtype)
+        full = bim.matmul(x, weight)
+        for m in (1, 7, 256):
+            assert torch.equal(bim.matmul(x[:m].clone(), weight), full[:m]), (n, k, m)
+        torch.testing.assert_close(full.float(), (x.float() @ weight.float().T), rtol=2e-2, atol=2e-2)
+        cublas_drift += not torch.equal(F.linear(x[:1].clone(), weight), F.linear(x, weight)[:1])
+    assert cublas_drift > 0  # the property is not vacuous: cuBLAS rows move with M on some of these shapes

@@ -23,7 +23,8 @@ runs every mode on the same request set through ``run_offline``. Variants run in
 (nondet of variant 1, of variant 2, ..., then dvr@10 of each, ...), so drift on the machine spreads over all.
 Each run gets an equal share of ``--budget-s``, counted from its first request (building its generator, every graph
 captured, comes before and is not in it); a run cut by it says so (``is_complete``).
-Before the timed runs, every variant runs every mode on ``--warmup-requests`` requests, untimed (kernels compile).
+Before the timed runs, every variant runs every mode (or ``--warmup-modes``) on ``--warmup-requests`` requests,
+untimed (kernels compile).
 Reported per run: output tok/s and its ratio to the same variant's nondet, engine steps, ms per step,
 canonical passes and rows, rollbacks and recompute of deterministic requests, drafts ahead kept/dropped, where
 the run's length comes from (``tail``: first-token and per-token times of free and deterministic requests, the
@@ -199,6 +200,8 @@ def main() -> None:
     p.add_argument("--online-budget-s", type=float, default=120.0)
     p.add_argument("--warmup-requests", type=int, default=16, help="untimed warm-up requests per variant and mode")
     p.add_argument("--warmup-s", type=float, default=60.0, help="deadline of each warm-up run")
+    p.add_argument("--warmup-modes", default=None,
+                   help="the modes each variant warms up on (default: --modes; a dvr mode runs every kernel)")
     p.add_argument("--profile-mode", default=None)
     p.add_argument("--profile-budget-s", type=float, default=60.0)
     args = p.parse_args()
@@ -235,8 +238,9 @@ def main() -> None:
     # its budget share on start-up (rounds 8 and 12 lost runs to it)
     warm = workload.head(args.warmup_requests)
     warm_order = deterministic_order(warm.num_requests, seed=config.seed)
+    warm_modes = [m for m in (args.warmup_modes or args.modes).split(",") if m]
     for v in variants if args.warmup_requests > 0 else []:
-        for mode_name in modes:
+        for mode_name in warm_modes:
             t0 = time.perf_counter()
             run_offline(engines[v], warm, mode_by_name(mode_name), det_order=warm_order,
                         deadline=time.perf_counter() + args.warmup_s + BUILD_ALLOWANCE_S, budget_s=args.warmup_s)

@@ -30,10 +30,28 @@ _CONFIGS = {
     torch.float16: dict(BLOCK_M=128, BLOCK_N=128, BLOCK_K=64, GROUP_M=8, num_stages=3, num_warps=8),
     torch.float32: dict(BLOCK_M=64, BLOCK_N=64, BLOCK_K=32, GROUP_M=8, num_stages=2, num_warps=4),
 }
-# Pinned per weight shape (dtype, N, K) where a sweep on the H200 found faster tiles than the dtype's
-# (benchmarks/device/gemm_config_sweep.py; docs/gpu.md). A function of the weight's shape only, never of M: a
-# row's bits stay its own at any batch, and a model's canonical GEMM config is fixed by its weights.
-_SHAPE_CONFIGS: dict[tuple[torch.dtype, int, int], dict] = {}
+
+
+def _tiles(block_m: int, block_n: int, stages: int, warps: int, per_sm: int = 1) -> dict:
+    return dict(BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=64, GROUP_M=8, num_stages=stages, num_warps=warps,
+                PROGRAMS_PER_SM=per_sm)
+
+
+# Pinned per weight shape (dtype, N, K) where a sweep on the H200 found faster tiles than the dtype's (time summed
+# over 256 and 2,048 rows; benchmarks/device/gemm_config_sweep.py, benchmarks/results/h200_round14/). A function
+# of the weight's shape only, never of M: a row's bits stay its own at any batch, and a model's GEMM tiles are
+# fixed by its weights. PROGRAMS_PER_SM sizes the persistent grid (who computes a tile, not how).
+_SHAPE_CONFIGS: dict[tuple[torch.dtype, int, int], dict] = {
+    # the Llama-3.1-8B shape: qkv, o, gate_up, down, the output head
+    (torch.bfloat16, 6144, 4096): _tiles(128, 128, 3, 4, per_sm=2),
+    (torch.bfloat16, 4096, 4096): _tiles(128, 256, 4, 8),
+    (torch.bfloat16, 28672, 4096): _tiles(128, 256, 4, 8),
+    (torch.bfloat16, 4096, 14336): _tiles(128, 256, 4, 8),
+    (torch.bfloat16, 128256, 4096): _tiles(128, 256, 3, 8),
+    # SmolLM2-135M: down and the output head (its other GEMMs are launch-bound there: no tile measurably faster)
+    (torch.bfloat16, 576, 1536): _tiles(64, 128, 4, 4, per_sm=2),
+    (torch.bfloat16, 49152, 576): _tiles(128, 256, 4, 8),
+}
 _INTERPRETER_PROGRAMS = 4  # programs in the persistent grid when there is no GPU (Triton's interpreter)
 
 
