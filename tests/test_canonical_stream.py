@@ -47,3 +47,13 @@ def test_the_side_stream_and_wide_verify_defaults_resolve_off_on_the_cpu_and_acc
         _generator(wide_verify="yes")
     injected = _generator(verifier=gen.verifier)  # the default never clashes with an injected verifier
     assert injected.verifier is gen.verifier
+
+
+def test_prioritize_fast_must_be_a_bool_and_changes_nothing_on_the_cpu():
+    with pytest.raises(TypeError, match="prioritize_fast must be a bool"):
+        _generator(prioritize_fast=1)
+    gen = _generator(prioritize_fast=True)
+    assert gen.config.prioritize_fast and gen._step_stream is None  # no stream to prioritise on the CPU
+    prompts = [[5, 9, 2, 7] * 5, [11, 3, 8]]
+    outs = [(c.token_ids, c.logprobs) for c in gen.generate(prompts, PARAMS)]
+    assert outs == [(c.token_ids, c.logprobs) for c in _generator().generate(prompts, PARAMS)]

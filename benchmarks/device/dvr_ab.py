@@ -15,7 +15,8 @@ caller's stream), ``wide_verify`` (that with wide verify passes), ``no_draft_ahe
 ahead), ``round7`` (neither), ``side_stream`` (drafting ahead, narrow passes on their own stream),
 ``side_stream_wide`` (drafting ahead, wide passes on their own stream), ``triton_gemm`` (the canonical GEMM as the
 batch-invariant Triton matmul, ``FixedShapePolicy(gemm="triton")``: other committed bits, a wide pass's GEMMs in
-one launch). Round 9's call B ran ``default`` when it was
+one launch), ``priority`` (``prioritize_fast=True``: each step's work on a high-priority stream, the passes on the
+lowest). Round 9's call B ran ``default`` when it was
 round 8's; round 8's runs named drafting ahead + wide verify ``new`` and drafting ahead alone ``no_wide_verify``.
 The model is loaded once (``llm42.bench.serving``'s loaders; SmolLM2's chat prompts when it has a tokenizer);
 each variant builds its generators through the benchmarks' ``Engine`` (every graph captured before timing) and
@@ -101,6 +102,9 @@ VARIANTS = {
     # round 13: the canonical GEMM as the batch-invariant Triton matmul (FixedShapePolicy(gemm="triton"): other
     # committed bits), a wide pass's GEMMs in one launch over all its rows instead of one cuBLAS call per R rows
     "triton_gemm": {"canonical_gemm": "triton"},
+    # round 14: each step's work on a high-priority stream, the canonical passes' stream on the lowest
+    # (DVRGenerator(prioritize_fast=True)): free requests' steps first when both have blocks waiting
+    "priority": {"prioritize_fast": True},
 }
 
 

@@ -149,6 +149,7 @@ class DVRGenerator:
         mixed_steps: bool | None = None,
         draft_ahead: bool = True,
         wide_verify: bool | None = None,
+        prioritize_fast: bool = False,
     ):
         self.canonical_config = CanonicalConfig(window=window, group=group)
         self.config = EngineConfig(
@@ -157,7 +158,7 @@ class DVRGenerator:
             adaptive_draft=adaptive_draft, overlap=overlap, max_model_len=max_model_len,
             canonical_thread=canonical_thread, max_canonical_tokens=max_canonical_tokens,
             canonical_stream=canonical_stream, mixed_steps=mixed_steps, draft_ahead=draft_ahead,
-            wide_verify=wide_verify,
+            wide_verify=wide_verify, prioritize_fast=prioritize_fast,
         )
         num_canonical_tokens = self.config.canonical_tokens(self.canonical_config.num_rows)
         scratch = getattr(kv_store, "num_scratch_slots", None)  # an injected store: a pass's padding rows write there
@@ -202,6 +203,9 @@ class DVRGenerator:
         is_cuda = self.device.type == "cuda"
         if canonical_stream is None:  # on CUDA the default: fast steps run beside the passes (round 9)
             canonical_stream = is_cuda and verifier is None
+        # prioritize_fast: each step's work on a high-priority stream (CUDA's priorities: lower is higher; -1 is
+        # in every device's range), the canonical pass's stream keeping the default, lowest priority
+        self._step_stream = torch.cuda.Stream(self.device, priority=-1) if is_cuda and prioritize_fast else None
         if wide_verify is None:
             wide_verify = is_cuda
         if verifier is None:
@@ -491,7 +495,16 @@ class DVRGenerator:
         # tokens an earlier phase already committed are reported by the next successful step
         events = self._events
         try:
-            self._step(events)
+            if self._step_stream is None:
+                self._step(events)
+            else:  # ordered after the caller's work, and the caller's later work after it
+                caller = torch.cuda.current_stream(self.device)
+                self._step_stream.wait_stream(caller)
+                try:
+                    with torch.cuda.stream(self._step_stream):
+                        self._step(events)
+                finally:
+                    caller.wait_stream(self._step_stream)
         finally:
             self._deliver(events)
         self._num_steps += 1

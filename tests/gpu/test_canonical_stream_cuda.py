@@ -25,7 +25,9 @@ pytestmark = pytest.mark.gpu
 BATCH_SIZES = (3, 16, 64, 128)
 
 
-def test_needles_are_bit_identical_with_the_pass_on_its_own_stream(llama8b, report):
+@pytest.mark.parametrize("prioritize_fast", [False, True])
+def test_needles_are_bit_identical_with_the_pass_on_its_own_stream(llama8b, report, prioritize_fast):
+    # prioritize_fast: each step's work on a high-priority stream, the pass's on the lowest (round 14)
     cfg, _ = llama8b
     rng = random.Random(7)
     needle_prompt = random_prompt(rng, cfg.vocab_size, 300)
@@ -34,8 +36,11 @@ def test_needles_are_bit_identical_with_the_pass_on_its_own_stream(llama8b, repo
     alone = {name: (tuple(c.token_ids), tuple(c.logprobs)) for name, c in alone.items()}
     reference.close()
 
-    gen = make_generator(llama8b)  # on CUDA the default since round 9: passes on their own stream, wide verify
+    # on CUDA the default since round 9: passes on their own stream, wide verify
+    gen = make_generator(llama8b, prioritize_fast=prioritize_fast)
     assert gen.verifier.canonical_pass._stream is not None and gen._max_canonical_results is not None
+    if prioritize_fast:  # a stream of higher priority (lower number) than the pass's
+        assert gen._step_stream.priority < gen.verifier.canonical_pass._stream.priority
     launched_beside = 0
     launch = gen.fast_step.launch
 
@@ -53,8 +58,8 @@ def test_needles_are_bit_identical_with_the_pass_on_its_own_stream(llama8b, repo
         for name in ("greedy", "sampled"):
             assert got[name] == alone[name], f"{name} needle differs at batch size {batch_size}"
         fast_outputs.add(got["fast_only"][0])
-    report("side_stream_fast_steps_beside_a_pass", launched_beside)
-    report("side_stream_fast_only_distinct_outputs", len(fast_outputs))
+    report(f"side_stream_fast_steps_beside_a_pass_priority_{prioritize_fast}", launched_beside)
+    report(f"side_stream_fast_only_distinct_outputs_priority_{prioritize_fast}", len(fast_outputs))
     assert launched_beside > 0, "no fast step ran beside a pass: the test did not exercise the overlap"
     assert len(fast_outputs) > 1  # negative control: unverified, the needle drifts with the batch
     gen.close()

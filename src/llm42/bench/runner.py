@@ -106,6 +106,7 @@ class Engine:
     wide_verify: bool | None = None  # DVRGenerator's knob: verify windows fill passes of more than R rows
     adaptive_draft: bool = False  # DVRGenerator's knob: halve/double a deterministic request's window depth
     prompt_share: float = 0.0  # DefaultScheduler's knob: a pass's rows windows leave to deterministic prompts
+    prioritize_fast: bool = False  # DVRGenerator's knob: each step's work on a high-priority CUDA stream
 
     def generator(self, mode: Mode, *, window: int | None = None, group: int | None = None,
                   ) -> tuple[DVRGenerator, list[str]]:
@@ -122,7 +123,7 @@ class Engine:
             use_cuda_graphs=self.use_cuda_graphs, overlap=mode.is_overlapped,
             max_canonical_tokens=self.max_canonical_tokens, canonical_stream=self.canonical_stream,
             draft_ahead=self.draft_ahead, wide_verify=self.wide_verify, adaptive_draft=self.adaptive_draft,
-            scheduler=DefaultScheduler(prompt_share=self.prompt_share),
+            scheduler=DefaultScheduler(prompt_share=self.prompt_share), prioritize_fast=self.prioritize_fast,
         )
         notes = []
         if self.use_cuda_graphs and gen.device.type == "cuda":

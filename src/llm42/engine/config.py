@@ -63,6 +63,11 @@ class EngineConfig:
     with their own cuBLAS workspace), so that fast steps run beside it instead of queueing behind it;
     ``None`` (default): on CUDA unless a ``verifier`` is injected. No effect on the CPU (see
     ``canonical_thread``). Committed output is unchanged.
+    ``prioritize_fast``: on CUDA, run each ``step()``'s own work (fast steps, staging, commits) on a stream of
+    the device's highest priority, so a canonical pass on its own stream (the default priority, the lowest)
+    yields the SMs to fast steps whenever both have blocks waiting: free requests' inter-token gaps stay
+    closer to nondet's, passes finish later. Off by default; no effect on the CPU. Committed output is
+    unchanged (only the order in which the device runs independent work changes).
     """
 
     max_num_seqs: int = 256
@@ -81,6 +86,7 @@ class EngineConfig:
     mixed_steps: bool | None = None
     draft_ahead: bool = True
     wide_verify: bool | None = None
+    prioritize_fast: bool = False
 
     def __post_init__(self) -> None:
         owner = "DVRGenerator"
@@ -90,7 +96,7 @@ class EngineConfig:
             if getattr(self, name) is not None:
                 positive_int(owner, name, getattr(self, name))
         for name in ("prefix_cache", "use_cuda_graphs", "adaptive_draft", "overlap", "canonical_thread",
-                     "draft_ahead"):
+                     "draft_ahead", "prioritize_fast"):
             strict_bool(owner, name, getattr(self, name))
         for name in ("mixed_steps", "canonical_stream", "wide_verify"):  # None: resolved by the device
             if getattr(self, name) is not None:
