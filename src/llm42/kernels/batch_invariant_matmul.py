@@ -4,12 +4,14 @@ This is the GEMM of the peers' approach (Thinking Machines' batch-invariant
 ops, SGLang's deterministic mode, vLLM's batch invariance). ``y = x @ w.T (+ b)``
 is cut into output tiles ``[BLOCK_M, BLOCK_N]``; each tile is computed by one
 program that walks K in ``BLOCK_K`` steps, in order, into one fp32
-accumulator. The tile sizes depend on the dtype only — never on M — and K is
-never split across programs, so an output element is accumulated in the same
-order whatever the batch: a row's result does not depend on how many rows
-there are, where the row sits, or what the other rows hold. cuBLAS, by
-contrast, picks tiles and split-K from M, which is why its rows drift with the
-batch size. The price is speed: no split-K and no M-specific tuning.
+accumulator. The tile sizes depend on the dtype and the weight's shape only
+(``config_for``: tiles pinned per shape from a sweep on the H200, else the
+dtype's) — never on M — and K is never split across programs, so an output
+element is accumulated in the same order whatever the batch: a row's result
+does not depend on how many rows there are, where the row sits, or what the
+other rows hold. cuBLAS, by contrast, picks tiles and split-K from M, which is
+why its rows drift with the batch size. The price is speed at small M: no
+split-K and no M-specific tuning.
 
 ``M`` is excluded from Triton's integer specialisation (``do_not_specialize``)
 so one compiled kernel serves every batch size: a batch of one row does not
