@@ -59,7 +59,9 @@ class FastPolicy(FusedRowOps):
     policy runs the chunked kernel (``FixedShapePolicy(attention_kernel="chunked")``):
     the deterministic rows then take that kernel's bits, each row's chunks in parallel
     (``chunked_canonical_decode_attention``), so a long context no longer makes the
-    step wait for one program.
+    step wait for one program. Measured on the H200 (round 14) it is dearer still in a
+    full batch (256 rows at 2,400 positions, 10 % deterministic: 6.70 ms against the
+    one-row launch's 6.38 and the split kernel's 4.56): an option, not the default.
     """
 
     name = "fast"
