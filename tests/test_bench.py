@@ -10,6 +10,7 @@ import importlib.util
 import json
 import math
 import statistics
+import time
 from pathlib import Path
 
 import pytest
@@ -310,3 +311,24 @@ def test_a_runs_budget_starts_at_its_first_request():
     assert whole.is_complete and all(r.is_finished for r in whole.records)
     past = run_offline(engine, workload, mode_by_name("dvr@50"), det_order=[0, 1], deadline=0.0, budget_s=600.0)
     assert not past.is_complete
+
+
+def test_a_slow_generator_build_does_not_eat_a_runs_budget(monkeypatch):
+    # the build (graph captures, on CUDA) takes 0.5 s here: a 30 s budget from the first request still serves
+    # everything; a deadline of 0.4 s from before the build (what dvr_ab passed before round 14) cuts the run
+    workload = fixed_shape(8, 4, 2, length_scale=1.0, vocab_size=512)
+    model = build_model("tiny", device=torch.device("cpu"), dtype=torch.float32, max_positions=64)
+    engine = Engine(model, window=4, group=2, kv_cache_tokens=256)
+    build = Engine.generator
+
+    def slow_build(self, *args, **kwargs):
+        time.sleep(0.5)
+        return build(self, *args, **kwargs)
+
+    monkeypatch.setattr(Engine, "generator", slow_build)
+    served = run_offline(engine, workload, mode_by_name("dvr@50"), det_order=[0, 1],
+                         deadline=time.perf_counter() + 60.0, budget_s=30.0)
+    assert served.is_complete
+    cut = run_offline(engine, workload, mode_by_name("dvr@50"), det_order=[0, 1],
+                      deadline=time.perf_counter() + 0.4)
+    assert not cut.is_complete
