@@ -91,3 +91,12 @@ def test_commit_rule_empty_window_commits_one_canonical_token():
     seg = Segment(0, (10,), 3, PARAMS, 0)
     commit = commit_window(seg, sampled=[8], logprobs=[-0.5])
     assert commit.token_ids == (8,) and commit.num_accepted == 0 and commit.num_kv_valid == 4
+
+
+def test_host_int64_is_torch_tensor_of_the_list():
+    from llm42.cuda_graphs import host_int64
+
+    for values in ([], [0], [3, -1, 2**62, -(2**62)], list(range(2048))):
+        got = host_int64(values)
+        assert got.dtype == torch.int64 and got.device.type == "cpu"
+        assert torch.equal(got, torch.tensor(values, dtype=torch.int64))

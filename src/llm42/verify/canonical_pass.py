@@ -42,7 +42,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 
 import torch
 
-from llm42.cuda_graphs import StaticRows, Staging, capture_graph, resolve_use_graph
+from llm42.cuda_graphs import StaticRows, Staging, capture_graph, host_int64, resolve_use_graph
 from llm42.inputs import StepInputs
 from llm42.model.config import ModelConfig
 from llm42.model.forward import forward
@@ -370,7 +370,7 @@ class CanonicalPass:
                                  f"real rows, got {len(wanted)} wanted rows")
             results = self.results_for(bucket, len(wanted))
             # rows past the result rows are never read: only the first ``results`` are gathered
-            self._select_staging.host()[:results] = torch.tensor(wanted + [0] * (results - len(wanted)))
+            self._select_staging.host()[:results] = host_int64(wanted + [0] * (results - len(wanted)))
             self._select_staging.copy()
             per_row = [per_row[r] for r in wanted] if per_row else []
             self._wanted = wanted
@@ -383,9 +383,9 @@ class CanonicalPass:
         keep stale values nobody reads (the sampler reads the first ``num_results``)."""
         pad = num_results - len(per_row)
         ints, floats = self._staging_ints.host(), self._staging_floats.host()
-        ints[0, :num_results] = torch.tensor([p.top_k for p, _, _ in per_row] + [0] * pad)
-        ints[1, :num_results] = torch.tensor([s for _, s, _ in per_row] + [0] * pad)
-        ints[2, :num_results] = torch.tensor([q for _, _, q in per_row] + [0] * pad)
+        ints[0, :num_results] = host_int64([p.top_k for p, _, _ in per_row] + [0] * pad)
+        ints[1, :num_results] = host_int64([s for _, s, _ in per_row] + [0] * pad)
+        ints[2, :num_results] = host_int64([q for _, _, q in per_row] + [0] * pad)
         floats[0, :num_results] = torch.tensor([p.temperature for p, _, _ in per_row] + [0.0] * pad)
         floats[1, :num_results] = torch.tensor([p.top_p for p, _, _ in per_row] + [1.0] * pad)
         self._staging_ints.copy()
