@@ -9,7 +9,8 @@ H200 a 2,048-row verify pass of 64 windows at 2,400 positions took 5.3 ms of hos
 fast step it overlaps (3.5 ms on SmolLM2). Round 14 builds the rows through NumPy and every block table as one
 array; ``LegacyRows`` below is the earlier staging (``torch.tensor`` on each list, one tensor per table). Both
 stage the same passes in one process (the tiny model: staging does not depend on the model's size), timed
-with ``time.perf_counter``, median of ``--reps`` after 3 warm-ups; the staged buffers are checked equal.
+on the host clock (``llm42.bench.devicetime.median_ms``), median of ``--reps`` after 3 warm-ups; the staged
+buffers are checked equal.
 Host time only: what it saves on a GPU run is not measured here.
 """
 
@@ -17,9 +18,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import sys
-import time
 from pathlib import Path
 
 import torch
@@ -28,6 +27,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "src"))
 
 from llm42 import DVRGenerator, SamplingParams  # noqa: E402
+from llm42.bench.devicetime import median_ms  # noqa: E402
 from llm42.bench.models import tiny_config  # noqa: E402
 from llm42.bench.passes import canonical_segments  # noqa: E402
 from llm42.cuda_graphs import StaticRows  # noqa: E402
@@ -69,17 +69,6 @@ class LegacyRows(StaticRows):
         return max(positions, default=0) + 1
 
 
-def timed(fn, reps: int) -> float:
-    for _ in range(3):
-        fn()
-    times = []
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        fn()
-        times.append(1e3 * (time.perf_counter() - t0))
-    return statistics.median(times)
-
-
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default=str(REPO / "benchmarks/results/cpu_staging.json"))
@@ -111,7 +100,8 @@ def main() -> None:
     for name, segments in cases.items():
         rows = {}
         for label, static in (("legacy", legacy), ("round14", current)):
-            rows[label] = timed(lambda s=static: s.stage_segments(kv, segments, num_rows=2048), args.reps)  # noqa: B023
+            rows[label] = median_ms(lambda s=static: s.stage_segments(kv, segments, num_rows=2048), gen.device,
+                                     warmup=3, reps=args.reps)  # noqa: B023
         current.stage_segments(kv, segments, num_rows=2048)
         legacy.stage_segments(kv, segments, num_rows=2048)
         width = max(len(kv.block_table(seg.rid)) for seg in segments)  # columns past it keep stale ids, unread

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import sys
 from pathlib import Path
 
@@ -29,7 +28,10 @@ import torch.nn.functional as F
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "src"))
 
+from llm42.bench.devicetime import median_ms  # noqa: E402
 from llm42.kernels.batch_invariant_matmul import _CONFIGS, matmul  # noqa: E402
+
+CUDA = torch.device("cuda")
 
 SHAPES = {  # (name, N, K) of each linear: out features x in features
     "8b": [("qkv", 6144, 4096), ("o", 4096, 4096), ("gate_up", 28672, 4096), ("down", 4096, 14336),
@@ -61,17 +63,7 @@ CANDIDATES = [
 
 
 def device_ms(fn, reps: int) -> float:
-    for _ in range(3):
-        fn()
-    times = []
-    for _ in range(reps):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end))
-    return statistics.median(times)
+    return median_ms(fn, CUDA, warmup=3, reps=reps)
 
 
 def blocks(x, w, rows=256):
@@ -120,8 +112,9 @@ def main() -> None:
             if entry["best_over_default"] < 0.97:
                 entry["pin"] = f"(torch.bfloat16, {n}, {k}): {best['config']},"
             result["shapes"].append(entry)
-            print(f"{model:8s} {name:8s} N={n:6d} K={k:6d}  cuBLAS " +
-                  " ".join(f"{m}:{entry['cublas_ms'][m]:.3f}/{entry['cublas_256_blocks_ms'][m]:.3f}" for m in row_counts) +
+            cublas = " ".join(f"{m}:{entry['cublas_ms'][m]:.3f}/{entry['cublas_256_blocks_ms'][m]:.3f}"
+                              for m in row_counts)
+            print(f"{model:8s} {name:8s} N={n:6d} K={k:6d}  cuBLAS {cublas}" +
                   "  default " + " ".join(f"{base['ms'][m]:.3f}" for m in row_counts) +
                   "  best " + " ".join(f"{best['ms'][m]:.3f}" for m in row_counts) +
                   f"  {best['config']}", flush=True)
