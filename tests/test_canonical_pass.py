@@ -100,3 +100,60 @@ def test_host_int64_is_torch_tensor_of_the_list():
         got = host_int64(values)
         assert got.dtype == torch.int64 and got.device.type == "cpu"
         assert torch.equal(got, torch.tensor(values, dtype=torch.int64))
+
+
+@given(runs=st.lists(st.integers(1, 50), min_size=1, max_size=12), per_tile=st.sampled_from([1, 5, 21, 32]),
+       repeat=st.booleans())
+def test_tile_starts_cut_each_run_into_tiles_of_its_own(runs, per_tile, repeat):
+    """``tile_starts``: tiles cover the rows in order, each within one run of equal ids and at most ``per_tile``
+    rows; past the last tile, empty tiles; with too small a table, the fixed tiling instead."""
+    import numpy as np
+
+    from llm42.cuda_graphs import tile_starts
+
+    ids = [i % 2 if repeat else i for i, n in enumerate(runs) for _ in range(n)]  # repeat: ids come back
+    groups = np.array(ids, dtype=np.int64)
+    n = len(ids)
+    size = -(-n // per_tile) + len(runs)
+    table = tile_starts(groups, per_tile, size)
+    assert table.shape == (size + 1,) and table[0] == 0 and table[-1] == n
+    assert (np.diff(table) >= 0).all()
+    used = [int(t) for t in table if t < n]
+    for lo, hi in zip(used, used[1:] + [n]):
+        assert 0 < hi - lo <= per_tile and len(set(ids[lo:hi])) == 1
+    needed = sum(-(-r // per_tile) for r in runs)
+    assert len(used) == needed
+    # a table of only the fixed tiling's length: where the runs need more tiles, the fixed tiling (which may span
+    # runs) instead; else the runs' tiles
+    fixed = -(-n // per_tile)
+    small = tile_starts(groups, per_tile, fixed)
+    if needed > fixed:
+        assert list(small[:fixed]) == list(range(0, n, per_tile)) and small[-1] == n
+    else:
+        assert list(small[:needed]) == used and small[-1] == n
+
+
+def test_static_rows_stage_a_tile_table_per_pass():
+    """A pass's staged rows carry the tile table of their sequences (a window per sequence, then padding);
+    without ``tile_rows``, none (the other layouts)."""
+    from llm42.cuda_graphs import StaticRows
+
+    kv = KVStore(CFG, num_blocks=64, block_size=8, num_scratch_slots=NUM_ROWS)
+    rows = StaticRows(NUM_ROWS, 64, kv, torch.device("cpu"), max_seqs=4, tile_rows=5)
+    assert StaticRows(NUM_ROWS, 64, kv, torch.device("cpu")).inputs(NUM_ROWS, max_context_len=1,
+                                                                    logits_rows=None).tiles is None
+    lengths = [7, 3, 12]
+    tokens, positions, slots, tables, table_of_row = [], [], [], [], []
+    for rid, n in enumerate(lengths):
+        kv.allocate(rid, n)
+        kv.append(rid, n)
+        tokens += [1] * n
+        positions += range(n)
+        slots += kv.slots(rid, 0, n)
+        tables.append(kv.block_table(rid))
+        table_of_row += [rid] * n
+    rows.stage(kv, tokens, positions, slots, tables, table_of_row, num_rows=32)
+    tiles = rows.inputs(32, max_context_len=12, logits_rows=None).tiles
+    # 7 = 5 + 2, 3, 12 = 5 + 5 + 2, then 10 padding rows = 5 + 5; the rest empty (the row count)
+    want = [0, 5, 7, 10, 15, 20, 22, 27]
+    assert tiles.tolist() == want + [32] * (rows.max_tiles(32) + 1 - len(want))

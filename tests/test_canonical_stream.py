@@ -57,3 +57,14 @@ def test_prioritize_fast_must_be_a_bool_and_changes_nothing_on_the_cpu():
     prompts = [[5, 9, 2, 7] * 5, [11, 3, 8]]
     outs = [(c.token_ids, c.logprobs) for c in gen.generate(prompts, PARAMS)]
     assert outs == [(c.token_ids, c.logprobs) for c in _generator().generate(prompts, PARAMS)]
+
+
+def test_canonical_gemm_streams_must_be_a_positive_int_and_lend_no_stream_on_the_cpu():
+    """``canonical_gemm_streams`` (a wide pass's R-row GEMM blocks side by side on CUDA) is validated by name; on
+    the CPU the pass gets no streams and its GEMM blocks run in turn (the exact GEMM: the same bits anyway)."""
+    for bad in (0, -2, True, 2.0):
+        with pytest.raises((TypeError, ValueError), match="canonical_gemm_streams"):
+            _generator(canonical_gemm_streams=bad)
+    gen = _generator(canonical_gemm_streams=3, max_canonical_tokens=16)
+    assert gen.config.canonical_gemm_streams == 3 and gen.verifier.canonical_pass._block_streams == []
+    assert gen.verifier.canonical_pass.max_rows == 16

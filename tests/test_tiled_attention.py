@@ -30,8 +30,8 @@ from llm42.kernels.tiled_attention import PREFILL_LARGE, PREFILL_SMALL, prefill_
 from tests.tiled_attention_checks import (  # noqa: E402
     Cache, check_canonical_rows_are_their_own, check_decode_launch_has_canonical_bits,
     check_chunked_decode_has_canonical_bits, check_deterministic_rows_take_canonical_bits,
-    check_kv_independent_of_chunking, check_matches_float64, check_unmasked_full_blocks_keep_the_bits, mixed_rows,
-    prefill_kernel,
+    check_kv_independent_of_chunking, check_matches_float64, check_tile_table_keeps_the_bits,
+    check_unmasked_full_blocks_keep_the_bits, mixed_rows, prefill_kernel,
 )
 
 DTYPES = [torch.bfloat16, torch.float16, torch.float32]
@@ -236,3 +236,28 @@ def test_key_chunk_is_checked():
     cache = chunk_cache(SHAPES[0], seed=45)
     with pytest.raises(ValueError, match="key_chunk"):
         cache.run(_chunked(24), [(0, 5)], key_block=16)
+
+
+@settings(max_examples=3)
+@given(seed=st.integers(0, 10_000), window=st.sampled_from([None, 9]))
+def test_tile_table_gives_the_fixed_tilings_bits(seed, window):
+    """A canonical pass's tile table (each sequence's rows in tiles of their own) changes which program takes
+    a row, never its bits; at least one launch's fixed tiling put two runs in one tile (the case it changes)."""
+    cache = small_cache((6, 2, 16, 8, window), torch.bfloat16, seed=seed, max_context=60)
+    assert check_tile_table_keeps_the_bits(cache, random.Random(seed), num_launches=3, max_window=12,
+                                           key_block=16, sliding_window=window) >= 1
+
+
+def test_tile_table_check_can_fail():
+    """The bit comparison sees another canonical config's bits (key blocks of 32, not 16) as different."""
+    cache = small_cache((6, 2, 16, 8, None), torch.bfloat16, seed=2, max_context=60)
+    rows = [(0, p) for p in range(20, 40)]
+    a = cache.run(tiled_canonical_attention, rows, static=True, key_block=16)
+    b = cache.run(tiled_canonical_attention, rows, static=True, key_block=32)
+    assert a.view(torch.uint8).ne(b.view(torch.uint8)).any()
+
+
+def test_tile_table_is_checked():
+    cache = small_cache(SHAPES[0], torch.float32, seed=1)
+    with pytest.raises(ValueError, match="tiles must be"):
+        cache.run(tiled_canonical_attention, [(0, 3)], tiles=torch.zeros(1, dtype=torch.int64))

@@ -309,3 +309,59 @@ def check_chunked_decode_has_canonical_bits(cache: Cache, rng: random.Random, *,
     assert _bits(only[is_det]) == _bits(decode[is_det])
     assert _bits(only[~is_det]) == _bits(sentinel[~is_det]), "the chunked launch wrote a row it was not given"
     return sum(p // key_chunk > 0 for p in positions)
+
+
+def window_rows(cache: Cache, rng: random.Random, *, num_windows: int, max_window: int) -> list[tuple[int, int]]:
+    """Runs of consecutive positions, one sequence each (a canonical pass's verify windows and prompt
+    chunks), one after the other; a sequence may come back later in the launch (another run)."""
+    rows: list[tuple[int, int]] = []
+    for _ in range(num_windows):
+        seq = rng.randrange(cache.num_seqs)
+        length = rng.randint(1, max_window)
+        start = rng.randrange(cache.max_context - length + 1)
+        run = [(seq, p) for p in range(start, start + length) if (seq, p) not in rows]
+        rows += run
+    return rows
+
+
+def check_tile_table_keeps_the_bits(cache: Cache, rng: random.Random, *, num_launches: int, max_window: int,
+                                    key_block: int, sliding_window=None) -> int:
+    """The canonical launch with a staged tile table (each run of one sequence's rows in tiles of its own,
+    ``llm42.cuda_graphs.tile_starts``) gives every row the bits of the fixed tiling, in the static layout the
+    canonical pass stages; and the table is not the fixed tiling (some fixed tile spans two runs, none of the
+    table's does). Returns the number of launches whose fixed tiling spanned runs (the comparisons that matter)."""
+    import numpy as np
+
+    from llm42.cuda_graphs import tile_starts
+    from llm42.kernels.tiled_attention import canonical_rows_per_tile
+
+    per_tile = canonical_rows_per_tile(cache.num_heads // cache.k.shape[1])
+    kwargs = dict(key_block=key_block, sliding_window=sliding_window)
+    spanning = 0
+    for _ in range(num_launches):
+        rows = window_rows(cache, rng, num_windows=rng.randint(2, 6), max_window=max_window)
+        q, positions, row_seq, tables = cache.layout(rows, static=True)
+        # runs: consecutive rows of one sequence (the static layout's row_seq is one value per sequence)
+        run_id = np.cumsum([True] + [a[0] != b[0] for a, b in zip(rows, rows[1:])])
+        size = -(-len(rows) // per_tile) + len(rows)
+        table = tile_starts(run_id, per_tile, size)
+        starts = [int(t) for t in table if t < len(rows)]
+        assert starts == sorted(set(starts)) and starts[0] == 0
+        for lo, hi in zip(starts, starts[1:] + [len(rows)]):
+            assert hi - lo <= per_tile and len(set(run_id[lo:hi])) == 1, (lo, hi)
+        fixed = range(0, len(rows), per_tile)
+        spanning += any(len(set(run_id[t:t + per_tile])) > 1 for t in fixed)
+        args = (q, cache.k, cache.v, positions, row_seq, tables)
+        base = tiled_canonical_attention(*args, block_size=cache.block_size, scale=cache.scale, **kwargs)
+        tiled = tiled_canonical_attention(*args, block_size=cache.block_size, scale=cache.scale,
+                                          tiles=torch.from_numpy(table).to(cache.device), **kwargs)
+        assert _bits(tiled) == _bits(base), rows
+        # the launch follows the table: with only its first tile, every other row is left as it was
+        first_only = np.full_like(table, table[1])  # tile 0 = rows [0, table[1]), every other tile empty
+        first_only[0] = 0
+        out = torch.full_like(q, float("nan"))
+        tiled_canonical_attention(*args, block_size=cache.block_size, scale=cache.scale, out=out,
+                                  tiles=torch.from_numpy(first_only).to(cache.device), **kwargs)
+        hi = int(table[1])
+        assert _bits(out[:hi]) == _bits(base[:hi]) and bool(out[hi:].isnan().all()), hi
+    return spanning

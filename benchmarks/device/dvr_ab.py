@@ -105,6 +105,13 @@ VARIANTS = {
     # round 14: each step's work on a high-priority stream, the canonical passes' stream on the lowest
     # (DVRGenerator(prioritize_fast=True)): free requests' steps first when both have blocks waiting
     "priority": {"prioritize_fast": True},
+    # round 15: a wide pass's R-row GEMM blocks one after another (the default since round 15 runs them side by side
+    # on 4 streams of the pass's own: the same calls, the same bits)
+    "serial_gemm": {"canonical_gemm_streams": 1},
+    # and the canonical tiled attention's fixed tiling (no tile table staged with a pass: round 14's launch, the
+    # same bits), alone and with the serial GEMM blocks (round 14's canonical pass)
+    "fixed_tiles": {"segment_tiles": False},
+    "round14_pass": {"canonical_gemm_streams": 1, "segment_tiles": False},
 }
 
 
@@ -114,17 +121,39 @@ VARIANTS = {
 BUILD_ALLOWANCE_S = 120.0
 
 
+class SegmentTiles:
+    """An Engine whose generators' canonical passes stage tile tables or not (``CanonicalPass(segment_tiles=)``,
+    read from ``llm42.verify.canonical_pass.SEGMENT_TILES`` when a pass is built; no engine knob of its own)."""
+
+    def __init__(self, engine, on: bool):
+        self._engine, self._on = engine, on
+
+    def __getattr__(self, name: str):
+        return getattr(self._engine, name)
+
+    def generator(self, *args, **kwargs):
+        from llm42.verify import canonical_pass
+
+        saved, canonical_pass.SEGMENT_TILES = canonical_pass.SEGMENT_TILES, self._on
+        try:
+            return self._engine.generator(*args, **kwargs)
+        finally:
+            canonical_pass.SEGMENT_TILES = saved
+
+
 def engine_variant(base, knobs: dict):
     """``base`` (the benchmarks' Engine) with a variant's knobs; ``fast_decode_kernel`` names the fast path's
-    ``FastPolicy(decode_kernel=...)``."""
+    ``FastPolicy(decode_kernel=...)``, ``segment_tiles`` the canonical pass's tile tables (``SegmentTiles``)."""
     knobs = dict(knobs)
     kernel = knobs.pop("fast_decode_kernel", None)
     chunk = knobs.pop("canonical_key_chunk", None)
+    tiles = knobs.pop("segment_tiles", None)
     if kernel is not None:
         from llm42.policies import FastPolicy
 
         knobs["fast_policy"] = FastPolicy(decode_kernel=kernel, canonical_key_chunk=chunk)
-    return dataclasses.replace(base, **knobs)
+    engine = dataclasses.replace(base, **knobs)
+    return engine if tiles is None else SegmentTiles(engine, tiles)
 
 
 def token_digest(token_ids) -> str:

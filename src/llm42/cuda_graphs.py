@@ -40,6 +40,24 @@ def _warmup_stream() -> torch.cuda.Stream:
     return _WARMUP_STREAMS[device]
 
 
+_FREE_STREAMS: dict[int, list[torch.cuda.Stream]] = {}
+
+
+def lend_streams(owner: object, device: torch.device, count: int) -> list[torch.cuda.Stream]:
+    """``count`` side streams of ``device`` that are ``owner``'s alone while it lives, then go back to a pool.
+
+    A graph captured on a stream keeps that stream's cuBLAS workspace, so two objects whose graphs
+    may replay at the same time must not share one; and a fresh stream per object would leave a
+    workspace behind each time (see ``_warmup_stream``). Lent streams are both: exclusive while
+    ``owner`` lives, reused by the next owner after it.
+    """
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    free = _FREE_STREAMS.setdefault(index, [])
+    streams = [free.pop() if free else torch.cuda.Stream(index) for _ in range(count)]
+    weakref.finalize(owner, free.extend, list(streams))
+    return streams
+
+
 def capture_graph(fn: Callable[[], object], pool, *, stream: torch.cuda.Stream | None = None
                   ) -> tuple[torch.cuda.CUDAGraph, object]:
     """Warm ``fn`` up on a side stream (Triton compiles, cuBLAS initialises), then capture it.
@@ -108,10 +126,18 @@ class StaticRows:
     # segment: each row's index into seq_tables (one table per staged sequence, the last one the scratch table)
     FIELDS = ("token_ids", "positions", "slot_mapping", "context_lens", "table_rows", "segment")
 
-    def __init__(self, num_rows: int, max_model_len: int, kv, device: torch.device, *, max_seqs: int | None = None):
-        """``max_seqs``: the most sequences one staging holds (default ``num_rows``): what the host stages."""
+    def __init__(self, num_rows: int, max_model_len: int, kv, device: torch.device, *, max_seqs: int | None = None,
+                 tile_rows: int | None = None):
+        """``max_seqs``: the most sequences one staging holds (default ``num_rows``): what the host stages.
+        ``tile_rows``: also stage a tile table (``StepInputs.tiles``, ``tile_starts``) of tiles of at most that
+        many rows, each within one sequence's rows (the canonical tiled attention's launch)."""
         self.num_rows = num_rows
         self.max_seqs = num_rows if max_seqs is None else max_seqs
+        self.tile_rows = tile_rows
+        self.tiles = None
+        if tile_rows is not None:
+            self.tiles = torch.zeros(self.max_tiles(num_rows) + 1, dtype=torch.int64, device=device)
+            self._tile_staging = Staging(self.tiles)
         self.ints = torch.zeros((len(self.FIELDS), num_rows), dtype=torch.int64, device=device)
         max_blocks = -(-max_model_len // kv.block_size)
         self.block_tables = torch.full((num_rows, max_blocks), kv.scratch_block, dtype=torch.int64, device=device)
@@ -123,6 +149,10 @@ class StaticRows:
         self._staging = Staging(self.ints)
         self._table_staging = Staging(self.seq_tables)
         self.stage(kv, [], [], [], [], [])  # dummy rows only: safe to run before any real pass
+
+    def max_tiles(self, num_rows: int) -> int:
+        """The most tiles ``num_rows`` staged rows cut into: a partial tile per sequence (and the padding) at most."""
+        return -(-num_rows // self.tile_rows) + min(self.max_seqs + 1, num_rows)
 
     def view(self, name: str, num_rows: int) -> torch.Tensor:
         return self.ints[self.FIELDS.index(name), :num_rows]
@@ -141,6 +171,7 @@ class StaticRows:
             max_context_len=max_context_len,
             logits_rows=logits_rows,
             table_rows=self.view("table_rows", num_rows),
+            tiles=None if self.tiles is None else self.tiles[: self.max_tiles(num_rows) + 1],
         )
 
     def stage_segments(self, kv, segments, *, num_rows: int | None = None) -> tuple[int, list[int]]:
@@ -184,6 +215,11 @@ class StaticRows:
         host[4] = torch.from_numpy(first_row[which].astype(np.int64))  # padding rows: the first padding row
         host[5] = torch.from_numpy(rows)
         self._staging.copy()  # the whole (small) buffer: rows past num_rows are not read
+        if self.tiles is not None:
+            size = self.max_tiles(num_rows)
+            tiles = self._tile_staging.host()[: size + 1]
+            tiles.copy_(torch.from_numpy(tile_starts(rows, self.tile_rows, size)))
+            self._tile_staging.copy(self.tiles[: size + 1], tiles)
         host_tables = self._table_staging.host().view(-1)[: num_tables * width].view(num_tables, width)
         # one array for every table, each padded with the scratch block (and the scratch table last): a
         # tensor per table cost 1.5 ms of a 2,048-row pass's 6 ms of staging on the host (64 sequences)
@@ -196,6 +232,28 @@ class StaticRows:
         segment = self.view("segment", num_rows)
         self.block_tables[:num_rows, :width] = self.seq_tables[:num_tables, :width].index_select(0, segment)
         return max(positions, default=0) + 1
+
+
+def tile_starts(groups: np.ndarray, rows_per_tile: int, size: int) -> np.ndarray:
+    """A tile table of ``size`` + 1 entries for rows of ``groups`` (one id per row): tile t is the rows
+    [out[t], out[t + 1]), at most ``rows_per_tile`` of them, all of one run of equal ids; entries past the
+    last tile are the row count (empty tiles). Where the runs need more than ``size`` tiles, the fixed
+    tiling (tile t = rows [t x rows_per_tile, ...), which may span runs) instead."""
+    n = len(groups)
+    out = np.full(size + 1, n, dtype=np.int64)
+    if n == 0:
+        return out
+    starts = np.flatnonzero(np.concatenate(([True], groups[1:] != groups[:-1])))
+    counts = -(-np.diff(np.append(starts, n)) // rows_per_tile)
+    total = int(counts.sum())
+    if total > size:
+        fixed = np.arange(0, n, rows_per_tile, dtype=np.int64)
+        out[: len(fixed)] = fixed
+        return out
+    first_tile = np.cumsum(counts) - counts  # each run's first tile
+    within = np.arange(total, dtype=np.int64) - np.repeat(first_tile, counts)
+    out[:total] = np.repeat(starts, counts) + within * rows_per_tile
+    return out
 
 
 def host_int64(values: list[int]) -> torch.Tensor:

@@ -150,6 +150,7 @@ class DVRGenerator:
         draft_ahead: bool = True,
         wide_verify: bool | None = None,
         prioritize_fast: bool = False,
+        canonical_gemm_streams: int = 4,
     ):
         self.canonical_config = CanonicalConfig(window=window, group=group)
         self.config = EngineConfig(
@@ -159,6 +160,7 @@ class DVRGenerator:
             canonical_thread=canonical_thread, max_canonical_tokens=max_canonical_tokens,
             canonical_stream=canonical_stream, mixed_steps=mixed_steps, draft_ahead=draft_ahead,
             wide_verify=wide_verify, prioritize_fast=prioritize_fast,
+            canonical_gemm_streams=canonical_gemm_streams,
         )
         num_canonical_tokens = self.config.canonical_tokens(self.canonical_config.num_rows)
         scratch = getattr(kv_store, "num_scratch_slots", None)  # an injected store: a pass's padding rows write there
@@ -212,7 +214,7 @@ class DVRGenerator:
             verifier = Verifier(self.runner, self.canonical_policy, self.canonical_config,
                                 use_graph=None if is_graphed else False, use_thread=canonical_thread,
                                 max_model_len=self.max_model_len, max_rows=num_canonical_tokens,
-                                use_stream=canonical_stream)
+                                use_stream=canonical_stream, gemm_streams=self.config.canonical_gemm_streams)
         else:
             self.canonical_policy = getattr(verifier, "policy", self.canonical_policy)
             own = getattr(verifier, "max_rows", self.canonical_config.num_rows)  # a user's verifier: R rows

@@ -34,6 +34,9 @@ class StepInputs:
     # None, or [N] int8 (decode rows only): 1 where the row is a deterministic request's, whose attention a fast
     # policy may give the canonical kernel's bits (``FastPolicy(decode_kernel="deterministic")``); 0 elsewhere
     deterministic_rows: torch.Tensor | None = None
+    # None, or [T + 1] int64: the canonical tiled attention's tiles (``tiled_canonical_attention(tiles=)``), tile t
+    # the rows [tiles[t], tiles[t + 1]) of one sequence; staged with a canonical pass (``StaticRows(tile_rows=)``)
+    tiles: torch.Tensor | None = None
 
     @classmethod
     def join(cls, parts: list[StepInputs]) -> StepInputs:
@@ -66,6 +69,7 @@ class StepInputs:
             logits_rows=torch.cat(logits_rows),
             table_rows=None,
             parts=tuple(zip(starts, parts)),
+            tiles=None,
         )
 
     @property

@@ -24,8 +24,8 @@ from llm42.runner import ModelRunner, Segment  # noqa: E402
 from tests.tiled_attention_checks import (  # noqa: E402
     Cache, check_canonical_rows_are_their_own, check_decode_launch_has_canonical_bits,
     check_chunked_decode_has_canonical_bits, check_deterministic_rows_take_canonical_bits,
-    check_kv_independent_of_chunking, check_matches_float64, check_unmasked_full_blocks_keep_the_bits, mixed_rows,
-    prefill_kernel,
+    check_kv_independent_of_chunking, check_matches_float64, check_tile_table_keeps_the_bits,
+    check_unmasked_full_blocks_keep_the_bits, mixed_rows, prefill_kernel,
 )
 
 pytestmark = pytest.mark.gpu
@@ -299,3 +299,16 @@ def test_fast_policy_canonical_decode_kernel_keeps_the_contract(small_model):
     assert [outputs["chunked_split"][i] for i in det] == [outputs["chunked_deterministic"][i] for i in det]
     assert [outputs["split"][i] for i in det] == [outputs["canonical"][i] for i in det]
     assert [outputs["split"][i] for i in det] == [outputs["deterministic"][i] for i in det]
+
+
+@pytest.mark.parametrize("shape", [(9, 3, 64, 16, 900, None), (32, 8, 128, 16, 1500, None), (16, 2, 128, 16, 700, 100)],
+                         ids=["smollm2", "llama8b", "gqa8_window"])
+def test_tile_table_gives_the_fixed_tilings_bits(shape, report):
+    """The canonical launch with a pass's tile table (each run of one sequence's rows in tiles of its own: the
+    staged ``StepInputs.tiles``) gives every row the fixed tiling's bits at model shapes (SmolLM2's 9 / 3 heads:
+    21-row tiles), and follows the table (a table of one tile leaves every other row as it was)."""
+    cache = cache_for(shape, torch.bfloat16, seed=31, num_seqs=6)
+    spanning = check_tile_table_keeps_the_bits(cache, random.Random(5), num_launches=6, max_window=40,
+                                               key_block=64, sliding_window=shape[5])
+    report(f"tile_table_launches_spanning_{shape[0]}x{shape[1]}", spanning)
+    assert spanning >= 1

@@ -21,6 +21,7 @@ import torch
 pytest.importorskip("triton")
 
 from llm42 import DVRGenerator, SamplingParams  # noqa: E402
+from llm42.verify import canonical_pass  # noqa: E402
 from llm42.policies import FixedShapePolicy  # noqa: E402
 from tests.helpers import count_windows  # noqa: E402
 
@@ -110,6 +111,34 @@ def test_wide_verify_passes_commit_the_bits_of_r_row_passes_on_cuda(llama8b, rep
     got = _run(wide, prompts, params, num_free=16)
     wide.close()
     report("wide_verify_max_windows_per_pass", max(windows))
+    assert max(windows) > GROUP, f"no pass held more than G windows: {windows}"
+    assert got == reference
+
+
+@pytest.mark.parametrize("gemm_streams", [4, 1])
+def test_gemm_block_streams_and_tile_tables_keep_the_bits_on_cuda(llama8b, monkeypatch, gemm_streams, report):
+    """Wide verify passes with their R-row GEMM blocks side by side on ``gemm_streams`` streams and the tiled
+    attention's tile tables (round 15) commit exactly the bits of R-row passes without tile tables (round 14's
+    launch): windows cut short by ``max_new_tokens`` and prompt chunks of odd lengths put runs at offsets the
+    fixed tiling straddles."""
+    cfg, _ = llama8b
+    rng = random.Random(13)
+    prompts = [[rng.randrange(3, cfg.vocab_size) for _ in range(rng.randint(5, 300))] for _ in range(36)]
+    params = [SamplingParams(max_new_tokens=rng.randint(9, 70), deterministic=True, ignore_eos=True, logprobs=True,
+                             temperature=0.0 if i % 2 else 0.8, seed=200 + i) for i in range(36)]
+    monkeypatch.setattr(canonical_pass, "SEGMENT_TILES", False)
+    narrow = _generator(llama8b, WINDOW * GROUP)
+    reference = _run(narrow, prompts, params)
+    assert narrow.verifier.canonical_pass._rows.tiles is None  # bound (and staged) at its first pass
+    narrow.close()
+    monkeypatch.setattr(canonical_pass, "SEGMENT_TILES", True)
+    wide = _generator(llama8b, 4 * WINDOW * GROUP, wide_verify=True, canonical_gemm_streams=gemm_streams)
+    assert len(wide.verifier.canonical_pass._block_streams) == (gemm_streams if gemm_streams > 1 else 0)
+    windows = count_windows(wide)
+    got = _run(wide, prompts, params, num_free=12)
+    assert wide.verifier.canonical_pass._rows.tiles is not None
+    wide.close()
+    report(f"gemm_streams_{gemm_streams}_max_windows_per_pass", max(windows))
     assert max(windows) > GROUP, f"no pass held more than G windows: {windows}"
     assert got == reference
 

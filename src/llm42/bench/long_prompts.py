@@ -69,6 +69,7 @@ class LongPromptConfig:
     fast_decode_kernel: str = "split"
     max_canonical_tokens: int | None = None  # None: the engine's default (max_fast_tokens, in R-row steps)
     canonical_stream: bool | None = None  # CUDA: the canonical pass on its own stream (None: the engine's default)
+    canonical_gemm_streams: int = 4  # CUDA: a wide pass's R-row GEMM blocks side by side on that many streams
 
     @property
     def max_positions(self) -> int:
@@ -193,7 +194,8 @@ def run_long_prompts(config: LongPromptConfig, *, out: Path, repo: Path) -> dict
                            fast_policy=FastPolicy(decode_kernel=config.fast_decode_kernel,
                                                   canonical_key_chunk=canonical_key_chunk(config.canonical_attention)),
                            max_canonical_tokens=config.max_canonical_tokens,
-                           canonical_stream=config.canonical_stream)
+                           canonical_stream=config.canonical_stream,
+                           canonical_gemm_streams=config.canonical_gemm_streams)
         results["engine"] = {"num_canonical_rows": gen.canonical_config.num_rows,
                              "max_canonical_tokens": gen.max_canonical_tokens,
                              "max_fast_tokens": config.max_fast_tokens,
@@ -248,6 +250,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--canonical-stream", action=argparse.BooleanOptionalAction, default=None,
                    help="CUDA: canonical passes on their own stream (DVRGenerator knob; default: the engine's, "
                         "on for CUDA)")
+    p.add_argument("--canonical-gemm-streams", type=int, default=4,
+                   help="CUDA: streams a wide canonical pass's R-row GEMM blocks run on side by side "
+                        "(DVRGenerator(canonical_gemm_streams=...); 1: in turn)")
     p.add_argument("--canonical-thread", action="store_true",
                    help="CPU: canonical passes on a worker thread (DVRGenerator(canonical_thread=True))")
     return p.parse_args(argv)
@@ -272,7 +277,7 @@ def main(argv: list[str] | None = None, *, repo: Path | None = None) -> int:
             seed=args.seed, use_cuda_graphs=not args.no_cuda_graphs, canonical_thread=args.canonical_thread,
             canonical_attention=args.canonical_attention, canonical_gemm=args.canonical_gemm,
             fast_decode_kernel=args.fast_decode_kernel, max_canonical_tokens=args.max_canonical_tokens,
-            canonical_stream=args.canonical_stream,
+            canonical_stream=args.canonical_stream, canonical_gemm_streams=args.canonical_gemm_streams,
         )
         stem = model_label(Path(model)) if Path(model).exists() else model
         out = args.out or repo / "benchmarks" / "results" / f"long_prompts_{args.device}_{stem}.json"

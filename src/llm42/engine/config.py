@@ -68,6 +68,9 @@ class EngineConfig:
     yields the SMs to fast steps whenever both have blocks waiting. Measured on the H200 (round 14) it did not
     lower free requests' inter-token gaps online; off by default; no effect on the CPU. Committed output is
     unchanged (only the order in which the device runs independent work changes).
+    ``canonical_gemm_streams``: on CUDA, the streams a wide canonical pass's R-row GEMM blocks run on side by
+    side (each block the very call an R-row pass makes: the same bits; ``1`` runs them in turn). A small model's
+    R-row GEMM fills a fraction of the SMs. With llm42's own ``Verifier`` only. Committed output is unchanged.
     """
 
     max_num_seqs: int = 256
@@ -87,10 +90,11 @@ class EngineConfig:
     draft_ahead: bool = True
     wide_verify: bool | None = None
     prioritize_fast: bool = False
+    canonical_gemm_streams: int = 4
 
     def __post_init__(self) -> None:
         owner = "DVRGenerator"
-        for name in ("max_num_seqs", "max_fast_tokens", "block_size"):
+        for name in ("max_num_seqs", "max_fast_tokens", "block_size", "canonical_gemm_streams"):
             positive_int(owner, name, getattr(self, name))
         for name in ("kv_cache_tokens", "max_model_len", "max_canonical_tokens"):
             if getattr(self, name) is not None:

@@ -128,14 +128,14 @@ def _full_step(acc, m_i, l_i, q, k_head_ptr, v_head_ptr, table_row_ptr, key_star
 
 @triton.jit(do_not_specialize=["num_rows", "num_tiles", "window"])
 def _tiled_attention_kernel(
-    q_ptr, k_ptr, v_ptr, out_ptr, pos_ptr, row_seq_ptr, tables_ptr, select_ptr, num_rows, num_tiles,
+    q_ptr, k_ptr, v_ptr, out_ptr, pos_ptr, row_seq_ptr, tables_ptr, select_ptr, tiles_ptr, num_rows, num_tiles,
     stride_q_row, stride_q_head, stride_o_row, stride_o_head,
     stride_k_slot, stride_k_head, stride_v_slot, stride_v_head, stride_table,
     qk_scale, window,
     GROUPS: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr, PAGE: tl.constexpr, HAS_WINDOW: tl.constexpr, DOT_PRECISION: tl.constexpr,
     IS_CANONICAL: tl.constexpr, UPCAST: tl.constexpr, ROWS: tl.constexpr, MASK_EVERY_BLOCK: tl.constexpr,
-    SELECT: tl.constexpr,
+    SELECT: tl.constexpr, TILE_TABLE: tl.constexpr,
 ):
     # ROWS query rows per tile (at most BLOCK_M // GROUPS; M-rows past ROWS x GROUPS are padding, never stored)
     tile = num_tiles - 1 - tl.program_id(0)  # the tiles with the longest key ranges (usually the last) first
@@ -143,8 +143,14 @@ def _tiled_attention_kernel(
     offs_m = tl.arange(0, BLOCK_M)
     offs_d = tl.arange(0, BLOCK_D)
     d_mask = offs_d < HEAD_DIM
-    rows = tile * ROWS + offs_m // GROUPS
-    m_valid = (offs_m < ROWS * GROUPS) & (rows < num_rows)
+    if TILE_TABLE:  # tile t: rows [tiles[t], tiles[t + 1]) (at most ROWS of them; none past the last tile)
+        first_row = tl.load(tiles_ptr + tile)
+        end_row = tl.minimum(tl.load(tiles_ptr + tile + 1), num_rows)
+    else:  # tile t: rows [t ROWS, (t + 1) ROWS)
+        first_row = tile * ROWS
+        end_row = num_rows
+    rows = first_row + offs_m // GROUPS
+    m_valid = (offs_m < ROWS * GROUPS) & (rows < end_row)
     if SELECT != 0:  # only the rows whose flag is 0 (SELECT 1) or nonzero (SELECT 2); the others are not rows here
         flag = tl.load(select_ptr + rows, mask=m_valid, other=0)
         m_valid = m_valid & ((flag != 0) if SELECT == 2 else (flag == 0))
@@ -214,7 +220,7 @@ def _tiled_attention_kernel(
 
 def _launch(q, k_cache, v_cache, positions, row_seq, block_tables, *, block_size, scale, sliding_window,
             block_m, block_n, num_warps, num_stages, is_canonical, rows_per_tile=None, fp_fusion=None,
-            mask_every_block=None, only_rows=None, out=None):
+            mask_every_block=None, only_rows=None, out=None, tiles=None):
     num_rows = q.shape[0]
     num_heads, num_kv_heads, head_dim = _check_shapes(q, k_cache, v_cache)
     groups = num_heads // num_kv_heads
@@ -229,9 +235,16 @@ def _launch(q, k_cache, v_cache, positions, row_seq, block_tables, *, block_size
         return out
     select, select_ptr = _selection(only_rows, num_rows, keep_flagged=True, like=positions)
     rows_per_tile = block_m // groups if rows_per_tile is None else rows_per_tile
-    num_tiles = -(-num_rows // rows_per_tile)
+    if tiles is not None:
+        if tiles.dtype != torch.int64 or tiles.dim() != 1 or tiles.numel() < 2 or tiles.device != q.device:
+            raise ValueError(f"tiles must be a 1-D int64 tensor of at least 2 entries on {q.device}, got "
+                             f"{tuple(tiles.shape)} {tiles.dtype} on {tiles.device}")
+        num_tiles = tiles.numel() - 1
+    else:
+        num_tiles = -(-num_rows // rows_per_tile)
     _tiled_attention_kernel[(num_tiles, num_kv_heads)](
-        q, k_cache, v_cache, out, positions, row_seq, block_tables, select_ptr, num_rows, num_tiles,
+        q, k_cache, v_cache, out, positions, row_seq, block_tables, select_ptr,
+        positions if tiles is None else tiles, num_rows, num_tiles,
         q.stride(0), q.stride(1), out.stride(0), out.stride(1),
         k_cache.stride(0), k_cache.stride(1), v_cache.stride(0), v_cache.stride(1), block_tables.stride(0),
         scale * _LOG2E, window,
@@ -239,7 +252,7 @@ def _launch(q, k_cache, v_cache, positions, row_seq, block_tables, *, block_size
         BLOCK_N=block_n, PAGE=block_size, HAS_WINDOW=has_window, DOT_PRECISION=_dot_precision(k_cache.dtype),
         IS_CANONICAL=is_canonical, UPCAST=q.device.type != "cuda", ROWS=rows_per_tile,
         MASK_EVERY_BLOCK=(is_canonical and CANONICAL_MASK_EVERY_BLOCK) if mask_every_block is None
-        else mask_every_block, SELECT=select, num_warps=num_warps,
+        else mask_every_block, SELECT=select, TILE_TABLE=tiles is not None, num_warps=num_warps,
         num_stages=num_stages, enable_fp_fusion=(not is_canonical) if fp_fusion is None else fp_fusion,
     )
     return out
@@ -297,17 +310,33 @@ def tiled_canonical_attention(
     key_block: int = 64,
     sliding_window: int | None = None,
     mask_every_block: bool | None = None,
+    tiles: torch.Tensor | None = None,
+    out: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Canonical tiled attention: one fixed launch configuration, each row's bits its own; returns [N, Hq, D].
 
     ``mask_every_block``: None is the canonical config's ``CANONICAL_MASK_EVERY_BLOCK``; the other
     value is for the tests and the sweep that compare the two.
+
+    ``tiles`` (optional, [T + 1] int64): which rows each program takes, tile t the rows
+    [tiles[t], tiles[t + 1]), at most ``canonical_rows_per_tile`` of them; entries past the last tile
+    repeat the row count (empty tiles, whose programs exit). ``canonical_tiles`` cuts each run of one
+    sequence's rows into its own tiles, so no program runs two groups one after the other (the
+    fixed tiling's 21-row tiles put most of a pass's 32-row windows' ends in a tile with the next
+    window: two key sweeps in turn). The bits are the same either way (a row's bits do not depend on
+    its tile-mates); what changes is the longest chain of key blocks any program walks. ``out``: written in
+    place (rows no tile holds are left as they were).
     """
     _check_canonical_groups(q, k_cache)
     return _launch(q, k_cache, v_cache, positions, row_seq, block_tables, block_size=block_size, scale=scale,
                    sliding_window=sliding_window, block_m=CANONICAL_TILE_M, block_n=key_block,
                    num_warps=CANONICAL_TILE_WARPS, num_stages=CANONICAL_TILE_STAGES, is_canonical=True,
-                   mask_every_block=mask_every_block)
+                   mask_every_block=mask_every_block, tiles=tiles, out=out)
+
+
+def canonical_rows_per_tile(groups: int) -> int:
+    """Query rows in one tile of the canonical launch, for ``groups`` query heads per kv head."""
+    return CANONICAL_TILE_M // groups
 
 
 def tiled_canonical_decode_attention(

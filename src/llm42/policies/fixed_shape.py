@@ -161,12 +161,22 @@ class FixedShapePolicy(ExactRowOps, FusedRowOps):
             return kernels.tiled_canonical_attention(
                 q, k_cache, v_cache, inputs.positions, inputs.shared_table_rows, inputs.block_tables,
                 block_size=block_size, scale=scale, key_block=self.key_block, sliding_window=sliding_window,
-                mask_every_block=True if self.attention_kernel == "tiled_masked" else None,
+                mask_every_block=True if self.attention_kernel == "tiled_masked" else None, tiles=inputs.tiles,
             )
         return blocked_attention(
             q, k_cache, v_cache, inputs,
             block_size=block_size, scale=scale, key_block=self.key_block, sliding_window=sliding_window,
         )
+
+    def attention_tile_rows(self, num_heads: int, num_kv_heads: int) -> int | None:
+        """Rows per tile of the CUDA tiled canonical attention, whose launch takes a tile table staged with
+        the pass (``StepInputs.tiles``: each sequence's rows in tiles of their own; the same bits as the fixed
+        tiling); None where the attention is another kernel's."""
+        if self.attention_kernel not in ("tiled", "tiled_masked") or self.attention_backend == "flash":
+            return None
+        from llm42.kernels.tiled_attention import canonical_rows_per_tile
+
+        return canonical_rows_per_tile(num_heads // num_kv_heads)
 
     def process_logits(self, logits: torch.Tensor, inputs: StepInputs) -> torch.Tensor:
         return logits

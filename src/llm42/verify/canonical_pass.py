@@ -42,12 +42,13 @@ from concurrent.futures import Future, ThreadPoolExecutor
 
 import torch
 
-from llm42.cuda_graphs import StaticRows, Staging, capture_graph, host_int64, resolve_use_graph
+from llm42.cuda_graphs import StaticRows, Staging, capture_graph, host_int64, lend_streams, resolve_use_graph
 from llm42.inputs import StepInputs
 from llm42.model.config import ModelConfig
 from llm42.model.forward import forward
 from llm42.model.weights import Weights
 from llm42.policies.base import ReductionPolicy
+from llm42.engine.config import positive_int
 from llm42.engine.decode_state import to_device
 from llm42.sampler import SamplingRows, logprob_details, sample, sampling_variant
 
@@ -58,27 +59,53 @@ class GemmRowBlocks:
     ``linear`` (and ``row_parallel_linear``, where the policy has one) of n > ``rows`` rows is the
     policy's own on each contiguous block of ``rows`` rows, concatenated: the very call an R-row
     pass makes, so each row gets the bits it gets there. Everything else is the policy's.
+
+    ``streams`` (CUDA streams, the pass's own): the blocks run side by side on them (block i on
+    stream i mod len(streams); the caller's stream waits for them all), each block's call and operands
+    exactly those of the serial loop, so the bits are the same; what changes is that one R-row
+    GEMM of a small model fills a fraction of the SMs (SmolLM2's 256 x 960 x 576 qkv: ~30 tiles on
+    132 SMs), and in a captured graph the blocks are independent branches the device runs at once.
+    None or fewer than two run them one after another on the caller's stream. The streams must be
+    the pass's alone (``llm42.cuda_graphs.lend_streams``): a graph captured on them bakes in each
+    stream's cuBLAS workspace (round 2's hang came from two graphs run at once on one workspace).
     """
 
-    def __init__(self, policy: ReductionPolicy, rows: int):
+    def __init__(self, policy: ReductionPolicy, rows: int, *, streams: list[torch.cuda.Stream] | None = None):
         self._policy = policy
         self.rows = rows
+        self.streams = list(streams or [])
 
     def __getattr__(self, name: str):
         if name == "_policy":  # not set yet (copy, unpickling): no recursion through __getattr__
             raise AttributeError(name)
         return getattr(self._policy, name)
 
-    def _blocks(self, x: torch.Tensor, fn) -> torch.Tensor:
+    def _blocks(self, x: torch.Tensor, fn, *, parallel: bool = False) -> torch.Tensor:
         if x.shape[0] <= self.rows:
             return fn(x)
-        return torch.cat([fn(x[i: i + self.rows]) for i in range(0, x.shape[0], self.rows)])
+        starts = range(0, x.shape[0], self.rows)
+        if not (parallel and x.is_cuda and len(self.streams) > 1):
+            return torch.cat([fn(x[i: i + self.rows]) for i in starts])
+        main = torch.cuda.current_stream(x.device)
+        side = self.streams[:len(starts)]
+        parts = []
+        for s in side:  # every block's operands are ready on the caller's stream
+            s.wait_stream(main)
+        for b, i in enumerate(starts):
+            with torch.cuda.stream(side[b % len(side)]):
+                parts.append(fn(x[i: i + self.rows]))
+        for s in side:
+            main.wait_stream(s)
+        for part in parts:  # made on a block's stream, read (by the cat) and freed on the caller's
+            part.record_stream(main)
+        return torch.cat(parts)
 
     def linear(self, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
-        return self._blocks(x, lambda part: self._policy.linear(part, weight, bias))
+        return self._blocks(x, lambda part: self._policy.linear(part, weight, bias), parallel=True)
 
     def row_parallel_linear(self, x, weight, bias, *, tp, shard):
-        """The policy's own on R-row blocks, else what ``forward`` does without one (on R-row blocks too)."""
+        """The policy's own on R-row blocks, else what ``forward`` does without one (on R-row blocks too);
+        one block after another: each block's collective must be issued in the same order on every rank."""
         own = getattr(self._policy, "row_parallel_linear", None)
         if callable(own):
             return self._blocks(x, lambda part: own(part, weight, bias, tp=tp, shard=shard))
@@ -86,7 +113,15 @@ class GemmRowBlocks:
         return out if bias is None else out + bias
 
     def __repr__(self) -> str:
-        return f"GemmRowBlocks({self._policy!r}, rows={self.rows})"
+        streams = f", streams={len(self.streams)}" if len(self.streams) > 1 else ""
+        return f"GemmRowBlocks({self._policy!r}, rows={self.rows}{streams})"
+
+
+# the streams a wide pass's R-row GEMM blocks run on, side by side (``GemmRowBlocks``; the default of
+# ``CanonicalPass(gemm_streams=)``; 1 = one block after another on the pass's stream)
+GEMM_BLOCK_STREAMS = 4
+# whether a pass stages a tile table for the tiled canonical attention (``CanonicalPass(segment_tiles=)``)
+SEGMENT_TILES = True
 
 
 def pass_buckets(num_rows: int, max_rows: int, *, is_graphed: bool = True) -> tuple[int, ...]:
@@ -207,12 +242,18 @@ class CanonicalPass:
     rows runs at the smallest bucket (``pass_buckets``) that holds them, its GEMMs on R-row blocks
     and its head and sampler on the R rows ``wanted`` (see the module docstring). ``max_model_len``:
     the longest sequence a row may belong to (default: the model's context); it sizes the per-row
-    block tables, never a kernel's schedule (a row reads only its own positions).
+    block tables, never a kernel's schedule (a row reads only its own positions). ``gemm_streams``
+    (CUDA; default ``GEMM_BLOCK_STREAMS``): the streams of its own on which a wide pass's R-row GEMM
+    blocks run side by side (``GemmRowBlocks``: the same calls, the same bits; 1 = in turn).
+    ``segment_tiles`` (CUDA; default ``SEGMENT_TILES``): stage a tile table with each pass so that the tiled
+    canonical attention cuts each sequence's rows into tiles of their own (the same bits as its fixed tiling,
+    whose tiles straddle two windows: two key sweeps one after the other in one program).
     """
 
     def __init__(self, weights: Weights, cfg: ModelConfig, policy: ReductionPolicy, num_rows: int, *,
                  max_rows: int | None = None, use_graph: bool | None = None, use_stream: bool = False,
-                 use_thread: bool = False, max_model_len: int | None = None):
+                 use_thread: bool = False, max_model_len: int | None = None, gemm_streams: int | None = None,
+                 segment_tiles: bool | None = None):
         self.weights = weights
         self.cfg = cfg
         self.max_model_len = cfg.max_position_embeddings if max_model_len is None else max_model_len
@@ -242,6 +283,12 @@ class CanonicalPass:
         # The pass's graphs are now captured on its own stream (its own workspace); on the H200 that is
         # not verified yet, so by default a pass still shares the caller's stream
         self._stream = torch.cuda.Stream(self.device) if is_cuda and use_stream else None
+        self.segment_tiles = SEGMENT_TILES if segment_tiles is None else segment_tiles
+        self.gemm_streams = positive_int("CanonicalPass", "gemm_streams",
+                                         GEMM_BLOCK_STREAMS if gemm_streams is None else gemm_streams)
+        # the pass's own while it lives (never another live pass's: a captured GEMM keeps its stream's workspace)
+        self._block_streams = (lend_streams(self, self.device, self.gemm_streams)
+                               if is_cuda and self.gemm_streams > 1 and max_rows > num_rows else [])
         self._use_thread = use_thread and not is_cuda  # a CUDA pass is already asynchronous: the device runs it
         self._worker: ThreadPoolExecutor | None = None  # started by the first threaded launch
         self._host_tokens = torch.zeros(max_rows, dtype=torch.int64, pin_memory=is_cuda)
@@ -268,7 +315,11 @@ class CanonicalPass:
         """
         cfg, num_rows, device = self.cfg, self.num_rows, self.device
         # a pass's sequences: at most R (each takes a row of an R-row pass, a result row of a wider one)
-        self._rows = StaticRows(self.max_rows, self.max_model_len, kv, device, max_seqs=num_rows)
+        tile_rows = None
+        if device.type == "cuda" and self.segment_tiles:
+            rows_of = getattr(self.policy, "attention_tile_rows", None)
+            tile_rows = rows_of(cfg.num_heads, cfg.num_kv_heads) if callable(rows_of) else None
+        self._rows = StaticRows(self.max_rows, self.max_model_len, kv, device, max_seqs=num_rows, tile_rows=tile_rows)
         max_rows = self.max_rows  # every row of a wide pass may need a result (its windows' rows)
         self._sampling_ints = torch.zeros((3, max_rows), dtype=torch.int64, device=device)  # top_k, seeds, pos
         self._sampling_floats = torch.zeros((2, max_rows), dtype=torch.float32, device=device)  # temp, top_p
@@ -286,7 +337,8 @@ class CanonicalPass:
         # a policy whose GEMM rows are their own at any M (FixedShapePolicy(gemm="triton")) runs each GEMM once
         row_invariant = bool(getattr(self.policy, "is_gemm_row_invariant", False))
         self._policies = {bucket: self.policy if bucket == num_rows or row_invariant
-                          else GemmRowBlocks(self.policy, num_rows) for bucket in self.buckets}
+                          else GemmRowBlocks(self.policy, num_rows, streams=self._block_streams)
+                          for bucket in self.buckets}
         self._kv = kv
         self._samplers.clear()
         self._forward_graphs.clear()
