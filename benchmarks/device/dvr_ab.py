@@ -105,13 +105,16 @@ VARIANTS = {
     # round 14: each step's work on a high-priority stream, the canonical passes' stream on the lowest
     # (DVRGenerator(prioritize_fast=True)): free requests' steps first when both have blocks waiting
     "priority": {"prioritize_fast": True},
-    # round 15: a wide pass's R-row GEMM blocks one after another (the default since round 15 runs them side by side
-    # on 4 streams of the pass's own: the same calls, the same bits)
+    # round 15: a wide pass's R-row GEMM blocks one after another ("serial_gemm", round 15's call B ran the tree
+    # whose default was 4 streams; the default again after it) and side by side on 4 streams of the pass's own (the
+    # same calls, the same bits)
     "serial_gemm": {"canonical_gemm_streams": 1},
+    "gemm_streams4": {"canonical_gemm_streams": 4},
     # and the canonical tiled attention's fixed tiling (no tile table staged with a pass: round 14's launch, the
     # same bits), alone and with the serial GEMM blocks (round 14's canonical pass)
     "fixed_tiles": {"segment_tiles": False},
     "round14_pass": {"canonical_gemm_streams": 1, "segment_tiles": False},
+    # round 15's call B ran "default" with 4 streams (the default then)
 }
 
 

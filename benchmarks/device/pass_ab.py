@@ -10,7 +10,8 @@ each variant is a ``CanonicalPass`` of its own on them, every bucket captured as
 - ``serial_fixed``: a wide pass's R-row GEMM blocks one after another, the attention's fixed tiling (round 14);
 - ``streams4_fixed`` / ``streams8_fixed``: the blocks side by side on 4 / 8 streams (``gemm_streams``);
 - ``serial_tiles``: a tile table staged with each pass (``segment_tiles``), blocks in turn;
-- ``streams2_tiles`` / ``streams4_tiles``: both, on 2 / 4 streams (4: the round-15 default).
+- ``streams2_tiles`` / ``streams4_tiles``: both, on 2 / 4 streams (round 15 keeps the tile table on by default and
+  the streams opt-in: served beside fast steps, 4 streams measured worse).
 
 Pass shapes, per context C: 8 and 64 verify windows of 32 rows at C (every row a result, as ``wide_verify``
 stages them); 64 ragged windows (8-32 rows each, at contexts drawn from [C / 4, C], seeded: windows cut

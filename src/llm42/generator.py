@@ -29,7 +29,7 @@ from pathlib import Path
 
 import torch
 
-from llm42.cuda_graphs import DecodeGraphs
+from llm42.cuda_graphs import DecodeGraphs, lend_streams
 from llm42.engine.config import EngineConfig
 from llm42.engine.decode_state import DecodeState
 from llm42.engine.fast_step import FastStep
@@ -150,7 +150,7 @@ class DVRGenerator:
         draft_ahead: bool = True,
         wide_verify: bool | None = None,
         prioritize_fast: bool = False,
-        canonical_gemm_streams: int = 4,
+        canonical_gemm_streams: int = 1,
     ):
         self.canonical_config = CanonicalConfig(window=window, group=group)
         self.config = EngineConfig(
@@ -207,7 +207,8 @@ class DVRGenerator:
             canonical_stream = is_cuda and verifier is None
         # prioritize_fast: each step's work on a high-priority stream (CUDA's priorities: lower is higher; -1 is
         # in every device's range), the canonical pass's stream keeping the default, lowest priority
-        self._step_stream = torch.cuda.Stream(self.device, priority=-1) if is_cuda and prioritize_fast else None
+        self._step_stream = (lend_streams(self, self.device, 1, priority=-1)[0] if is_cuda and prioritize_fast
+                             else None)
         if wide_verify is None:
             wide_verify = is_cuda
         if verifier is None:

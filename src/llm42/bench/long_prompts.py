@@ -69,7 +69,7 @@ class LongPromptConfig:
     fast_decode_kernel: str = "split"
     max_canonical_tokens: int | None = None  # None: the engine's default (max_fast_tokens, in R-row steps)
     canonical_stream: bool | None = None  # CUDA: the canonical pass on its own stream (None: the engine's default)
-    canonical_gemm_streams: int = 4  # CUDA: a wide pass's R-row GEMM blocks side by side on that many streams
+    canonical_gemm_streams: int = 1  # CUDA: a wide pass's R-row GEMM blocks side by side on that many streams
 
     @property
     def max_positions(self) -> int:
@@ -250,7 +250,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--canonical-stream", action=argparse.BooleanOptionalAction, default=None,
                    help="CUDA: canonical passes on their own stream (DVRGenerator knob; default: the engine's, "
                         "on for CUDA)")
-    p.add_argument("--canonical-gemm-streams", type=int, default=4,
+    p.add_argument("--canonical-gemm-streams", type=int, default=1,
                    help="CUDA: streams a wide canonical pass's R-row GEMM blocks run on side by side "
                         "(DVRGenerator(canonical_gemm_streams=...); 1: in turn)")
     p.add_argument("--canonical-thread", action="store_true",

@@ -107,7 +107,7 @@ class Engine:
     adaptive_draft: bool = False  # DVRGenerator's knob: halve/double a deterministic request's window depth
     prompt_share: float = 0.0  # DefaultScheduler's knob: a pass's rows windows leave to deterministic prompts
     prioritize_fast: bool = False  # DVRGenerator's knob: each step's work on a high-priority CUDA stream
-    canonical_gemm_streams: int = 4  # DVRGenerator's knob: a wide pass's R-row GEMM blocks side by side
+    canonical_gemm_streams: int = 1  # DVRGenerator's knob: a wide pass's R-row GEMM blocks side by side
 
     def generator(self, mode: Mode, *, window: int | None = None, group: int | None = None,
                   ) -> tuple[DVRGenerator, list[str]]:

@@ -119,7 +119,7 @@ class GemmRowBlocks:
 
 # the streams a wide pass's R-row GEMM blocks run on, side by side (``GemmRowBlocks``; the default of
 # ``CanonicalPass(gemm_streams=)``; 1 = one block after another on the pass's stream)
-GEMM_BLOCK_STREAMS = 4
+GEMM_BLOCK_STREAMS = 1
 # whether a pass stages a tile table for the tiled canonical attention (``CanonicalPass(segment_tiles=)``)
 SEGMENT_TILES = True
 
@@ -282,7 +282,7 @@ class CanonicalPass:
         # capture stream, so the pass's GEMMs and the fast steps' shared one cuBLAS workspace (capture_graph).
         # The pass's graphs are now captured on its own stream (its own workspace); on the H200 that is
         # not verified yet, so by default a pass still shares the caller's stream
-        self._stream = torch.cuda.Stream(self.device) if is_cuda and use_stream else None
+        self._stream = lend_streams(self, self.device, 1)[0] if is_cuda and use_stream else None
         self.segment_tiles = SEGMENT_TILES if segment_tiles is None else segment_tiles
         self.gemm_streams = positive_int("CanonicalPass", "gemm_streams",
                                          GEMM_BLOCK_STREAMS if gemm_streams is None else gemm_streams)
