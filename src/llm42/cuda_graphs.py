@@ -153,8 +153,11 @@ class StaticRows:
         self.stage(kv, [], [], [], [], [])  # dummy rows only: safe to run before any real pass
 
     def max_tiles(self, num_rows: int) -> int:
-        """The most tiles ``num_rows`` staged rows cut into: a partial tile per sequence (and the padding) at most."""
-        return -(-num_rows // self.tile_rows) + min(self.max_seqs + 1, num_rows)
+        """The tiles a launch over ``num_rows`` staged rows has room for: twice the fixed tiling's, and one for the
+        padding. Each tile is a program (an empty one exits at once, but on the 8B shape 273 x 8 programs for a
+        256-row pass, room for a partial tile per sequence, cost a 256-row pass 6-8 %: round 15, call A2); a pass
+        whose sequences need more tiles than this takes the fixed tiling (``tile_starts``), the same bits."""
+        return 2 * -(-num_rows // self.tile_rows) + 1
 
     def view(self, name: str, num_rows: int) -> torch.Tensor:
         return self.ints[self.FIELDS.index(name), :num_rows]
