@@ -320,7 +320,7 @@ def tiled_canonical_attention(
 
     ``tiles`` (optional, [T + 1] int64): which rows each program takes, tile t the rows
     [tiles[t], tiles[t + 1]), at most ``canonical_rows_per_tile`` of them; entries past the last tile
-    repeat the row count (empty tiles, whose programs exit). ``canonical_tiles`` cuts each run of one
+    repeat the row count (empty tiles, whose programs exit). ``llm42.cuda_graphs.tile_starts`` cuts each run of one
     sequence's rows into its own tiles, so no program runs two groups one after the other (the
     fixed tiling's 21-row tiles put most of a pass's 32-row windows' ends in a tile with the next
     window: two key sweeps in turn). The bits are the same either way (a row's bits do not depend on
