@@ -68,6 +68,21 @@ class StepTimer:
         return out
 
 
+def run_rows(fast, num_decode: int, num_prompt: int) -> int:
+    """The rows a step's GEMMs run once padded to its graphs' buckets (decode rows, prompt rows, or both joined
+    in a mixed step); the real rows where a step runs eagerly."""
+    mixed, prefill, graphs = fast.mixed, fast.fast_prefill, fast.decode_graphs
+    if num_decode and num_prompt and mixed is not None and mixed.graphs is not None:
+        return mixed.decode_bucket(num_decode) + prefill.bucket_for(num_prompt)
+    rows = 0
+    if num_decode:
+        rows += graphs.bucket_for(num_decode) if graphs is not None and num_decode <= graphs.max_batch_size \
+            else num_decode
+    if num_prompt:
+        rows += prefill.bucket_for(num_prompt)
+    return rows
+
+
 def sync() -> None:
     if torch.cuda.is_available():
         torch.cuda.synchronize()
@@ -118,7 +133,7 @@ def measure(gen: DVRGenerator, prompts, params) -> dict:
     for i, (w, (d, p, c)) in enumerate(zip(walls, plans)):
         kind = "decode" if d and not p else "mixed" if d and p else "prefill" if p else "other"
         k = kinds.setdefault(kind, {"steps": 0, "wall_ms": 0.0, "decode_graph_ms": 0.0, "prefill_graph_ms": 0.0,
-                                    "mixed_graph_ms": 0.0, "decode_rows": 0, "prefill_rows": 0,
+                                    "mixed_graph_ms": 0.0, "decode_rows": 0, "prefill_rows": 0, "padded_rows": 0,
                                     "launch_host_ms": 0.0,
                                     "read_host_ms": 0.0, "schedule_host_ms": 0.0})
         k["steps"] += 1
@@ -130,11 +145,13 @@ def measure(gen: DVRGenerator, prompts, params) -> dict:
             k[f"{key}_ms"] += device[key].get(i, 0.0)
         k["decode_rows"] += d
         k["prefill_rows"] += p
+        k["padded_rows"] += run_rows(fast, d, p)
     for k in kinds.values():
         n = k["steps"]
         k["share_of_wall"] = round(k["wall_ms"] / (1e3 * wall), 4)
+        k["rows_run_over_real"] = round(k["padded_rows"] / max(1, k["decode_rows"] + k["prefill_rows"]), 4)
         for key in ("wall_ms", "decode_graph_ms", "prefill_graph_ms", "mixed_graph_ms", "decode_rows",
-                    "prefill_rows", "launch_host_ms", "read_host_ms", "schedule_host_ms"):
+                    "prefill_rows", "padded_rows", "launch_host_ms", "read_host_ms", "schedule_host_ms"):
             k[f"mean_{key}"] = round(k.pop(key) / n, 4)
     out_tokens = sum(p.max_new_tokens for p in params)
     # decode rows per step in tenths of the run: the tail where few requests are left
@@ -171,6 +188,9 @@ def main() -> None:
     ap.add_argument("--prefill-configs", default="current",
                     help="comma-separated fast prefill attention configs: current, or BMxBNxWARPSxSTAGES "
                          "(one run each)")
+    ap.add_argument("--bucket-steps", default="default",
+                    help="comma-separated graph_bucket_step values: default (the model's) or an int (one run each; "
+                         "a step >= max_fast_tokens is the powers-of-two ladder)")
     ap.add_argument("--device", default="cuda")
     args = ap.parse_args()
     cfg = smollm2_shape() if args.model == "smollm2" else llama31_8b_config(max_position_embeddings=4096)
@@ -178,17 +198,19 @@ def main() -> None:
     name = torch.cuda.get_device_name() if args.device == "cuda" else args.device
     result: dict = {"args": vars(args), "device": name, "runs": {}}
     prompts, params = requests(args.num_requests, cfg.vocab_size, args.length_scale)
-    runs = [(int(s), m, c, w) for s in args.max_num_seqs.split(",") for m in args.mixed_steps.split(",")
-            for c in args.prefill_configs.split(",") for w in args.split_waves.split(",")]
+    runs = [(int(s), m, c, w, b) for s in args.max_num_seqs.split(",") for m in args.mixed_steps.split(",")
+            for c in args.prefill_configs.split(",") for w in args.split_waves.split(",")
+            for b in args.bucket_steps.split(",")]
     current = tiled_attention.PREFILL_SMALL, tiled_attention.PREFILL_LARGE
     default_waves = attention.DECODE_SPLIT_WAVES
-    for seqs, mixed, config, waves in runs:
+    for seqs, mixed, config, waves, step in runs:
         attention.DECODE_SPLIT_WAVES = default_waves if waves == "default" else int(waves)
         # the fast prefill kernel's launch configuration: "current", or block_m x block_n x warps x stages for all
         tiled_attention.PREFILL_SMALL, tiled_attention.PREFILL_LARGE = (
             current if config == "current" else (tuple(int(x) for x in config.split("x")),) * 2)
         gen = DVRGenerator(weights, cfg, max_num_seqs=seqs, max_fast_tokens=max(args.max_fast_tokens, seqs),
-                           mixed_steps={"default": None, "on": True, "off": False}[mixed])
+                           mixed_steps={"default": None, "on": True, "off": False}[mixed],
+                           graph_bucket_step=None if step == "default" else int(step))
         t = time.perf_counter()
         warm = measure(gen, prompts, params)
         run = measure(gen, prompts, params)
@@ -197,12 +219,16 @@ def main() -> None:
         run["mixed_steps"] = gen.stats["mixed_steps"]
         is_mixed = gen.fast_step.mixed is not None and gen.fast_step.mixed.graphs is not None
         run["mixed_graphs_captured"] = gen.fast_step.mixed.graphs.num_captured if is_mixed else 0
+        run["prefill_graph_buckets"] = list(gen.fast_step.fast_prefill.graphs.buckets) if is_mixed else []
+        run["mixed_decode_buckets"] = list(gen.fast_step.mixed.decode_buckets()) if is_mixed else []
+        run["graph_bucket_step"] = gen.config.bucket_step(cfg)
         run["prefill_config"] = config
         run["split_waves"] = attention.DECODE_SPLIT_WAVES
         key = str(seqs) if mixed == "default" else f"{seqs}/mixed_{mixed}"
         key = key if config == "current" else f"{key}/prefill_{config}"
-        result["runs"][key if waves == "default" else f"{key}/waves_{waves}"] = run
-        print(json.dumps({"max_num_seqs": seqs, "mixed": mixed, "prefill_config": config,
+        key = key if waves == "default" else f"{key}/waves_{waves}"
+        result["runs"][key if step == "default" else f"{key}/step_{step}"] = run
+        print(json.dumps({"max_num_seqs": seqs, "mixed": mixed, "prefill_config": config, "bucket_step": step,
                           "split_waves": run["split_waves"], "mixed_graphs": run["mixed_graphs_captured"],
                           **{k: run[k] for k in ("output_tok_per_s", "ms_per_step", "steps")},
                           "kinds": run["kinds"]}, indent=1), flush=True)

@@ -322,13 +322,31 @@ class DecodeGraphs:
         return tokens[:num_seqs], logprobs[:num_seqs]
 
 
-def prefill_buckets(max_rows: int) -> tuple[int, ...]:
-    """Row counts with a captured prefill graph: powers of two from 16, then the maximum."""
-    sizes, size = [], 16
-    while size < max_rows:
+def row_buckets(max_rows: int, step: int | None = None, *, smallest: int = 16) -> tuple[int, ...]:
+    """Row counts with a captured graph: powers of two from ``smallest`` below ``step``, then every multiple of
+    ``step``, then ``max_rows``. ``step=None``: powers of two all the way (a step of ``max_rows`` or more does
+    the same).
+
+    The ladder is the padding a step pays: a step of n rows runs the smallest bucket >= n. On a compute-bound
+    model every padding row costs a real row's GEMM FLOPs, so above ``step`` the ladder is linear (at most
+    ``step - 1`` padding rows) rather than doubling (up to half the rows).
+    """
+    sizes, size = [], smallest
+    while size < max_rows and (step is None or size < step):
         sizes.append(size)
         size *= 2
+    if step is not None:
+        size = max(step, smallest)
+        while size < max_rows:
+            sizes.append(size)
+            size += step
     return tuple(sizes) + (max_rows,)
+
+
+def prefill_buckets(max_rows: int, step: int | None = None) -> tuple[int, ...]:
+    """Row counts with a captured prefill graph (``row_buckets``): powers of two from 16 up to ``step``, then
+    its multiples, then the maximum."""
+    return row_buckets(max_rows, step)
 
 
 class PrefillGraphs:
@@ -337,11 +355,11 @@ class PrefillGraphs:
     Like ``DecodeGraphs``: captured lazily into one pool, replayed on the staged static rows.
     """
 
-    def __init__(self, prefill):
+    def __init__(self, prefill, *, bucket_step: int | None = None):
         # a weak reference: the prefill owns these graphs, and a cycle would keep its K/V store and
         # weights on the device until the garbage collector runs
         self.prefill = weakref.proxy(prefill)
-        self.buckets = prefill_buckets(prefill.max_rows)
+        self.buckets = prefill_buckets(prefill.max_rows, bucket_step)
         self._graphs: dict[tuple[int, bool], tuple[torch.cuda.CUDAGraph, tuple[torch.Tensor, torch.Tensor]]] = {}
         self._pool = torch.cuda.graph_pool_handle()
 

@@ -151,6 +151,7 @@ class DVRGenerator:
         wide_verify: bool | None = None,
         prioritize_fast: bool = False,
         canonical_gemm_streams: int = 1,
+        graph_bucket_step: int | None = None,
     ):
         self.canonical_config = CanonicalConfig(window=window, group=group)
         self.config = EngineConfig(
@@ -160,7 +161,7 @@ class DVRGenerator:
             canonical_thread=canonical_thread, max_canonical_tokens=max_canonical_tokens,
             canonical_stream=canonical_stream, mixed_steps=mixed_steps, draft_ahead=draft_ahead,
             wide_verify=wide_verify, prioritize_fast=prioritize_fast,
-            canonical_gemm_streams=canonical_gemm_streams,
+            canonical_gemm_streams=canonical_gemm_streams, graph_bucket_step=graph_bucket_step,
         )
         num_canonical_tokens = self.config.canonical_tokens(self.canonical_config.num_rows)
         scratch = getattr(kv_store, "num_scratch_slots", None)  # an injected store: a pass's padding rows write there
@@ -251,13 +252,14 @@ class DVRGenerator:
             decode_graphs = DecodeGraphs(self.decode_state, max_batch_size=min(max_num_seqs, max_fast_tokens))
         fast_prefill = FastPrefill(weights, cfg, self.kv, self.fast_policy, max_rows=max_fast_tokens,
                                    max_seqs=min(32, max_num_seqs), use_graph=is_fast_graphed,
-                                   max_model_len=self.max_model_len)
+                                   max_model_len=self.max_model_len, bucket_step=self.config.bucket_step(cfg))
         self._rng = random.Random(seed)  # seeds for non-deterministic requests that give none
         self._num_ids = 0
         self._pool = RequestPool(max_num_seqs=max_num_seqs, window=window, adaptive_draft=adaptive_draft)
         self.stats = self._pool.stats
         is_mixed = is_fast_graphed if mixed_steps is None else mixed_steps
-        mixed = (MixedStep(self.decode_state, fast_prefill, decode_graphs, use_graph=is_fast_graphed)
+        mixed = (MixedStep(self.decode_state, fast_prefill, decode_graphs, use_graph=is_fast_graphed,
+                           bucket_step=self.config.bucket_step(cfg))
                  if is_mixed else None)
         self.fast_step = FastStep(self.runner, self.kv, self.decode_state, decode_graphs, fast_prefill,
                                   self.fast_policy, self._pool, device=self.device,

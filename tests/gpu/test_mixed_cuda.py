@@ -29,13 +29,16 @@ from llm42.runner import Segment  # noqa: E402
 pytestmark = pytest.mark.gpu
 
 
-def test_mixed_graph_replay_equals_the_eager_step_at_the_bucket_shapes(llama8b):
+@pytest.mark.parametrize("bucket_step", [None, 16])  # powers of two; every multiple of 16 (prompt rows 160, not 256)
+def test_mixed_graph_replay_equals_the_eager_step_at_the_bucket_shapes(llama8b, bucket_step):
     cfg, weights = llama8b
     policy = FastPolicy()
     kv = KVStore(cfg, num_blocks=2048, block_size=16, num_scratch_slots=512, dtype=weights.dtype, device="cuda")
     state = DecodeState(weights, cfg, kv, policy, max_num_seqs=32)
-    prefill = FastPrefill(weights, cfg, kv, policy, max_rows=512, max_seqs=8, use_graph=True)
-    mixed = MixedStep(state, prefill, DecodeGraphs(state, max_batch_size=32), use_graph=True)
+    prefill = FastPrefill(weights, cfg, kv, policy, max_rows=512, max_seqs=8, use_graph=True,
+                          bucket_step=bucket_step)
+    mixed = MixedStep(state, prefill, DecodeGraphs(state, max_batch_size=32), use_graph=True,
+                      bucket_step=bucket_step)
     rng = random.Random(4)
     num_decode = 16  # a decode bucket
     for rid in range(num_decode):
@@ -64,6 +67,9 @@ def test_mixed_graph_replay_equals_the_eager_step_at_the_bucket_shapes(llama8b):
     state.restore(saved)
     state.stage_batch(slots, num_decode)
     bucket, prompt_variant, _ = prefill.stage(segments, kv)
+    num_prompt_rows = sum(len(seg.tokens) for seg in segments)
+    power_of_two = 1 << max(4, (num_prompt_rows - 1).bit_length())
+    assert bucket == (-(-num_prompt_rows // 16) * 16 if bucket_step == 16 else power_of_two), (bucket, num_prompt_rows)
     variant = mixed.variant(decode_variant, prompt_variant)
     # the graph sized attention from the model's context: give eager the same bound (None)
     eager = mixed.forward_sample(num_decode, bucket, variant=variant, max_context_len=None)
@@ -86,6 +92,34 @@ def _serve(llama8b, mixed_steps: bool | None):
     gen.close()
     assert [len(o.token_ids) for o in out] == [p.max_new_tokens for p in params]
     return stats
+
+
+def test_a_linear_bucket_ladder_commits_the_same_deterministic_bits(llama8b):
+    """``graph_bucket_step=48``: mixed and prompt graphs at 48, 96, 144, ... rows, not powers of two. The fast path's
+    rows change (fewer padding rows); the deterministic requests' committed tokens and log-probs do not."""
+    cfg, weights = llama8b
+    rng = random.Random(7)
+    needle = [rng.randrange(cfg.vocab_size) for _ in range(200)]
+    det = [SamplingParams(max_new_tokens=40, deterministic=True, logprobs=True, ignore_eos=True),
+           SamplingParams(max_new_tokens=40, temperature=0.8, top_p=0.9, seed=5, deterministic=True, logprobs=True,
+                          ignore_eos=True)]
+    alone_gen = DVRGenerator(weights, cfg, max_num_seqs=16, max_fast_tokens=512, kv_cache_tokens=64 * 1024)
+    alone = [(tuple(o.token_ids), tuple(o.logprobs)) for o in (alone_gen.generate([needle], [p])[0] for p in det)]
+    alone_gen.close()
+    gen = DVRGenerator(weights, cfg, max_num_seqs=16, max_fast_tokens=512, kv_cache_tokens=64 * 1024,
+                       graph_bucket_step=48)
+    assert gen.fast_step.fast_prefill.graphs.buckets == (16, 32, 48, 96, 144, 192, 240, 288, 336, 384, 432, 480, 512)
+    prompts = [[rng.randrange(cfg.vocab_size) for _ in range(rng.randint(30, 400))] for _ in range(20)]
+    params = [SamplingParams(max_new_tokens=rng.randint(8, 40), temperature=(0.0, 0.8)[i % 2], seed=i,
+                             ignore_eos=True) for i in range(20)]
+    outs = gen.generate(prompts[:7] + [needle] + prompts[7:14] + [needle] + prompts[14:], params[:7] + [det[0]]
+                        + params[7:14] + [det[1]] + params[14:])
+    captured = {key[1] for key in gen.fast_step.mixed.graphs._graphs}  # prompt buckets the mixed steps ran
+    stats = dict(gen.stats)
+    gen.close()
+    assert [(tuple(o.token_ids), tuple(o.logprobs)) for o in (outs[7], outs[15])] == alone
+    assert stats["mixed_steps"] >= 3, stats
+    assert captured - {16, 32, 512}, captured  # a step ran a bucket of the linear part of the ladder
 
 
 def test_the_engine_serves_through_mixed_steps_by_default_on_cuda(llama8b):

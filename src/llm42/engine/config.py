@@ -25,6 +25,18 @@ def strict_bool(owner: str, name: str, value: object) -> bool:
     return value
 
 
+# hidden sizes from which a padding row of a fast step costs enough GEMM FLOPs to pay for a finer bucket ladder
+COMPUTE_BOUND_HIDDEN = 2048
+
+
+def default_graph_bucket_step(cfg: ModelConfig) -> int | None:
+    """The fast path's graph row ladder for ``cfg`` (``EngineConfig.graph_bucket_step``): multiples of 256 above
+    256 on a model of hidden size ``COMPUTE_BOUND_HIDDEN`` or more (the 8B shape), where a step of hundreds
+    of rows is compute-bound and a padding row costs as much as a real one; powers of two (``None``) below,
+    where rows are nearly free beside the weights' read and fewer graphs capture faster."""
+    return 256 if cfg.hidden_size >= COMPUTE_BOUND_HIDDEN else None
+
+
 @dataclass(frozen=True)
 class EngineConfig:
     """The engine's sizes and switches (the canonical config lives in ``CanonicalConfig``).
@@ -73,6 +85,11 @@ class EngineConfig:
     Measured on the H200 (round 15): 4 streams make a SmolLM2 2,048-row pass alone 0.88x as long, but served
     beside the fast steps dvr@50 fell from 0.70 to 0.62 of nondet, so it is off. With llm42's own ``Verifier``
     only. Committed output is unchanged.
+    ``graph_bucket_step``: on CUDA, the row ladder of the fast path's captured prompt-row graphs and of a mixed
+    step's decode rows (``llm42.cuda_graphs.row_buckets``): powers of two from 16 below it, then its multiples. A
+    step pads its rows up to the next bucket, and on a compute-bound model a padding row costs a real row's GEMM
+    FLOPs; a finer ladder pads less but captures more graphs. ``None`` (default): ``default_graph_bucket_step``
+    of the model. A multiple of 16. Never changes a committed bit (the canonical pass does not use it).
     """
 
     max_num_seqs: int = 256
@@ -93,12 +110,13 @@ class EngineConfig:
     wide_verify: bool | None = None
     prioritize_fast: bool = False
     canonical_gemm_streams: int = 1
+    graph_bucket_step: int | None = None
 
     def __post_init__(self) -> None:
         owner = "DVRGenerator"
         for name in ("max_num_seqs", "max_fast_tokens", "block_size", "canonical_gemm_streams"):
             positive_int(owner, name, getattr(self, name))
-        for name in ("kv_cache_tokens", "max_model_len", "max_canonical_tokens"):
+        for name in ("kv_cache_tokens", "max_model_len", "max_canonical_tokens", "graph_bucket_step"):
             if getattr(self, name) is not None:
                 positive_int(owner, name, getattr(self, name))
         for name in ("prefix_cache", "use_cuda_graphs", "adaptive_draft", "overlap", "canonical_thread",
@@ -107,6 +125,8 @@ class EngineConfig:
         for name in ("mixed_steps", "canonical_stream", "wide_verify"):  # None: resolved by the device
             if getattr(self, name) is not None:
                 strict_bool(owner, name, getattr(self, name))
+        if self.graph_bucket_step is not None and self.graph_bucket_step % 16:
+            raise ValueError(f"{owner} graph_bucket_step must be a multiple of 16, got {self.graph_bucket_step}")
         if not isinstance(self.seed, int) or isinstance(self.seed, bool):
             raise TypeError(f"{owner} seed must be an int, got {type(self.seed).__name__} {self.seed!r}")
 
@@ -124,6 +144,10 @@ class EngineConfig:
             raise ValueError(f"DVRGenerator max_canonical_tokens ({self.max_canonical_tokens}) must be a multiple "
                              f"of R = window x group = {num_rows}")
         return self.max_canonical_tokens
+
+    def bucket_step(self, cfg: ModelConfig) -> int | None:
+        """``graph_bucket_step`` resolved for ``cfg`` (``default_graph_bucket_step`` where it is ``None``)."""
+        return default_graph_bucket_step(cfg) if self.graph_bucket_step is None else self.graph_bucket_step
 
     def model_len(self, cfg: ModelConfig, kv_capacity: int) -> int:
         """The longest request for ``cfg`` over a K/V store of ``kv_capacity`` tokens: ``max_model_len``,

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import torch
 
-from llm42.cuda_graphs import DecodeGraphs, MixedGraphs
+from llm42.cuda_graphs import DecodeGraphs, MixedGraphs, row_buckets
 from llm42.engine.decode_state import DecodeState
 from llm42.engine.prefill import FastPrefill
 from llm42.inputs import StepInputs
@@ -33,11 +33,15 @@ class MixedStep:
     MIXED_VARIANTS = ((True, False), (True, True))  # the sampler variants a mixed step runs (``variant``)
 
     def __init__(self, decode_state: DecodeState, prefill: FastPrefill, decode_graphs: DecodeGraphs | None, *,
-                 use_graph: bool):
+                 use_graph: bool, bucket_step: int | None = None):
+        """``bucket_step``: the decode rows' ladder (``llm42.cuda_graphs.row_buckets``; ``None``: powers of two);
+        the prompt rows take ``prefill``'s."""
         self.decode_state = decode_state
         self.prefill = prefill
         self._decode_graphs = decode_graphs
         self.graphs = MixedGraphs(self) if use_graph else None
+        self._decode_ladder = (row_buckets(decode_graphs.max_batch_size, bucket_step)
+                               if use_graph and decode_graphs is not None else None)
 
     def can_run(self, num_decode: int, num_prompt_rows: int, num_seqs: int) -> bool:
         if not self.prefill.can_run(num_prompt_rows, num_seqs):
@@ -46,23 +50,19 @@ class MixedStep:
 
     def decode_buckets(self) -> tuple[int, ...]:
         """Every decode bucket a mixed step may run (``decode_bucket``'s values)."""
-        return tuple(sorted({self.decode_bucket(n) for n in range(1, self._decode_graphs.max_batch_size + 1)}))
+        return self._decode_ladder or ()
 
     def decode_bucket(self, num_decode: int) -> int:
         """The decode rows a step of ``num_decode`` runs (``stage_batch`` pads the batch to it).
 
-        With graphs: the smallest power of two >= ``num_decode`` (at least 16) that the decode graphs
-        hold, else their largest bucket. Coarser than the decode graphs' buckets (every 16): each
-        (decode bucket, prompt bucket, variant) is a graph of its own, captured the first time it runs,
-        and a padding decode row costs little beside a step's prompt rows.
+        With graphs: the smallest bucket >= ``num_decode`` of the ladder ``row_buckets(largest decode graph,
+        bucket_step)``: powers of two from 16, then multiples of ``bucket_step``. Coarser than the decode graphs'
+        buckets (every 16): each (decode bucket, prompt bucket, variant) is a graph of its own, captured the
+        first time it runs. Eagerly: exactly ``num_decode``.
         """
-        if self.graphs is None:
+        if self._decode_ladder is None:
             return num_decode
-        largest = self._decode_graphs.max_batch_size
-        bucket = 16
-        while bucket < num_decode:
-            bucket *= 2
-        return min(bucket, largest)
+        return next(b for b in self._decode_ladder if b >= num_decode)
 
     @staticmethod
     def variant(decode_variant: tuple[bool, bool], prompt_variant: tuple[bool, bool]) -> tuple[bool, bool]:

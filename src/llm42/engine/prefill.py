@@ -23,8 +23,10 @@ from llm42.sampler import SamplingRows, sample, sampling_variant
 
 class FastPrefill:
     def __init__(self, weights: Weights, cfg: ModelConfig, kv, policy: ReductionPolicy, *, max_rows: int,
-                 max_seqs: int = 32, use_graph: bool, max_model_len: int | None = None):
-        """``max_model_len``: the longest sequence (default: the model's context), as ``DecodeState``'s."""
+                 max_seqs: int = 32, use_graph: bool, max_model_len: int | None = None,
+                 bucket_step: int | None = None):
+        """``max_model_len``: the longest sequence (default: the model's context), as ``DecodeState``'s.
+        ``bucket_step``: the graphs' row ladder (``llm42.cuda_graphs.row_buckets``; ``None``: powers of two)."""
         self.weights = weights
         self.cfg = cfg
         self.kv = kv
@@ -41,7 +43,7 @@ class FastPrefill:
         self._select = Staging(self._logits_rows)
         self._staging_ints = Staging(self._sampling_ints)
         self._staging_floats = Staging(self._sampling_floats)
-        self.graphs = PrefillGraphs(self) if use_graph else None
+        self.graphs = PrefillGraphs(self, bucket_step=bucket_step) if use_graph else None
 
     def can_run(self, num_rows: int, num_seqs: int) -> bool:
         return num_rows <= self.max_rows and num_seqs <= self.max_seqs
