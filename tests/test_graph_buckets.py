@@ -62,8 +62,8 @@ def test_the_default_step_is_linear_on_compute_bound_models_only():
     big = llama31_8b_config(max_position_embeddings=2048, num_layers=1)
     small = tiny_config()
     assert big.hidden_size >= COMPUTE_BOUND_HIDDEN > small.hidden_size
-    assert default_graph_bucket_step(big) == 256 and default_graph_bucket_step(small) is None
-    assert EngineConfig().bucket_step(big) == 256
+    assert default_graph_bucket_step(big) == 128 and default_graph_bucket_step(small) is None
+    assert EngineConfig().bucket_step(big) == 128
     assert EngineConfig(graph_bucket_step=64).bucket_step(big) == 64
     assert EngineConfig(graph_bucket_step=64).bucket_step(small) == 64
 

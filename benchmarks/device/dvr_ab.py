@@ -115,6 +115,9 @@ VARIANTS = {
     "fixed_tiles": {"segment_tiles": False},
     "round14_pass": {"canonical_gemm_streams": 1, "segment_tiles": False},
     # round 15's call B ran "default" with 4 streams (the default then)
+    # round 16: the fast path's graph row ladder as powers of two (the ladder before round 16; a step past
+    # max_fast_tokens) against the default (multiples of 128 above 128 on the 8B shape, powers of two on SmolLM2)
+    "pow2_ladder": {"graph_bucket_step": 4096},
 }
 
 

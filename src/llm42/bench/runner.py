@@ -108,6 +108,7 @@ class Engine:
     prompt_share: float = 0.0  # DefaultScheduler's knob: a pass's rows windows leave to deterministic prompts
     prioritize_fast: bool = False  # DVRGenerator's knob: each step's work on a high-priority CUDA stream
     canonical_gemm_streams: int = 1  # DVRGenerator's knob: a wide pass's R-row GEMM blocks side by side
+    graph_bucket_step: int | None = None  # DVRGenerator's knob: the fast path's graph row ladder (None: the model's)
 
     def generator(self, mode: Mode, *, window: int | None = None, group: int | None = None,
                   ) -> tuple[DVRGenerator, list[str]]:
@@ -125,7 +126,7 @@ class Engine:
             max_canonical_tokens=self.max_canonical_tokens, canonical_stream=self.canonical_stream,
             draft_ahead=self.draft_ahead, wide_verify=self.wide_verify, adaptive_draft=self.adaptive_draft,
             scheduler=DefaultScheduler(prompt_share=self.prompt_share), prioritize_fast=self.prioritize_fast,
-            canonical_gemm_streams=self.canonical_gemm_streams,
+            canonical_gemm_streams=self.canonical_gemm_streams, graph_bucket_step=self.graph_bucket_step,
         )
         notes = []
         if self.use_cuda_graphs and gen.device.type == "cuda":

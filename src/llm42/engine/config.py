@@ -30,11 +30,13 @@ COMPUTE_BOUND_HIDDEN = 2048
 
 
 def default_graph_bucket_step(cfg: ModelConfig) -> int | None:
-    """The fast path's graph row ladder for ``cfg`` (``EngineConfig.graph_bucket_step``): multiples of 256 above
-    256 on a model of hidden size ``COMPUTE_BOUND_HIDDEN`` or more (the 8B shape), where a step of hundreds
-    of rows is compute-bound and a padding row costs as much as a real one; powers of two (``None``) below,
-    where rows are nearly free beside the weights' read and fewer graphs capture faster."""
-    return 256 if cfg.hidden_size >= COMPUTE_BOUND_HIDDEN else None
+    """The fast path's graph row ladder for ``cfg`` (``EngineConfig.graph_bucket_step``): multiples of 128 above
+    128 on a model of hidden size ``COMPUTE_BOUND_HIDDEN`` or more (the 8B shape), where a step of hundreds of rows
+    is compute-bound and a padding row costs GEMM FLOPs; powers of two (``None``) below, where rows are nearly
+    free beside the weights' read. Measured on the H200 (round 16, docs/engine.md "The graph row ladder"): the
+    8B shape's offline set at 512 sequences ran 1.04x the tokens per second of powers of two at 128 (1.03x at
+    256), the SmolLM2 shape 0.97x at 256."""
+    return 128 if cfg.hidden_size >= COMPUTE_BOUND_HIDDEN else None
 
 
 @dataclass(frozen=True)
