@@ -9,10 +9,10 @@ canonical launch is (no FMA contraction, the same key blocks): decode rows one p
 as the height holds. Per shape and dtype: whether every row's output is bit-identical to the canonical
 launch's (and how many rows differ otherwise), with the split-KV decode kernel as the control (another
 reduction: some rows differ). Then device times (CUDA events, median of 20 after warm-up, inputs staged
-beforehand) of decode batches: the split-KV kernel, the canonical decode launch (one row per tile) in the
-canonical launch's 64-row tile and in the narrow tile ``tiled_canonical_decode_attention`` runs since round 17,
-and ``FastPolicy(decode_kernel="deterministic")``'s pair of launches at 10 % and 50 % deterministic rows; and of
-a long prompt chunk at several heights, warps and stages.
+beforehand) of decode batches: the split-KV kernel (its own split count, and one split), the canonical decode
+launch (``tiled_canonical_decode_attention``: one row in a tile of the canonical launch's 64 M-rows) and the same
+row in a 16-row tile on one warp, and ``FastPolicy(decode_kernel="deterministic")``'s pair of launches at 10 % and
+50 % deterministic rows; and of a long prompt chunk at several heights, warps and stages.
 """
 
 from __future__ import annotations
@@ -107,10 +107,9 @@ def bits_check(args) -> dict:
 def timings(args) -> dict:
     """Device times with every input staged beforehand (the launch alone between the events)."""
     from llm42.kernels import tiled_canonical_decode_attention
-    from llm42.kernels.tiled_attention import CANONICAL_DECODE_TILE, CANONICAL_TILE_M, CANONICAL_TILE_WARPS
 
     device = torch.device(DEVICE)
-    out = {"decode_tile": CANONICAL_DECODE_TILE}
+    out = {}
     cases = [("smollm2", 256, 600), ("smollm2", 256, 2400), ("smollm2", 64, 2400), ("8b", 128, 1000),
              ("8b", 256, 600)]
     chunks = (("8b", 2048, 4096), ("smollm2", 2048, 4096))
@@ -130,24 +129,25 @@ def timings(args) -> dict:
             return paged_decode_attention(q, cache.k, cache.v, tables, lens, max_context_len=context + 64,
                                           num_splits=num_splits, skip_rows=skip, out=out, **common)
 
-        def narrow(only=None, out=None):
+        def canonical(only=None, out=None):  # the decode launch: one row in a tile of the canonical launch's height
             return tiled_canonical_decode_attention(q, cache.k, cache.v, tables, lens, key_block=64, only_rows=only,
                                                     out=out, **common)
 
-        def wide():  # the decode launch before round 17: one row in a tile of the canonical launch's height
-            return _launch(q, cache.k, cache.v, positions, row_seq, tables, sliding_window=None,
-                           block_m=CANONICAL_TILE_M, block_n=64, num_warps=CANONICAL_TILE_WARPS,
-                           num_stages=CANONICAL_STAGES, is_canonical=True, rows_per_tile=1, **common)
+        def narrow():  # one row in a 16-row tile on one warp (the same bits in call B)
+            return _launch(q, cache.k, cache.v, positions, row_seq, tables, sliding_window=None, block_m=16,
+                           block_n=64, num_warps=1, num_stages=CANONICAL_STAGES, is_canonical=True, rows_per_tile=1,
+                           **common)
 
         res = {"split": median_ms(split, device), "split_1": median_ms(lambda: split(1), device),
-               "canonical_decode_wide": median_ms(wide, device), "canonical_decode": median_ms(narrow, device)}
+               "canonical_decode": median_ms(canonical, device),
+               "canonical_decode_m16w1": median_ms(narrow, device)}
         buf = torch.empty_like(q)
         for share in (0.1, 0.5):
             flags = torch.tensor([rng.random() < share for _ in rows], dtype=torch.int8, device=DEVICE)
 
             def pair(flags=flags):  # FastPolicy(decode_kernel="deterministic")'s two launches, in turn
                 split(skip=flags, out=buf)
-                narrow(only=flags, out=buf)
+                canonical(only=flags, out=buf)
             res[f"det_rows_{int(share * 100)}pct"] = median_ms(pair, device)
         key = f"decode/{shape_name}/b{batch}/ctx{context}"
         out[key] = {k: round(v, 4) for k, v in res.items()}

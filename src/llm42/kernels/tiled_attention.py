@@ -58,13 +58,6 @@ from llm42.kernels.attention import (
 CANONICAL_TILE_M = 64
 CANONICAL_TILE_WARPS = 4
 CANONICAL_TILE_STAGES = 2
-# the decode launch (``tiled_canonical_decode_attention``: one query row per tile): 16 M-rows on one warp where a
-# row's query heads fit (G <= 16). Measured on the H200 (round 17, benchmarks/device/tile_m_bits.py): every row of
-# decode batches, verify windows and prompt chunks got the bits of the 64-row, 4-warp canonical launch at four head
-# shapes in bf16 and fp16, as 128 rows on 4 or 8 warps did, while 16 or 32 rows on 2 or 4 warps changed some rows.
-# A one-row tile of the wide launch spends 64 M-rows of dot products and exponentials on G of them. Its row-selecting
-# build (``only_rows``, SELECT) gave some rows other bits there, so a launch with ``only_rows`` keeps the wide tile.
-CANONICAL_DECODE_TILE = (16, 1)  # (block_m, warps); the GPU suite checks its bits against the canonical launch
 # True: every key block of the canonical launch goes through the masked step. False: the blocks every row
 # of a group sees in full skip the masks, as on the fast path (the same arithmetic for those rows)
 CANONICAL_MASK_EVERY_BLOCK = False
@@ -370,25 +363,18 @@ def tiled_canonical_decode_attention(
     The canonical launch packs ``CANONICAL_TILE_M // G`` rows per tile, so decode
     rows of different sequences share a program and run one after the other.
     Here each tile holds one row (one program per row and kv head, as the split-KV
-    decode kernel with one split), in a tile of ``CANONICAL_DECODE_TILE`` (16 M-rows
-    on one warp) where the row's G query heads fit and every row is computed, else
-    of the canonical launch's height and warps (with ``only_rows``: the narrow tile's
-    row-selecting build gave some rows other bits on the H200, round 17); everything
-    else is the canonical launch's — key blocks, stages, no FMA contraction. A row's
-    bits do not depend on its tile-mates (the canonical kernel's property), nor,
-    measured on the H200, on that narrower tile (the GPU suite checks it at model
-    shapes), so each row gets exactly the bits the canonical pass computes for it: a
-    fast decode step that uses this agrees with the canonical pass on attention, and
-    only the other ops' drift can make it roll back.
+    decode kernel with one split); everything else is the canonical launch's — the
+    same tile height, key blocks, warps, stages and no FMA contraction. A
+    row's bits do not depend on its tile-mates (the canonical kernel's
+    property), so each row gets exactly the bits the canonical pass computes for
+    it: a fast decode step that uses this agrees with the canonical pass on
+    attention, and only the other ops' drift can make it roll back.
     """
     _check_canonical_groups(q, k_cache)
     num_seqs = q.shape[0]
     positions = context_lens - 1
     row_seq = torch.arange(num_seqs, device=q.device)
-    block_m, num_warps = CANONICAL_DECODE_TILE
-    if q.shape[1] // k_cache.shape[1] > block_m or only_rows is not None:
-        block_m, num_warps = CANONICAL_TILE_M, CANONICAL_TILE_WARPS
     return _launch(q, k_cache, v_cache, positions, row_seq, block_tables, block_size=block_size, scale=scale,
-                   sliding_window=sliding_window, block_m=block_m, block_n=key_block, num_warps=num_warps,
-                   num_stages=CANONICAL_TILE_STAGES, is_canonical=True, rows_per_tile=1,
-                   mask_every_block=mask_every_block, only_rows=only_rows, out=out)
+                   sliding_window=sliding_window, block_m=CANONICAL_TILE_M, block_n=key_block,
+                   num_warps=CANONICAL_TILE_WARPS, num_stages=CANONICAL_TILE_STAGES, is_canonical=True,
+                   rows_per_tile=1, mask_every_block=mask_every_block, only_rows=only_rows, out=out)
