@@ -33,7 +33,7 @@ from llm42 import DVRGenerator  # noqa: E402
 from llm42.model.config import llama31_8b_config  # noqa: E402
 from llm42.model.weights import random_weights  # noqa: E402
 from profile_serving import requests, smollm2_shape  # noqa: E402
-from profile_steps import run_rows  # noqa: E402
+from profile_steps import record_plans, run_rows  # noqa: E402
 
 # first match wins; names are CUDA kernel names as the profiler reports them
 CLASSES = (
@@ -104,16 +104,7 @@ def profile_window(gen: DVRGenerator, steps: int, plans: list, cfg) -> dict:
 
 
 def run(gen: DVRGenerator, prompts, params, windows, cfg) -> dict:
-    plans: list[tuple[int, int, int]] = []
-    schedule = gen.scheduler.schedule
-
-    def recording(state):
-        plan = schedule(state)
-        plans.append((len(plan.fast_decode), sum(c.num_tokens for c in plan.fast_prefill),
-                      len(plan.verify) + len(plan.canonical_prefill)))
-        return plan
-
-    gen.scheduler.schedule = recording
+    plans = record_plans(gen)
     for p, s in zip(prompts, params):
         gen.submit(p, s)
     out = {}

@@ -88,7 +88,9 @@ def sync() -> None:
         torch.cuda.synchronize()
 
 
-def measure(gen: DVRGenerator, prompts, params) -> dict:
+def record_plans(gen: DVRGenerator) -> list[tuple[int, int, int]]:
+    """Each step's plan from now on, appended to the returned list as (decode rows, prompt rows, canonical
+    segments): ``gen.scheduler.schedule`` wrapped by an instance attribute (``del gen.scheduler.schedule`` ends it)."""
     plans: list[tuple[int, int, int]] = []
     schedule = gen.scheduler.schedule
 
@@ -99,6 +101,11 @@ def measure(gen: DVRGenerator, prompts, params) -> dict:
         return plan
 
     gen.scheduler.schedule = recording
+    return plans
+
+
+def measure(gen: DVRGenerator, prompts, params) -> dict:
+    plans = record_plans(gen)
     fast = gen.fast_step
     timers = {}
     if fast.decode_graphs is not None:
