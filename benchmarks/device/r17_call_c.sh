@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Round 17, device call C (carry .dev_stage/a: part_a is copied to /root for call D): the canonical decode launch in
+# Round 17, device call C (carried .dev_stage/a for a call D that never ran): the canonical decode launch in
 # its narrow one-row tile (CANONICAL_DECODE_TILE): the GPU tests of the tiled kernels' decode launches (bits against
 # the canonical launch at model shapes, bf16 and fp16, the negative control; deterministic rows; the contract with
 # each fast decode kernel), then tile_m_bits.py: more tile/stage variants' bits and the staged timings.
