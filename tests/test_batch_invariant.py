@@ -385,3 +385,63 @@ def test_pinned_tiles_keep_every_row_its_own_on_gpu():
         torch.testing.assert_close(full.float(), (x.float() @ weight.float().T), rtol=2e-2, atol=2e-2)
         cublas_drift += not torch.equal(F.linear(x[:1].clone(), weight), F.linear(x, weight)[:1])
     assert cublas_drift > 0  # the property is not vacuous: cuBLAS rows move with M on some of these shapes
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the interpreter runs when there is no CUDA device")
+def test_tma_tiles_keep_rows_their_own(monkeypatch):
+    """The TMA kernel (``TMA`` in a tile config: x and w read through tensor descriptors, out-of-range rows and
+    columns as zeros): a row's bits are its own at M = 1, 7 and 37 with tiles that leave ragged edges in M, N and K,
+    accurate to fp32 rounding, and it is the kernel that runs for a shape pinned with it."""
+    pytest.importorskip("triton")
+    import os
+
+    if os.environ.get("TRITON_INTERPRET") != "1":
+        pytest.skip("Triton's interpreter is off")
+    from llm42.kernels import batch_invariant_matmul as bim
+
+    gen = torch.Generator().manual_seed(4)
+    weight = torch.randn(40, 56, generator=gen) * 0.2  # N = 40, K = 56: neither a multiple of the 16 / 32 tiles
+    bias = torch.randn(40, generator=gen)
+    x = torch.randn(37, 56, generator=gen)
+    tma = dict(BLOCK_M=16, BLOCK_N=32, BLOCK_K=32, GROUP_M=2, num_stages=2, num_warps=4, TMA=True)
+    full = bim.matmul(x, weight, bias, config=tma)
+    for m in (1, 7):
+        assert torch.equal(bim.matmul(x[:m].clone(), weight, bias, config=tma), full[:m])
+    assert torch.equal(bim.matmul(x[20:21].clone(), weight, bias, config=tma)[0], full[20])
+    torch.testing.assert_close(full, x @ weight.T + bias, rtol=1e-5, atol=1e-5)
+    monkeypatch.setitem(bim._SHAPE_CONFIGS, (torch.float32, 40, 56), tma)
+    launched = []
+    real = bim._persistent_tma_matmul_kernel
+
+    class Spy:
+        def __getitem__(self, grid):
+            launched.append(grid)
+            return real[grid]
+
+    monkeypatch.setattr(bim, "_persistent_tma_matmul_kernel", Spy())
+    assert torch.equal(bim.matmul(x, weight, bias), full) and len(launched) == 1
+    with pytest.raises(ValueError, match="TMA matmul needs x"):
+        bim.matmul(x[:, :55], weight[:, :55], config=tma)  # rows of 55 floats: not 16-byte aligned
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("config", [
+    dict(BLOCK_M=128, BLOCK_N=256, BLOCK_K=64, GROUP_M=8, num_stages=4, num_warps=8, TMA=True),
+    dict(BLOCK_M=64, BLOCK_N=128, BLOCK_K=64, GROUP_M=8, num_stages=4, num_warps=4, PROGRAMS_PER_SM=2, TMA=True),
+], ids=["128x256", "64x128"])
+def test_tma_tiles_keep_every_row_its_own_on_gpu(config):
+    """The TMA kernel at the 8B shape's widths and SmolLM2's (K = 576: ragged K tiles): a row's bits alone, in 7,
+    256 and 2,048 rows, and shuffled; accurate to bf16 rounding."""
+    pytest.importorskip("triton")
+    from llm42.kernels import batch_invariant_matmul as bim
+
+    gen = torch.Generator(device="cuda").manual_seed(2)
+    for n, k in ((6144, 4096), (4096, 14336), (1536, 576)):
+        weight = (torch.randn(n, k, generator=gen, device="cuda") / k ** 0.5).to(torch.bfloat16)
+        x = torch.randn(2048, k, generator=gen, device="cuda").to(torch.bfloat16)
+        full = bim.matmul(x, weight, config=config)
+        for m in (1, 7, 256):
+            assert torch.equal(bim.matmul(x[:m].clone(), weight, config=config), full[:m]), (n, k, m)
+        perm = torch.randperm(2048, device="cuda", generator=gen)
+        assert torch.equal(bim.matmul(x[perm], weight, config=config), full[perm])
+        torch.testing.assert_close(full.float(), (x.float() @ weight.float().T), rtol=2e-2, atol=2e-2)

@@ -261,3 +261,44 @@ def test_tile_table_is_checked():
     cache = small_cache(SHAPES[0], torch.float32, seed=1)
     with pytest.raises(ValueError, match="tiles must be"):
         cache.run(tiled_canonical_attention, [(0, 3)], tiles=torch.zeros(1, dtype=torch.int64))
+
+
+# -- the 128-row canonical tile (FixedShapePolicy(tile_m=128): its own canonical config) -----------------------------
+
+@settings(max_examples=2)
+@given(seed=st.integers(0, 10_000), window=st.sampled_from([None, 9]))
+def test_tile128_row_bits_do_not_depend_on_the_launch(seed, window):
+    cache = small_cache((4, 2, 16, 8, window), torch.bfloat16, seed=seed, max_context=80)
+    compared = check_canonical_rows_are_their_own(cache, random.Random(seed), num_probes=3, num_launches=2,
+                                                  max_neighbours=20, key_block=16, sliding_window=window,
+                                                  tile_m=128)
+    assert compared >= 2
+
+
+def test_tile128_kv_tile_table_and_decode_launch():
+    cache = small_cache((4, 2, 16, 8, None), torch.bfloat16, seed=23, num_seqs=2, max_context=40)
+    check_kv_independent_of_chunking(cache, [[40], [5, 13, 22]], key_block=16, tile_m=128)
+    cache = small_cache((6, 2, 16, 8, None), torch.bfloat16, seed=24, max_context=100)
+    assert check_tile_table_keeps_the_bits(cache, random.Random(4), num_launches=3, max_window=40,
+                                           key_block=16, tile_m=128) >= 1
+    check_decode_launch_has_canonical_bits(cache, random.Random(5), num_rows=4, key_block=16, tile_m=128)
+
+
+def test_tile_m_is_checked():
+    """A tile height outside CANONICAL_TILE_HEIGHTS is refused, naming the field, by the kernels and policies."""
+    from llm42.policies import BatchInvariantPolicy, FastPolicy, FixedShapePolicy
+
+    cache = small_cache(SHAPES[0], torch.float32, seed=1)
+    with pytest.raises(ValueError, match="tile_m"):
+        cache.run(tiled_canonical_attention, [(0, 3)], tile_m=32)
+    for bad in (32, 256, True, "64", 64.0):
+        with pytest.raises(ValueError, match="FixedShapePolicy tile_m"):
+            FixedShapePolicy(tile_m=bad)
+        with pytest.raises(ValueError, match="FastPolicy canonical_tile_m"):
+            FastPolicy(decode_kernel="canonical", canonical_tile_m=bad)
+        with pytest.raises(ValueError, match="tile_m"):
+            BatchInvariantPolicy(tile_m=bad)
+    policy = FixedShapePolicy(tile_m=128)
+    assert policy.attention_tile_rows(9, 3) == 42 and FixedShapePolicy().attention_tile_rows(9, 3) == 21
+    assert "tile_m=128" in repr(policy) and "tile_m" not in repr(FixedShapePolicy())
+    assert "canonical_tile_m=128" in repr(FastPolicy(decode_kernel="canonical", canonical_tile_m=128))

@@ -90,12 +90,14 @@ def _bits(t: torch.Tensor) -> bytes:
 
 def check_canonical_rows_are_their_own(cache: Cache, rng: random.Random, *, num_probes: int, num_launches: int,
                                        max_neighbours: int, key_block: int, sliding_window=None,
-                                       mask_every_block=None, kernel=tiled_canonical_attention) -> int:
+                                       mask_every_block=None, kernel=tiled_canonical_attention, tile_m=None) -> int:
     """Each probe row alone (one-row launch) and inside random launches: next to longer and shorter rows of
     its own sequence, other sequences' rows, at any index and tile, varlen or static: the same bits.
     Returns the number of (probe, launch) comparisons made. ``kernel``: a canonical launch (the tiled one, or
-    the chunked one with its ``key_chunk`` bound)."""
+    the chunked one with its ``key_chunk`` bound); ``tile_m``: the canonical tile height (None: the default)."""
     kwargs = dict(key_block=key_block, sliding_window=sliding_window, mask_every_block=mask_every_block)
+    if tile_m is not None:
+        kwargs["tile_m"] = tile_m
     probes = [(rng.randrange(cache.num_seqs), rng.randrange(cache.max_context)) for _ in range(num_probes)]
     probes = list(dict.fromkeys(probes))
     alone = {p: _bits(cache.run(kernel, [p], **kwargs)[0]) for p in probes}
@@ -128,10 +130,10 @@ def _toy_layer2_kv(out1: torch.Tensor, groups: int) -> tuple[torch.Tensor, torch
 
 
 def check_kv_independent_of_chunking(cache: Cache, chunkings: list[list[int]], *, key_block: int,
-                                     sliding_window=None, mask_every_block=None) -> None:
+                                     sliding_window=None, mask_every_block=None, tile_m=64) -> None:
     """Two toy layers over one prompt (sequence 0, positions [0, L)), canonical-prefilled in chunks: the
     second layer's K/V (written from the first layer's attention output) and its output are the same bits
-    however the prompt is chunked."""
+    however the prompt is chunked (canonical tiles of ``tile_m`` M-rows)."""
     length = sum(chunkings[0])
     groups = cache.num_heads // cache.k.shape[1]
     results = []
@@ -142,7 +144,7 @@ def check_kv_independent_of_chunking(cache: Cache, chunkings: list[list[int]], *
         for n in chunks:
             rows = [(0, p) for p in range(start, start + n)]
             out1 = cache.run(tiled_canonical_attention, rows, key_block=key_block, sliding_window=sliding_window,
-                             mask_every_block=mask_every_block)
+                             mask_every_block=mask_every_block, tile_m=tile_m)
             pos = torch.arange(start, start + n)
             slots = (cache.tables[0].cpu()[pos // cache.block_size] * cache.block_size
                      + pos % cache.block_size).to(cache.device)
@@ -152,7 +154,7 @@ def check_kv_independent_of_chunking(cache: Cache, chunkings: list[list[int]], *
             outs.append(tiled_canonical_attention(q, k2, v2, positions, torch.zeros_like(row_seq), cache.tables,
                                                   block_size=cache.block_size, scale=cache.scale,
                                                   key_block=key_block, sliding_window=sliding_window,
-                                                  mask_every_block=mask_every_block))
+                                                  mask_every_block=mask_every_block, tile_m=tile_m))
             start += n
         pos = torch.arange(length)
         slots = (cache.tables[0].cpu()[pos // cache.block_size] * cache.block_size + pos % cache.block_size)
@@ -169,7 +171,7 @@ def prefill_kernel(config):
 
 
 def check_decode_launch_has_canonical_bits(cache: Cache, rng: random.Random, *, num_rows: int, key_block: int,
-                                           sliding_window=None) -> None:
+                                           sliding_window=None, tile_m=64) -> None:
     """``tiled_canonical_decode_attention`` (one row per tile, the fast path's option) on decode rows gives each
     row the bits the canonical launch gives it: packed with other sequences' decode rows, and as the last row of
     a verify window of its own sequence. ``num_rows`` decode rows, one per sequence of the cache."""
@@ -181,7 +183,7 @@ def check_decode_launch_has_canonical_bits(cache: Cache, rng: random.Random, *, 
     q, _, _, _ = cache.layout(rows, static=False)
     context_lens = torch.tensor([p + 1 for p in positions], dtype=torch.int64, device=cache.device)
     tables = cache.tables[torch.tensor(seqs).to(cache.tables.device)]
-    kwargs = dict(key_block=key_block, sliding_window=sliding_window)
+    kwargs = dict(key_block=key_block, sliding_window=sliding_window, tile_m=tile_m)
     decode = tiled_canonical_decode_attention(q, cache.k, cache.v, tables, context_lens, block_size=cache.block_size,
                                               scale=cache.scale, **kwargs)
     packed = cache.run(tiled_canonical_attention, rows, **kwargs)
@@ -325,7 +327,7 @@ def window_rows(cache: Cache, rng: random.Random, *, num_windows: int, max_windo
 
 
 def check_tile_table_keeps_the_bits(cache: Cache, rng: random.Random, *, num_launches: int, max_window: int,
-                                    key_block: int, sliding_window=None) -> int:
+                                    key_block: int, sliding_window=None, tile_m=64) -> int:
     """The canonical launch with a staged tile table (each run of one sequence's rows in tiles of its own,
     ``llm42.cuda_graphs.tile_starts``) gives every row the bits of the fixed tiling, in the static layout the
     canonical pass stages; and the table is not the fixed tiling (some fixed tile spans two runs, none of the
@@ -335,8 +337,8 @@ def check_tile_table_keeps_the_bits(cache: Cache, rng: random.Random, *, num_lau
     from llm42.cuda_graphs import tile_starts
     from llm42.kernels.tiled_attention import canonical_rows_per_tile
 
-    per_tile = canonical_rows_per_tile(cache.num_heads // cache.k.shape[1])
-    kwargs = dict(key_block=key_block, sliding_window=sliding_window)
+    per_tile = canonical_rows_per_tile(cache.num_heads // cache.k.shape[1], tile_m)
+    kwargs = dict(key_block=key_block, sliding_window=sliding_window, tile_m=tile_m)
     spanning = 0
     for _ in range(num_launches):
         rows = window_rows(cache, rng, num_windows=rng.randint(2, 6), max_window=max_window)

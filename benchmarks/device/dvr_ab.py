@@ -118,6 +118,10 @@ VARIANTS = {
     # round 16: the fast path's graph row ladder as powers of two (the ladder before round 16; a step past
     # max_fast_tokens) against the default (multiples of 128 above 128 on the 8B shape, powers of two on SmolLM2)
     "pow2_ladder": {"graph_bucket_step": 4096},
+    # round 18: the tiled canonical attention in 128-row tiles (FixedShapePolicy(tile_m=128): its own canonical
+    # config; on the H200 the two heights gave every row sampled the same bits in round 17, so its deterministic
+    # outputs are compared with the default's here, a check that would fail if the heights' bits differed)
+    "tile128": {"canonical_tile_m": 128},
 }
 
 
@@ -152,12 +156,13 @@ def engine_variant(base, knobs: dict):
     ``FastPolicy(decode_kernel=...)``, ``segment_tiles`` the canonical pass's tile tables (``SegmentTiles``)."""
     knobs = dict(knobs)
     kernel = knobs.pop("fast_decode_kernel", None)
+    tile_m = knobs.get("canonical_tile_m", base.canonical_tile_m)
     chunk = knobs.pop("canonical_key_chunk", None)
     tiles = knobs.pop("segment_tiles", None)
     if kernel is not None:
         from llm42.policies import FastPolicy
 
-        knobs["fast_policy"] = FastPolicy(decode_kernel=kernel, canonical_key_chunk=chunk)
+        knobs["fast_policy"] = FastPolicy(decode_kernel=kernel, canonical_key_chunk=chunk, canonical_tile_m=tile_m)
     engine = dataclasses.replace(base, **knobs)
     return engine if tiles is None else SegmentTiles(engine, tiles)
 

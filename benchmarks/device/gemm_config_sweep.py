@@ -1,7 +1,7 @@
 """Which tiles the batch-invariant Triton matmul should pin per weight shape: a sweep against cuBLAS.
 
     PYTHONPATH=src python3 benchmarks/device/gemm_config_sweep.py --out sweep.json [--models 8b,smollm2]
-        [--rows 256,2048] [--reps 20]
+        [--rows 256,2048] [--reps 20] [--candidates pointer|tma|all]
 
 For every linear weight shape of the models (the 8B shape: qkv, o, gate_up, down; SmolLM2-135M's), bf16, random
 data, and every candidate tile configuration (``CANDIDATES``: BLOCK_M/N/K, GROUP_M, stages, warps, programs per
@@ -29,7 +29,9 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "src"))
 
 from llm42.bench.devicetime import median_ms  # noqa: E402
-from llm42.kernels.batch_invariant_matmul import _CONFIGS, matmul  # noqa: E402
+import triton  # noqa: E402
+
+from llm42.kernels.batch_invariant_matmul import _CONFIGS, config_for, matmul  # noqa: E402
 
 CUDA = torch.device("cuda")
 
@@ -41,9 +43,12 @@ SHAPES = {  # (name, N, K) of each linear: out features x in features
 }
 
 
-def _c(bm, bn, bk, stages, warps, per_sm=1, group=8):
-    return dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=group, num_stages=stages, num_warps=warps,
-                PROGRAMS_PER_SM=per_sm)
+def _c(bm, bn, bk, stages, warps, per_sm=1, group=8, tma=False):
+    config = dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=group, num_stages=stages, num_warps=warps,
+                  PROGRAMS_PER_SM=per_sm)
+    if tma:
+        config["TMA"] = True
+    return config
 
 
 CANDIDATES = [
@@ -59,6 +64,22 @@ CANDIDATES = [
     _c(64, 64, 64, 4, 4, per_sm=2),
     _c(64, 256, 64, 3, 8),
     _c(128, 256, 64, 4, 8),
+]
+# round 18: x and w read through TMA descriptors (``TMA``: the same tiles and K walk, bulk tensor copies instead of
+# masked pointer loads; other bits than the pointer kernel's may result, a row's bits still its own at any M)
+TMA_CANDIDATES = [
+    _c(128, 256, 64, 3, 8, tma=True),
+    _c(128, 256, 64, 4, 8, tma=True),
+    _c(128, 128, 64, 3, 8, tma=True),
+    _c(128, 128, 64, 4, 8, tma=True),
+    _c(128, 128, 64, 5, 8, tma=True),
+    _c(128, 128, 64, 4, 4, tma=True),
+    _c(128, 128, 64, 4, 4, per_sm=2, tma=True),
+    _c(128, 128, 128, 3, 8, tma=True),
+    _c(256, 128, 64, 3, 8, tma=True),
+    _c(64, 256, 64, 4, 4, tma=True),
+    _c(64, 128, 64, 4, 4, tma=True),
+    _c(64, 128, 64, 4, 4, per_sm=2, tma=True),
 ]
 
 
@@ -76,23 +97,32 @@ def main() -> None:
     ap.add_argument("--models", default="8b,smollm2")
     ap.add_argument("--rows", default="256,2048")
     ap.add_argument("--reps", type=int, default=20)
+    ap.add_argument("--candidates", choices=("pointer", "tma", "all"), default="pointer",
+                    help="pointer: the masked-load kernel's tiles (round 14's sweep); tma: the TMA kernel's and the "
+                    "pinned tiles; all: both")
     args = ap.parse_args()
+    candidates = {"pointer": CANDIDATES, "tma": TMA_CANDIDATES, "all": CANDIDATES + TMA_CANDIDATES}[args.candidates]
     torch.manual_seed(0)
     row_counts = [int(r) for r in args.rows.split(",")]
     default = dict(_CONFIGS[torch.bfloat16], PROGRAMS_PER_SM=1)
-    result = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "rows": row_counts,
-              "candidates": CANDIDATES, "shapes": []}
+    result = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "triton": triton.__version__,
+              "rows": row_counts, "candidates": candidates, "shapes": []}
     for model in args.models.split(","):
         for name, n, k in SHAPES[model]:
             w = torch.randn(n, k, device="cuda", dtype=torch.bfloat16) / k ** 0.5
             xs = {m: torch.randn(m, k, device="cuda", dtype=torch.bfloat16) for m in row_counts}
             entry = {"model": model, "name": name, "N": n, "K": k, "cublas_ms": {}, "cublas_256_blocks_ms": {},
-                     "candidates": []}
+                     "pinned": config_for(torch.bfloat16, n, k), "candidates": []}
+            shape_candidates = [default] + [c for c in candidates if c != default]
+            pinned = dict(config_for(torch.bfloat16, n, k))
+            pinned.setdefault("PROGRAMS_PER_SM", 1)
+            if pinned not in shape_candidates:
+                shape_candidates.append(pinned)
             for m, x in xs.items():
                 entry["cublas_ms"][m] = round(device_ms(lambda: F.linear(x, w), args.reps), 4)  # noqa: B023
                 entry["cublas_256_blocks_ms"][m] = round(device_ms(lambda: blocks(x, w), args.reps), 4)  # noqa: B023
-            for config in CANDIDATES:
-                row = {"config": config, "ms": {}}
+            for config in shape_candidates:
+                row = {"config": config, "is_pinned": config == pinned, "ms": {}}
                 try:
                     for m, x in xs.items():
                         row["ms"][m] = round(device_ms(lambda: matmul(x, w, config=config), args.reps), 4)  # noqa: B023
@@ -112,10 +142,15 @@ def main() -> None:
             if entry["best_over_default"] < 0.97:
                 entry["pin"] = f"(torch.bfloat16, {n}, {k}): {best['config']},"
             result["shapes"].append(entry)
+            pin_row = next(r for r in entry["candidates"] if r["is_pinned"])
+            entry["best_over_pinned"] = (round(sum(best["ms"].values()) / sum(pin_row["ms"].values()), 4)
+                                         if "error" not in pin_row else None)
+            entry["best_over_cublas"] = {m: round(best["ms"][m] / entry["cublas_ms"][m], 4) for m in row_counts}
             cublas = " ".join(f"{m}:{entry['cublas_ms'][m]:.3f}/{entry['cublas_256_blocks_ms'][m]:.3f}"
                               for m in row_counts)
             print(f"{model:8s} {name:8s} N={n:6d} K={k:6d}  cuBLAS {cublas}" +
                   "  default " + " ".join(f"{base['ms'][m]:.3f}" for m in row_counts) +
+                  "  pinned " + " ".join(f"{pin_row['ms'].get(m, float('nan')):.3f}" for m in row_counts) +
                   "  best " + " ".join(f"{best['ms'][m]:.3f}" for m in row_counts) +
                   f"  {best['config']}", flush=True)
             Path(args.out).write_text(json.dumps(result, indent=1) + "\n")

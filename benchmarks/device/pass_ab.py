@@ -39,6 +39,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from llm42.bench.devicetime import synchronize  # noqa: E402
 from llm42.bench.passes import canonical_segments  # noqa: E402
+from llm42.policies.fixed_shape import FixedShapePolicy  # noqa: E402
 from llm42.runner import Segment  # noqa: E402
 from llm42.verify.canonical_pass import CanonicalPass  # noqa: E402
 from profile_passes import PARAMS, WINDOW, build, device_ms, prepare  # noqa: E402
@@ -50,6 +51,11 @@ VARIANTS = {
     "serial_tiles": {"gemm_streams": 1, "segment_tiles": True},
     "streams2_tiles": {"gemm_streams": 2, "segment_tiles": True},
     "streams4_tiles": {"gemm_streams": 4, "segment_tiles": True},
+    # round 18: the canonical attention in 128-row tiles (FixedShapePolicy(tile_m=128), its own canonical config;
+    # on the H200 the same bits as 64 rows in round 17's kernel-level check: equal_to_first says so for whole passes)
+    "tile128": {"gemm_streams": 1, "segment_tiles": True, "tile_m": 128},
+    "tile128_triton": {"gemm_streams": 1, "segment_tiles": True, "tile_m": 128, "gemm": "triton"},
+    "triton": {"gemm_streams": 1, "segment_tiles": True, "gemm": "triton"},
 }
 
 
@@ -97,8 +103,13 @@ def main() -> None:
     passes, capture_s = {}, {}
     for name in names:
         t0 = time.perf_counter()
-        cp = CanonicalPass(gen.weights, gen.cfg, policy, gen.canonical_config.num_rows, max_rows=2048,
-                           use_graph=device.type == "cuda", max_model_len=gen.max_model_len, **VARIANTS[name])
+        knobs = dict(VARIANTS[name])
+        tile_m, gemm = knobs.pop("tile_m", None), knobs.pop("gemm", None)
+        own = policy if tile_m is None and gemm is None else FixedShapePolicy(
+            key_block=policy.key_block, attention_kernel=policy.attention_kernel, tile_m=tile_m or policy.tile_m,
+            gemm=gemm or policy.gemm)
+        cp = CanonicalPass(gen.weights, gen.cfg, own, gen.canonical_config.num_rows, max_rows=2048,
+                           use_graph=device.type == "cuda", max_model_len=gen.max_model_len, **knobs)
         cp.stage(canonical_segments(gen.cfg, window=WINDOW, group=1, context=WINDOW, params=PARAMS), kv)
         synchronize(device)
         passes[name], capture_s[name] = cp, round(time.perf_counter() - t0, 2)

@@ -159,16 +159,18 @@ def _canonical_logits_and_kv(cfg, weights, layout, needle, num_rows, policy):
     return logits[start:start + len(layout[needle])], kv.layers().k[1][slots].clone()
 
 
-def test_canonical_pass_row_bits_do_not_depend_on_the_pass(small_model):
-    """FixedShapePolicy on CUDA (the tiled kernel): a prompt's logits and K/V alone and among others."""
+@pytest.mark.parametrize("tile_m", [64, 128])
+def test_canonical_pass_row_bits_do_not_depend_on_the_pass(small_model, tile_m):
+    """FixedShapePolicy on CUDA (the tiled kernel, at each tile height): a prompt's logits and K/V alone and
+    among others."""
     cfg, weights = small_model
     rng = random.Random(0)
     needle = [rng.randrange(cfg.vocab_size) for _ in range(37)]
-    alone = _canonical_logits_and_kv(cfg, weights, [needle], 0, 256, FixedShapePolicy())
+    policy = FixedShapePolicy(tile_m=tile_m)
+    alone = _canonical_logits_and_kv(cfg, weights, [needle], 0, 256, policy)
     for before in ([5], [40, 3], [100, 17, 1]):
         others = [[rng.randrange(cfg.vocab_size) for _ in range(n)] for n in before]
-        mixed = _canonical_logits_and_kv(cfg, weights, others + [needle, [7] * 9], len(others), 256,
-                                         FixedShapePolicy())
+        mixed = _canonical_logits_and_kv(cfg, weights, others + [needle, [7] * 9], len(others), 256, policy)
         assert torch.equal(alone[0], mixed[0]) and torch.equal(alone[1], mixed[1])
 
 
@@ -312,3 +314,38 @@ def test_tile_table_gives_the_fixed_tilings_bits(shape, report):
                                                key_block=64, sliding_window=shape[5])
     report(f"tile_table_launches_spanning_{shape[0]}x{shape[1]}", spanning)
     assert spanning >= 1
+
+
+# -- the 128-row canonical tile (FixedShapePolicy(tile_m=128): its own canonical config) -----------------------------
+
+@pytest.mark.parametrize("mask_every_block", [True, False], ids=["masked", "unmasked_full"])
+@pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_tile128_row_bits_do_not_depend_on_the_launch(dtype, seed, mask_every_block):
+    shape = SHAPES[seed % 2]
+    cache = cache_for(shape, dtype, seed=300 + seed)
+    compared = check_canonical_rows_are_their_own(cache, random.Random(seed), num_probes=6, num_launches=6,
+                                                  max_neighbours=120, key_block=64, sliding_window=shape[5],
+                                                  mask_every_block=mask_every_block, tile_m=128)
+    assert compared >= 30
+
+
+@pytest.mark.parametrize("window", [None, 100])
+def test_tile128_kv_does_not_depend_on_chunking(window):
+    cache = cache_for(SHAPES[0], torch.bfloat16, seed=311, num_seqs=2)
+    check_kv_independent_of_chunking(cache, [[1024], [256] * 4, [100, 1, 400, 523], [31, 993]], key_block=64,
+                                     sliding_window=window, tile_m=128)
+
+
+@pytest.mark.parametrize("shape", [(9, 3, 64, 16, 900, None), (32, 8, 128, 16, 1500, None), (16, 2, 128, 16, 700, 100)],
+                         ids=["smollm2", "llama8b", "gqa8_window"])
+def test_tile128_tile_table_and_decode_launch(shape, report):
+    """At 128-row tiles: a pass's tile table gives the fixed tiling's bits, and the one-row decode launch (the
+    fast path's ``FastPolicy(canonical_tile_m=128)``) gives decode rows the packed launch's bits."""
+    cache = cache_for(shape, torch.bfloat16, seed=312, num_seqs=48)
+    spanning = check_tile_table_keeps_the_bits(cache, random.Random(6), num_launches=6, max_window=80,
+                                               key_block=64, sliding_window=shape[5], tile_m=128)
+    report(f"tile128_table_launches_spanning_{shape[0]}x{shape[1]}", spanning)
+    assert spanning >= 1
+    check_decode_launch_has_canonical_bits(cache, random.Random(7), num_rows=48, key_block=64,
+                                           sliding_window=shape[5], tile_m=128)

@@ -102,6 +102,7 @@ class FiguresConfig:
     use_cuda_graphs: bool = True
     canonical_attention: str = "tiled"
     canonical_gemm: str = "cublas"
+    canonical_tile_m: int = 64
 
     def __post_init__(self) -> None:
         if self.calibrate_on not in CALIBRATE_ON:
@@ -209,7 +210,7 @@ def window_sweep(run: Run, model: BenchModel, workload: Workload, config: Figure
     start, span = time.perf_counter(), max(0.0, deadline - time.perf_counter())
     engine = Engine(model, config.window, config.group, kv_tokens, max_num_seqs=workload.num_requests,
                     use_cuda_graphs=config.use_cuda_graphs, canonical_attention=config.canonical_attention,
-                    canonical_gemm=config.canonical_gemm)
+                    canonical_gemm=config.canonical_gemm, canonical_tile_m=config.canonical_tile_m)
     entry.update(workload=workload.summary(), mode="dvr@100", points=[])
     log("fig 9 nondet")
     nondet = run.guarded("fig9 nondet", lambda: run_offline(engine, workload, mode_by_name("nondet"),
@@ -270,7 +271,8 @@ def share_sweep(run: Run, model: BenchModel, full: Workload, config: FiguresConf
     totals = sorted((len(r.prompt) + r.max_new_tokens for r in full.requests), reverse=True)
     engine = Engine(model, config.window, config.group, sum(totals[:max_num_seqs]) + WARMUP_KV_TOKENS,
                     max_num_seqs=max_num_seqs, use_cuda_graphs=config.use_cuda_graphs,
-                    canonical_attention=config.canonical_attention, canonical_gemm=config.canonical_gemm)
+                    canonical_attention=config.canonical_attention, canonical_gemm=config.canonical_gemm,
+                    canonical_tile_m=config.canonical_tile_m)
     workload, probe, probe_info = probe_and_fit(run, engine, full, FIG10_MODES[:-1], det_order=det_order,
                                                 deadline=deadline, probe_size=max_num_seqs)
     if not probe_info:
@@ -607,7 +609,7 @@ def main(argv: list[str] | None = None, *, repo: Path | None = None) -> int:
             calibrate_extensions=pick(None, 2, 0), real_figures=names(args.real_figures),
             random_figures=names(args.random_figures), worst_case=not args.no_worst_case, seed=args.seed,
             use_cuda_graphs=not args.no_cuda_graphs, canonical_attention=args.canonical_attention,
-            canonical_gemm=args.canonical_gemm,
+            canonical_gemm=args.canonical_gemm, canonical_tile_m=args.canonical_tile_m,
         )
         stem = model_label(Path(model)) if Path(model).exists() else model
         out = args.out or repo / "benchmarks" / "results" / f"paper_figures_{args.device}_{stem}.json"

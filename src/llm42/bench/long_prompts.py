@@ -66,6 +66,7 @@ class LongPromptConfig:
     canonical_thread: bool = False
     canonical_attention: str = "tiled"
     canonical_gemm: str = "cublas"  # FixedShapePolicy(gemm=...)
+    canonical_tile_m: int = 64  # FixedShapePolicy(tile_m=...)
     fast_decode_kernel: str = "split"
     max_canonical_tokens: int | None = None  # None: the engine's default (max_fast_tokens, in R-row steps)
     canonical_stream: bool | None = None  # CUDA: the canonical pass on its own stream (None: the engine's default)
@@ -190,9 +191,11 @@ def run_long_prompts(config: LongPromptConfig, *, out: Path, repo: Path) -> dict
                            kv_cache_tokens=kv_tokens, max_model_len=config.max_positions,
                            use_cuda_graphs=config.use_cuda_graphs, canonical_thread=config.canonical_thread,
                            canonical_policy=FixedShapePolicy(attention_kernel=config.canonical_attention,
-                                                            gemm=config.canonical_gemm),
+                                                            gemm=config.canonical_gemm,
+                                                            tile_m=config.canonical_tile_m),
                            fast_policy=FastPolicy(decode_kernel=config.fast_decode_kernel,
-                                                  canonical_key_chunk=canonical_key_chunk(config.canonical_attention)),
+                                                  canonical_key_chunk=canonical_key_chunk(config.canonical_attention),
+                                                  canonical_tile_m=config.canonical_tile_m),
                            max_canonical_tokens=config.max_canonical_tokens,
                            canonical_stream=config.canonical_stream,
                            canonical_gemm_streams=config.canonical_gemm_streams)
@@ -276,7 +279,7 @@ def main(argv: list[str] | None = None, *, repo: Path | None = None) -> int:
             itl_steps=pick(args.itl_steps, 32, 4), max_fast_tokens=pick(args.max_fast_tokens, 2048, 128),
             seed=args.seed, use_cuda_graphs=not args.no_cuda_graphs, canonical_thread=args.canonical_thread,
             canonical_attention=args.canonical_attention, canonical_gemm=args.canonical_gemm,
-            fast_decode_kernel=args.fast_decode_kernel, max_canonical_tokens=args.max_canonical_tokens,
+            canonical_tile_m=args.canonical_tile_m, fast_decode_kernel=args.fast_decode_kernel, max_canonical_tokens=args.max_canonical_tokens,
             canonical_stream=args.canonical_stream, canonical_gemm_streams=args.canonical_gemm_streams,
         )
         stem = model_label(Path(model)) if Path(model).exists() else model

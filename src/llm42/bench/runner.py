@@ -100,6 +100,7 @@ class Engine:
     max_fast_tokens: int = 512
     canonical_attention: str = "tiled"  # FixedShapePolicy(attention_kernel=...): the canonical pass's attention
     canonical_gemm: str = "cublas"  # FixedShapePolicy(gemm=...): the canonical pass's GEMM on CUDA
+    canonical_tile_m: int = 64  # FixedShapePolicy(tile_m=...): the tiled canonical attention's tile height
     max_canonical_tokens: int | None = None  # DVRGenerator's knob (None: its default)
     canonical_stream: bool | None = None  # DVRGenerator's knob: the canonical pass on its own CUDA stream
     draft_ahead: bool = True  # DVRGenerator's knob: deterministic requests draft ahead of windows in a pass
@@ -114,12 +115,14 @@ class Engine:
                   ) -> tuple[DVRGenerator, list[str]]:
         """A fresh generator for ``mode``, and notes on how it deviates from the plan (empty normally)."""
         kernel = self.canonical_attention
-        fast_policy = BatchInvariantPolicy(attention_kernel=kernel) if mode.is_batch_invariant else self.fast_policy
+        fast_policy = (BatchInvariantPolicy(attention_kernel=kernel, tile_m=self.canonical_tile_m)
+                       if mode.is_batch_invariant else self.fast_policy)
         gen = DVRGenerator(
             self.model.weights, self.model.cfg,
             window=window or self.window, group=group or self.group,
             fast_policy=fast_policy,
-            canonical_policy=FixedShapePolicy(attention_kernel=kernel, gemm=self.canonical_gemm),
+            canonical_policy=FixedShapePolicy(attention_kernel=kernel, gemm=self.canonical_gemm,
+                                              tile_m=self.canonical_tile_m),
             kv_cache_tokens=self.kv_cache_tokens,
             max_num_seqs=self.max_num_seqs, max_fast_tokens=self.max_fast_tokens,
             use_cuda_graphs=self.use_cuda_graphs, overlap=mode.is_overlapped,

@@ -23,6 +23,7 @@ import torch
 
 from llm42.bench.devicetime import Budget, write_json
 from llm42.bench.suite import device_info, git_info
+from llm42.engine.config import CANONICAL_TILE_HEIGHTS
 from llm42.policies.fast import DECODE_KERNELS
 from llm42.policies.fixed_shape import ATTENTION_KERNELS, GEMMS
 
@@ -47,6 +48,10 @@ def add_common_args(p: argparse.ArgumentParser, *, out_help: str, budget_s: floa
     p.add_argument("--canonical-gemm", choices=GEMMS, default="cublas",
                    help="the canonical pass's GEMM on CUDA, FixedShapePolicy(gemm=...): part of the canonical "
                    "config; 'triton' runs a wide pass's GEMMs once over all its rows (the batch-invariant matmul)")
+    p.add_argument("--canonical-tile-m", type=int, choices=CANONICAL_TILE_HEIGHTS, default=64,
+                   help="the tiled canonical attention's tile height in M-rows, FixedShapePolicy(tile_m=...): part of "
+                   "the canonical config (the fast path's canonical decode launches and the batch_invariant baseline "
+                   "take the same)")
     p.add_argument("--fast-decode-kernel", choices=DECODE_KERNELS, default="split",
                    help="FastPolicy(decode_kernel=...): 'canonical' gives large decode batches the canonical tiled "
                    "kernel's attention bits, 'deterministic' deterministic requests' decode rows the canonical "

@@ -105,6 +105,7 @@ class ServingConfig:
     use_cuda_graphs: bool = True
     canonical_attention: str = "tiled"
     canonical_gemm: str = "cublas"
+    canonical_tile_m: int = 64
     fast_decode_kernel: str = "split"
     max_canonical_tokens: int | None = None
     canonical_stream: bool | None = None  # None: the engine's default (on CUDA: on)
@@ -118,7 +119,7 @@ class ServingConfig:
         from llm42.policies import FastPolicy
 
         return FastPolicy(decode_kernel=self.fast_decode_kernel, canonical_key_chunk=canonical_key_chunk(
-            self.canonical_attention))
+            self.canonical_attention), canonical_tile_m=self.canonical_tile_m)
 
     def __post_init__(self) -> None:
         for name in (*self.offline_modes, *self.online_modes):
@@ -272,7 +273,7 @@ def _engine(model: BenchModel, config: ServingConfig, workload: Workload) -> Eng
                                                                                     config.max_num_seqs),
                   max_num_seqs=config.max_num_seqs, use_cuda_graphs=config.use_cuda_graphs,
                   max_fast_tokens=config.max_fast_tokens, canonical_attention=config.canonical_attention,
-                  canonical_gemm=config.canonical_gemm,
+                  canonical_gemm=config.canonical_gemm, canonical_tile_m=config.canonical_tile_m,
                   fast_policy=config.fast_policy(), max_canonical_tokens=config.max_canonical_tokens,
                   canonical_stream=config.canonical_stream, draft_ahead=config.draft_ahead,
                   wide_verify=config.wide_verify)
@@ -451,7 +452,8 @@ def transformers_phase(run: Run, model: BenchModel, deadline: float) -> None:
     engine = Engine(model, config.window, config.group, workload.num_kv_tokens + WARMUP_KV_TOKENS,
                     max_num_seqs=config.hf_batch, use_cuda_graphs=config.use_cuda_graphs,
                     max_fast_tokens=config.max_fast_tokens, canonical_attention=config.canonical_attention,
-                    canonical_gemm=config.canonical_gemm, fast_policy=config.fast_policy())
+                    canonical_gemm=config.canonical_gemm, canonical_tile_m=config.canonical_tile_m,
+                    fast_policy=config.fast_policy())
     det_order = deterministic_order(workload.num_requests, seed=config.seed)
     share = (deadline - time.perf_counter()) / 3
     mine = run.guarded("transformers llm42 side", lambda: run_offline(
@@ -637,7 +639,7 @@ def main(argv: list[str] | None = None, *, repo: Path | None = None) -> int:
             hf_prompt_tokens=pick(None, 128, 8), hf_new_tokens=pick(args.hf_new_tokens, 256, 8),
             hf_compile=not args.hf_no_compile, seed=args.seed, lm_head_std=args.lm_head_std,
             use_cuda_graphs=not args.no_cuda_graphs, canonical_attention=args.canonical_attention,
-            canonical_gemm=args.canonical_gemm,
+            canonical_gemm=args.canonical_gemm, canonical_tile_m=args.canonical_tile_m,
             fast_decode_kernel=args.fast_decode_kernel, max_canonical_tokens=args.max_canonical_tokens,
             canonical_stream=args.canonical_stream, draft_ahead=not args.no_draft_ahead,
             wide_verify=args.wide_verify,

@@ -25,6 +25,18 @@ def strict_bool(owner: str, name: str, value: object) -> bool:
     return value
 
 
+# the tiled canonical attention's tile heights (M-rows per program) a canonical config may name: each is its own
+# canonical config (``FixedShapePolicy(tile_m=)``, ``llm42.kernels.tiled_attention``)
+CANONICAL_TILE_HEIGHTS = (64, 128)
+
+
+def check_tile_m(owner: str, name: str, tile_m: object) -> int:
+    """A canonical tile height: one of ``CANONICAL_TILE_HEIGHTS`` (bools are not integers here)."""
+    if isinstance(tile_m, bool) or not isinstance(tile_m, int) or tile_m not in CANONICAL_TILE_HEIGHTS:
+        raise ValueError(f"{owner} {name} must be one of {CANONICAL_TILE_HEIGHTS}, got {tile_m!r}")
+    return tile_m
+
+
 # hidden sizes from which a padding row of a fast step costs enough GEMM FLOPs to pay for a finer bucket ladder
 COMPUTE_BOUND_HIDDEN = 2048
 

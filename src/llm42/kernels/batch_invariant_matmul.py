@@ -13,6 +13,11 @@ other rows hold. cuBLAS, by contrast, picks tiles and split-K from M, which is
 why its rows drift with the batch size. The price is speed at small M: no
 split-K and no M-specific tuning.
 
+Two kernels, one contract: the masked-pointer kernel, and (a tile config with
+``TMA``) the same tiles, visiting order and K walk with x and w read through
+Hopper's TMA descriptors, which the 8B shape's pinned tiles use on the H200
+(their bits differ from the pointer kernel's: each config is its own numerics).
+
 ``M`` is excluded from Triton's integer specialisation (``do_not_specialize``)
 so one compiled kernel serves every batch size: a batch of one row does not
 get a differently specialised (and differently scheduled) binary.
@@ -34,22 +39,28 @@ _CONFIGS = {
 }
 
 
-def _tiles(block_m: int, block_n: int, stages: int, warps: int, per_sm: int = 1) -> dict:
-    return dict(BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=64, GROUP_M=8, num_stages=stages, num_warps=warps,
-                PROGRAMS_PER_SM=per_sm)
+def _tiles(block_m: int, block_n: int, stages: int, warps: int, per_sm: int = 1, *, block_k: int = 64,
+           tma: bool = False) -> dict:
+    config = dict(BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, GROUP_M=8, num_stages=stages, num_warps=warps,
+                  PROGRAMS_PER_SM=per_sm)
+    if tma:
+        config["TMA"] = True
+    return config
 
 
 # Pinned per weight shape (dtype, N, K) where a sweep on the H200 found faster tiles than the dtype's (time summed
-# over 256 and 2,048 rows; benchmarks/device/gemm_config_sweep.py, benchmarks/results/h200_round14/). A function
+# over the rows swept; benchmarks/device/gemm_config_sweep.py, benchmarks/results/h200_round14/ and round18/). A function
 # of the weight's shape only, never of M: a row's bits stay its own at any batch, and a model's GEMM tiles are
 # fixed by its weights. PROGRAMS_PER_SM sizes the persistent grid (who computes a tile, not how).
 _SHAPE_CONFIGS: dict[tuple[torch.dtype, int, int], dict] = {
-    # the Llama-3.1-8B shape: qkv, o, gate_up, down, the output head
-    (torch.bfloat16, 6144, 4096): _tiles(128, 128, 3, 4, per_sm=2),
-    (torch.bfloat16, 4096, 4096): _tiles(128, 256, 4, 8),
-    (torch.bfloat16, 28672, 4096): _tiles(128, 256, 4, 8),
-    (torch.bfloat16, 4096, 14336): _tiles(128, 256, 4, 8),
-    (torch.bfloat16, 128256, 4096): _tiles(128, 256, 3, 8),
+    # the Llama-3.1-8B shape: qkv, o, gate_up, down, the output head. Since round 18 through TMA descriptors (the
+    # TMA kernel; time summed over 256, 1,024 and 2,048 rows 0.77-0.96x round 14's pointer tiles, 0.72x on gate_up:
+    # benchmarks/results/h200_round18/gemm_sweep_tma.json): other bits than round 14's pins
+    (torch.bfloat16, 6144, 4096): _tiles(128, 128, 3, 8, block_k=128, tma=True),
+    (torch.bfloat16, 4096, 4096): _tiles(128, 128, 5, 8, tma=True),
+    (torch.bfloat16, 28672, 4096): _tiles(128, 256, 3, 8, tma=True),
+    (torch.bfloat16, 4096, 14336): _tiles(128, 128, 5, 8, tma=True),
+    (torch.bfloat16, 128256, 4096): _tiles(128, 256, 3, 8, tma=True),
     # SmolLM2-135M: down and the output head (its other GEMMs are launch-bound there: no tile measurably faster)
     (torch.bfloat16, 576, 1536): _tiles(64, 128, 4, 4, per_sm=2),
     (torch.bfloat16, 49152, 576): _tiles(128, 256, 4, 8),
@@ -99,9 +110,56 @@ def _persistent_matmul_kernel(
                  acc.to(out_ptr.dtype.element_ty), mask=m_mask[:, None] & n_mask[None, :])
 
 
+@triton.jit(do_not_specialize=["M", "num_programs"])
+def _persistent_tma_matmul_kernel(
+    x_desc, w_desc, bias_ptr, out_ptr,
+    M, N, K, num_programs,
+    stride_om, stride_on,
+    HAS_BIAS: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
+    DOT_PRECISION: tl.constexpr,
+):
+    # The same tiles, visiting order and K walk as _persistent_matmul_kernel, with x and w read through TMA
+    # descriptors (Hopper's bulk tensor copies; out-of-range rows and columns arrive as zeros, which add exact
+    # zeros to the accumulator) instead of masked pointer loads. A row's bits are still its own at any M: a tile's
+    # output element reads its own row of x and the K walk is fixed. Its bits may differ from the pointer kernel's.
+    num_pid_m = tl.cdiv(M, BLOCK_M)
+    num_pid_n = tl.cdiv(N, BLOCK_N)
+    num_tiles = num_pid_m * num_pid_n
+    num_k_steps = tl.cdiv(K, BLOCK_K)
+    tiles_per_group = GROUP_M * num_pid_n
+    for tile in range(tl.program_id(0), num_tiles, num_programs):
+        group = tile // tiles_per_group
+        first_m = group * GROUP_M
+        group_rows = tl.minimum(num_pid_m - first_m, GROUP_M)
+        pid_m = first_m + (tile % tiles_per_group) % group_rows
+        pid_n = (tile % tiles_per_group) // group_rows
+        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+        for step in range(0, num_k_steps):
+            x = x_desc.load([pid_m * BLOCK_M, step * BLOCK_K])  # [BLOCK_M, BLOCK_K]
+            w = w_desc.load([pid_n * BLOCK_N, step * BLOCK_K])  # [BLOCK_N, BLOCK_K]
+            acc = tl.dot(x, w.T, acc, input_precision=DOT_PRECISION)
+        offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+        offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+        n_mask = offs_n < N
+        if HAS_BIAS:
+            acc += tl.load(bias_ptr + offs_n, mask=n_mask, other=0.0).to(tl.float32)[None, :]
+        tl.store(out_ptr + offs_m[:, None] * stride_om + offs_n[None, :] * stride_on,
+                 acc.to(out_ptr.dtype.element_ty), mask=(offs_m < M)[:, None] & n_mask[None, :])
+
+
 @functools.lru_cache(maxsize=None)
 def _num_sms(device_index: int) -> int:
     return torch.cuda.get_device_properties(device_index).multi_processor_count
+
+
+@functools.lru_cache(maxsize=None)
+def _capability_of(device_index: int) -> tuple[int, int]:
+    return torch.cuda.get_device_capability(device_index)
+
+
+def _capability(device: torch.device) -> tuple[int, int]:
+    return _capability_of(device.index if device.index is not None else torch.cuda.current_device())
 
 
 def _num_programs(device: torch.device) -> int:
@@ -122,8 +180,8 @@ def matmul(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
 
     x: [..., K]; weight: [N, K]; bias: [N] or None -> [..., N] in x's dtype.
     Accumulates in fp32; fp32 inputs use exact fp32 products (no TF32). ``config`` (BLOCK_M, BLOCK_N, BLOCK_K,
-    GROUP_M, num_stages, num_warps and optionally PROGRAMS_PER_SM) overrides ``config_for``: for sweeps only,
-    since the tiles are part of the bits.
+    GROUP_M, num_stages, num_warps and optionally PROGRAMS_PER_SM, and TMA: x and w read through TMA descriptors)
+    overrides ``config_for``: for sweeps only, since the tiles are part of the bits.
     """
     if x.dtype not in _CONFIGS:
         raise TypeError(f"batch-invariant matmul supports {sorted(str(d) for d in _CONFIGS)}, got {x.dtype}")
@@ -140,16 +198,35 @@ def matmul(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
     if rows.shape[0] and num_out:
         launch = dict(config if config is not None else config_for(x.dtype, num_out, k))
         per_sm = launch.pop("PROGRAMS_PER_SM", 1)
+        # TMA needs Hopper or newer: elsewhere the same tiles run on pointer loads (a GPU's bits are its own anyway)
+        tma = launch.pop("TMA", False) and (x.device.type != "cuda" or _capability(x.device)[0] >= 9)
         num_programs = _num_programs(x.device) * (per_sm if x.device.type == "cuda" else 1)
-        _persistent_matmul_kernel[(num_programs,)](
-            rows, weight, bias if bias is not None else weight, out,
-            rows.shape[0], num_out, k, num_programs,
-            rows.stride(0), rows.stride(1), weight.stride(0), weight.stride(1), out.stride(0), out.stride(1),
-            HAS_BIAS=bias is not None,
-            DOT_PRECISION="ieee" if x.dtype == torch.float32 else "tf32",
-            **launch,
-        )
+        common = dict(HAS_BIAS=bias is not None, DOT_PRECISION="ieee" if x.dtype == torch.float32 else "tf32",
+                      **launch)
+        if tma:
+            from triton.tools.tensor_descriptor import TensorDescriptor
+
+            rows = rows.contiguous()  # a descriptor needs unit stride along K and 16-byte aligned rows
+            _check_tma(rows, weight)
+            x_desc = TensorDescriptor.from_tensor(rows, [launch["BLOCK_M"], launch["BLOCK_K"]])
+            w_desc = TensorDescriptor.from_tensor(weight, [launch["BLOCK_N"], launch["BLOCK_K"]])
+            _persistent_tma_matmul_kernel[(num_programs,)](
+                x_desc, w_desc, bias if bias is not None else weight, out,
+                rows.shape[0], num_out, k, num_programs, out.stride(0), out.stride(1), **common)
+        else:
+            _persistent_matmul_kernel[(num_programs,)](
+                rows, weight, bias if bias is not None else weight, out,
+                rows.shape[0], num_out, k, num_programs,
+                rows.stride(0), rows.stride(1), weight.stride(0), weight.stride(1), out.stride(0), out.stride(1),
+                **common)
     return out.view(*x.shape[:-1], num_out)
+
+
+def _check_tma(rows: torch.Tensor, weight: torch.Tensor) -> None:
+    for name, t in (("x", rows), ("weight", weight)):
+        if t.stride(-1) != 1 or (t.stride(0) * t.element_size()) % 16 or t.data_ptr() % 16:
+            raise ValueError(f"the TMA matmul needs {name} with unit stride along K and 16-byte aligned rows, got "
+                             f"strides {tuple(t.stride())} at {t.data_ptr() % 16} bytes past 16")
 
 
 __all__ = ["config_for", "matmul"]

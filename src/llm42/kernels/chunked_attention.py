@@ -6,7 +6,7 @@ in one program (a long context cannot be split without changing the bits). Here
 the canonical reduction itself is cut at absolute positions ``0, C, 2C, ...``
 (``key_chunk`` = C keys, a multiple of ``key_block``): within a chunk, key blocks
 as the tiled kernel visits them (the same masked and unmasked steps, the same
-fixed launch: ``CANONICAL_TILE_M`` M-rows, ``CANONICAL_TILE_WARPS`` warps,
+fixed launch: ``tile_m`` M-rows (the canonical config's, ``CANONICAL_TILE_M`` by default), ``CANONICAL_TILE_WARPS`` warps,
 ``CANONICAL_TILE_STAGES`` stages, no FMA contraction), from a fresh softmax state;
 the chunks' states are then folded left to right:
 
@@ -252,13 +252,16 @@ def chunked_canonical_attention(
     key_chunk: int,
     sliding_window: int | None = None,
     mask_every_block: bool | None = None,
+    tile_m: int = CANONICAL_TILE_M,
 ) -> torch.Tensor:
-    """The canonical pass's chunked attention (packed tiles, every chunk folded in the program); [N, Hq, D]."""
-    _check_canonical_groups(q, k_cache)
+    """The canonical pass's chunked attention (packed tiles, every chunk folded in the program); [N, Hq, D].
+    ``tile_m``: the canonical config's tile height, as for ``tiled_canonical_attention``."""
+    _check_canonical_groups(q, k_cache, tile_m)
     _check_chunk(key_block, key_chunk)
     return _launch(q, k_cache, v_cache, positions, row_seq, block_tables, block_size=block_size, scale=scale,
                    key_block=key_block, key_chunk=key_chunk, sliding_window=sliding_window,
-                   mask_every_block=mask_every_block, rows_per_tile=None, only_rows=None, out=None, num_chunks=None)
+                   mask_every_block=mask_every_block, rows_per_tile=None, only_rows=None, out=None, num_chunks=None,
+                   tile_m=tile_m)
 
 
 def chunked_canonical_decode_attention(
@@ -277,6 +280,7 @@ def chunked_canonical_decode_attention(
     mask_every_block: bool | None = None,
     only_rows: torch.Tensor | None = None,
     out: torch.Tensor | None = None,
+    tile_m: int = CANONICAL_TILE_M,
 ) -> torch.Tensor:
     """Decode rows with ``chunked_canonical_attention``'s bits, their chunks in parallel; [B, Hq, D].
 
@@ -285,17 +289,17 @@ def chunked_canonical_decode_attention(
     x (D + 2)`` floats of scratch; a second kernel folds them per (row, head). ``only_rows`` ([B], nonzero =
     compute) and ``out`` as for ``tiled_canonical_decode_attention``.
     """
-    _check_canonical_groups(q, k_cache)
+    _check_canonical_groups(q, k_cache, tile_m)
     _check_chunk(key_block, key_chunk)
     num_seqs = q.shape[0]
     return _launch(q, k_cache, v_cache, context_lens - 1, torch.arange(num_seqs, device=q.device), block_tables,
                    block_size=block_size, scale=scale, key_block=key_block, key_chunk=key_chunk,
                    sliding_window=sliding_window, mask_every_block=mask_every_block, rows_per_tile=1,
-                   only_rows=only_rows, out=out, num_chunks=max(1, -(-max_context_len // key_chunk)))
+                   only_rows=only_rows, out=out, num_chunks=max(1, -(-max_context_len // key_chunk)), tile_m=tile_m)
 
 
 def _launch(q, k_cache, v_cache, positions, row_seq, block_tables, *, block_size, scale, key_block, key_chunk,
-            sliding_window, mask_every_block, rows_per_tile, only_rows, out, num_chunks):
+            sliding_window, mask_every_block, rows_per_tile, only_rows, out, num_chunks, tile_m):
     num_rows = q.shape[0]
     num_heads, num_kv_heads, head_dim = _check_shapes(q, k_cache, v_cache)
     groups = num_heads // num_kv_heads
@@ -307,7 +311,7 @@ def _launch(q, k_cache, v_cache, positions, row_seq, block_tables, *, block_size
     if num_rows == 0:
         return out
     select, select_ptr = _selection(only_rows, num_rows, keep_flagged=True, like=positions)
-    rows_per_tile = CANONICAL_TILE_M // groups if rows_per_tile is None else rows_per_tile
+    rows_per_tile = tile_m // groups if rows_per_tile is None else rows_per_tile
     num_tiles = -(-num_rows // rows_per_tile)
     is_partial = num_chunks is not None
     if is_partial:
@@ -324,7 +328,7 @@ def _launch(q, k_cache, v_cache, positions, row_seq, block_tables, *, block_size
         k_cache.stride(0), k_cache.stride(1), v_cache.stride(0), v_cache.stride(1), block_tables.stride(0),
         part.stride(0), part.stride(1), part.stride(2), ml.stride(0), ml.stride(1), ml.stride(2),
         scale * _LOG2E, window,
-        GROUPS=groups, HEAD_DIM=head_dim, BLOCK_D=block_d, BLOCK_M=CANONICAL_TILE_M, BLOCK_N=key_block,
+        GROUPS=groups, HEAD_DIM=head_dim, BLOCK_D=block_d, BLOCK_M=tile_m, BLOCK_N=key_block,
         PAGE=block_size, HAS_WINDOW=has_window, DOT_PRECISION=_dot_precision(k_cache.dtype),
         UPCAST=q.device.type != "cuda", ROWS=rows_per_tile, MASK_EVERY_BLOCK=mask_every, SELECT=select,
         CHUNK=key_chunk, PARTIAL=is_partial,

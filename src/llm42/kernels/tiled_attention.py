@@ -50,12 +50,16 @@ import torch
 import triton
 import triton.language as tl
 
+from llm42.engine.config import check_tile_m
 from llm42.kernels.attention import (
     _LOG2E, _check_out, _check_shapes, _contiguous_rows, _dot_precision, _selection, _window,
 )
 
 # the canonical launch configuration: part of the canonical config (changing it changes committed bits)
 CANONICAL_TILE_M = 64
+# the tile heights a canonical config may name: ``llm42.engine.config.CANONICAL_TILE_HEIGHTS`` (64 and 128). On the H200
+# the two (4 warps, 2 stages) gave every row sampled the same bits (round 17, benchmarks/device/tile_m_bits.py): a
+# measurement of one GPU, not a property of the kernel, so each height is its own canonical config
 CANONICAL_TILE_WARPS = 4
 CANONICAL_TILE_STAGES = 2
 # True: every key block of the canonical launch goes through the masked step. False: the blocks every row
@@ -290,11 +294,11 @@ def tiled_prefill_attention(
                    num_stages=num_stages, is_canonical=False)
 
 
-def _check_canonical_groups(q: torch.Tensor, k_cache: torch.Tensor) -> None:
+def _check_canonical_groups(q: torch.Tensor, k_cache: torch.Tensor, tile_m: int) -> None:
+    check_tile_m("the canonical tiled kernel", "tile_m", tile_m)
     groups = q.shape[1] // max(k_cache.shape[1], 1)
-    if groups > CANONICAL_TILE_M:
-        raise ValueError(f"the canonical tiled kernel takes at most {CANONICAL_TILE_M} query heads per kv head, "
-                         f"got {groups}")
+    if groups > tile_m:
+        raise ValueError(f"the canonical tiled kernel takes at most {tile_m} query heads per kv head, got {groups}")
 
 
 def tiled_canonical_attention(
@@ -312,8 +316,12 @@ def tiled_canonical_attention(
     mask_every_block: bool | None = None,
     tiles: torch.Tensor | None = None,
     out: torch.Tensor | None = None,
+    tile_m: int = CANONICAL_TILE_M,
 ) -> torch.Tensor:
     """Canonical tiled attention: one fixed launch configuration, each row's bits its own; returns [N, Hq, D].
+
+    ``tile_m``: the tile height in M-rows (``llm42.engine.config.CANONICAL_TILE_HEIGHTS``), part of the canonical config like
+    ``key_block``; warps, stages and the rest of the launch are fixed.
 
     ``mask_every_block``: None is the canonical config's ``CANONICAL_MASK_EVERY_BLOCK``; the other
     value is for the tests and the sweep that compare the two.
@@ -327,16 +335,16 @@ def tiled_canonical_attention(
     its tile-mates); what changes is the longest chain of key blocks any program walks. ``out``: written in
     place (rows no tile holds are left as they were).
     """
-    _check_canonical_groups(q, k_cache)
+    _check_canonical_groups(q, k_cache, tile_m)
     return _launch(q, k_cache, v_cache, positions, row_seq, block_tables, block_size=block_size, scale=scale,
-                   sliding_window=sliding_window, block_m=CANONICAL_TILE_M, block_n=key_block,
+                   sliding_window=sliding_window, block_m=tile_m, block_n=key_block,
                    num_warps=CANONICAL_TILE_WARPS, num_stages=CANONICAL_TILE_STAGES, is_canonical=True,
                    mask_every_block=mask_every_block, tiles=tiles, out=out)
 
 
-def canonical_rows_per_tile(groups: int) -> int:
-    """Query rows in one tile of the canonical launch, for ``groups`` query heads per kv head."""
-    return CANONICAL_TILE_M // groups
+def canonical_rows_per_tile(groups: int, tile_m: int = CANONICAL_TILE_M) -> int:
+    """Query rows in one tile of the canonical launch of height ``tile_m``, for ``groups`` query heads per kv head."""
+    return check_tile_m("canonical_rows_per_tile", "tile_m", tile_m) // groups
 
 
 def tiled_canonical_decode_attention(
@@ -353,14 +361,17 @@ def tiled_canonical_decode_attention(
     mask_every_block: bool | None = None,
     only_rows: torch.Tensor | None = None,
     out: torch.Tensor | None = None,
+    tile_m: int = CANONICAL_TILE_M,
 ) -> torch.Tensor:
     """Decode rows with the canonical tiled kernel's bits, one row per tile (the fast path's option); [B, Hq, D].
+
+    ``tile_m``: the canonical config's tile height (the canonical pass's ``FixedShapePolicy(tile_m=)``).
 
     ``only_rows`` ([B], nonzero = compute): only those rows are computed and stored, the others' rows of
     ``out`` (written in place when given) are left as they were: a decode batch whose deterministic rows
     take these bits and the others the split-KV kernel's (``FastPolicy(decode_kernel="deterministic")``).
 
-    The canonical launch packs ``CANONICAL_TILE_M // G`` rows per tile, so decode
+    The canonical launch packs ``tile_m // G`` rows per tile, so decode
     rows of different sequences share a program and run one after the other.
     Here each tile holds one row (one program per row and kv head, as the split-KV
     decode kernel with one split); everything else is the canonical launch's — the
@@ -370,11 +381,11 @@ def tiled_canonical_decode_attention(
     it: a fast decode step that uses this agrees with the canonical pass on
     attention, and only the other ops' drift can make it roll back.
     """
-    _check_canonical_groups(q, k_cache)
+    _check_canonical_groups(q, k_cache, tile_m)
     num_seqs = q.shape[0]
     positions = context_lens - 1
     row_seq = torch.arange(num_seqs, device=q.device)
     return _launch(q, k_cache, v_cache, positions, row_seq, block_tables, block_size=block_size, scale=scale,
-                   sliding_window=sliding_window, block_m=CANONICAL_TILE_M, block_n=key_block,
+                   sliding_window=sliding_window, block_m=tile_m, block_n=key_block,
                    num_warps=CANONICAL_TILE_WARPS, num_stages=CANONICAL_TILE_STAGES, is_canonical=True,
                    rows_per_tile=1, mask_every_block=mask_every_block, only_rows=only_rows, out=out)

@@ -89,18 +89,23 @@ class BatchInvariantPolicy(ExactRowOps):
     is_graph_safe = True
 
     def __init__(self, *, matmul_rows: int = 32, norm_rows: int = 256, key_block: int = 64,
-                 matmul: str = "auto", attention_kernel: str = "tiled", key_chunk: int = DEFAULT_KEY_CHUNK):
+                 matmul: str = "auto", attention_kernel: str = "tiled", key_chunk: int = DEFAULT_KEY_CHUNK,
+                 tile_m: int = 64):
         self.matmul_rows = _check_positive("matmul_rows", matmul_rows)
         self.norm_rows = _check_positive("norm_rows", norm_rows)
         if matmul not in ("auto", "tiled"):
             raise ValueError(f"BatchInvariantPolicy matmul must be 'auto' or 'tiled', got {matmul!r}")
         self.matmul = matmul
         self._reference = FixedShapePolicy(key_block=key_block, attention_backend="triton",
-                                           attention_kernel=attention_kernel, key_chunk=key_chunk)
+                                           attention_kernel=attention_kernel, key_chunk=key_chunk, tile_m=tile_m)
 
     @property
     def key_block(self) -> int:
         return self._reference.key_block
+
+    @property
+    def tile_m(self) -> int:
+        return self._reference.tile_m
 
     @property
     def attention_kernel(self) -> str:
@@ -140,7 +145,7 @@ class BatchInvariantPolicy(ExactRowOps):
             return kernels.chunked_canonical_decode_attention(
                 q, k_cache, v_cache, inputs.block_tables, inputs.context_lens, block_size=block_size, scale=scale,
                 max_context_len=inputs.max_context_len, key_block=self.key_block, key_chunk=self._reference.key_chunk,
-                sliding_window=sliding_window)
+                sliding_window=sliding_window, tile_m=self.tile_m)
         if q.is_cuda and inputs.is_decode and self.attention_kernel == "tiled" and not flash.use_flash(
                 self._reference.attention_backend, q, k_cache, v_cache, block_size=block_size):
             # the same bits as the packed canonical launch (each row's bits are its own), one program per row
@@ -149,7 +154,7 @@ class BatchInvariantPolicy(ExactRowOps):
 
             return kernels.tiled_canonical_decode_attention(
                 q, k_cache, v_cache, inputs.block_tables, inputs.context_lens, block_size=block_size, scale=scale,
-                key_block=self.key_block, sliding_window=sliding_window)
+                key_block=self.key_block, sliding_window=sliding_window, tile_m=self.tile_m)
         return self._reference.attention(
             q, k_cache, v_cache, inputs, block_size=block_size, scale=scale, sliding_window=sliding_window
         )
@@ -161,4 +166,5 @@ class BatchInvariantPolicy(ExactRowOps):
         return (f"BatchInvariantPolicy(matmul_rows={self.matmul_rows}, norm_rows={self.norm_rows}, "
                 f"key_block={self.key_block}, matmul={self.matmul!r}"
                 + ("" if self.attention_kernel == "tiled" else f", attention_kernel={self.attention_kernel!r}")
-                + (f", key_chunk={self._reference.key_chunk}" if self.attention_kernel == "chunked" else "") + ")")
+                + (f", key_chunk={self._reference.key_chunk}" if self.attention_kernel == "chunked" else "")
+                + ("" if self.tile_m == 64 else f", tile_m={self.tile_m}") + ")")

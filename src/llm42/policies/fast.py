@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from llm42.engine.config import check_tile_m
 from llm42.inputs import StepInputs
 from llm42.ops import flash
 from llm42.ops.attention import padded_attention
@@ -62,6 +63,7 @@ class FastPolicy(FusedRowOps):
     step wait for one program. Measured on the H200 (round 14) it is dearer still in a
     full batch (256 rows at 2,400 positions, 10 % deterministic: 6.70 ms against the
     one-row launch's 6.38 and the split kernel's 4.56): an option, not the default.
+    ``canonical_tile_m``: set it to the canonical policy's ``tile_m`` (64 or 128) with either option.
     """
 
     name = "fast"
@@ -73,9 +75,11 @@ class FastPolicy(FusedRowOps):
     canonical_key_block = 64
 
     canonical_key_chunk = None
+    canonical_tile_m = 64
 
     def __init__(self, *, attention_backend: str = "auto", decode_kernel: str = "split",
-                 canonical_key_block: int = 64, canonical_key_chunk: int | None = None):
+                 canonical_key_block: int = 64, canonical_key_chunk: int | None = None, canonical_tile_m: int = 64):
+
         self.attention_backend = flash.check_backend(attention_backend)
         if decode_kernel not in DECODE_KERNELS:
             raise ValueError(f"decode_kernel must be one of {DECODE_KERNELS}, got {decode_kernel!r}")
@@ -89,6 +93,7 @@ class FastPolicy(FusedRowOps):
 
             check_key_chunk("FastPolicy", canonical_key_chunk, canonical_key_block)
         self.canonical_key_chunk = canonical_key_chunk
+        self.canonical_tile_m = check_tile_m("FastPolicy", "canonical_tile_m", canonical_tile_m)
 
     def linear(self, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
         return F.linear(x, weight, bias)
@@ -161,11 +166,13 @@ class FastPolicy(FusedRowOps):
         if self.canonical_key_chunk is None:
             return kernels.tiled_canonical_decode_attention(
                 q, k_cache, v_cache, inputs.block_tables, inputs.context_lens, block_size=block_size, scale=scale,
-                key_block=self.canonical_key_block, sliding_window=sliding_window, only_rows=only_rows, out=out)
+                key_block=self.canonical_key_block, sliding_window=sliding_window, only_rows=only_rows, out=out,
+                tile_m=self.canonical_tile_m)
         return kernels.chunked_canonical_decode_attention(
             q, k_cache, v_cache, inputs.block_tables, inputs.context_lens, block_size=block_size, scale=scale,
             max_context_len=inputs.max_context_len, key_block=self.canonical_key_block,
-            key_chunk=self.canonical_key_chunk, sliding_window=sliding_window, only_rows=only_rows, out=out)
+            key_chunk=self.canonical_key_chunk, sliding_window=sliding_window, only_rows=only_rows, out=out,
+            tile_m=self.canonical_tile_m)
 
     def _side_stream(self, device: torch.device) -> torch.cuda.Stream:
         """The stream the deterministic rows' attention runs on (one per device, made on first use)."""
@@ -184,5 +191,7 @@ class FastPolicy(FusedRowOps):
             args.append(f"decode_kernel={self.decode_kernel!r}, canonical_key_block={self.canonical_key_block}")
             if self.canonical_key_chunk is not None:
                 args.append(f"canonical_key_chunk={self.canonical_key_chunk}")
+            if self.canonical_tile_m != 64:
+                args.append(f"canonical_tile_m={self.canonical_tile_m}")
         return f"{type(self).__name__}({', '.join(args)})"
 

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 import torch
 import torch.nn.functional as F
 
-from llm42.engine.config import positive_int
+from llm42.engine.config import check_tile_m, positive_int
 from llm42.inputs import StepInputs
 from llm42.ops import exact, flash
 from llm42.ops.attention import blocked_attention
@@ -76,6 +76,13 @@ class FixedShapePolicy(ExactRowOps, FusedRowOps):
     is its own at any number of rows, so a wide pass runs each linear in one launch over all its rows
     instead of one cuBLAS call per R-row block (``is_gemm_row_invariant``). Its committed bits differ from
     ``"cublas"``'s on CUDA; on the CPU both run the exact GEMM (the same bits).
+
+    ``tile_m`` (CUDA; part of the canonical config): the tiled canonical attention's tile height in M-rows (query
+    rows x query heads per kv head), 64 (the default) or 128 (``llm42.engine.config.CANONICAL_TILE_HEIGHTS``); the ``"tiled"``,
+    ``"tiled_masked"`` and ``"chunked"`` kernels launch with it. Taller tiles load each key block once for twice the
+    rows: cheaper long prompts. On the H200 the two heights gave every row sampled the same bits (docs/gpu.md, "The
+    canonical tile's height"); the library does not assume that on other GPUs, so each height is its own canonical
+    config. Set the fast policy's ``canonical_tile_m`` (``FastPolicy(decode_kernel=...)``) to the same height.
     """
 
     name = "fixed_shape"
@@ -83,8 +90,9 @@ class FixedShapePolicy(ExactRowOps, FusedRowOps):
     is_graph_safe = True
 
     def __init__(self, key_block: int = 64, *, attention_backend: str = "triton", attention_kernel: str = "tiled",
-                 key_chunk: int = DEFAULT_KEY_CHUNK, gemm: str = "cublas"):
+                 key_chunk: int = DEFAULT_KEY_CHUNK, gemm: str = "cublas", tile_m: int = 64):
         self.key_block = positive_int("FixedShapePolicy", "key_block", key_block)
+        self.tile_m = check_tile_m("FixedShapePolicy", "tile_m", tile_m)
         if gemm not in GEMMS:
             raise ValueError(f"FixedShapePolicy gemm must be one of {GEMMS}, got {gemm!r}")
         self.gemm = gemm
@@ -151,7 +159,7 @@ class FixedShapePolicy(ExactRowOps, FusedRowOps):
                 return kernels.chunked_canonical_attention(
                     q, k_cache, v_cache, inputs.positions, inputs.shared_table_rows, inputs.block_tables,
                     block_size=block_size, scale=scale, key_block=self.key_block, key_chunk=self.key_chunk,
-                    sliding_window=sliding_window,
+                    sliding_window=sliding_window, tile_m=self.tile_m,
                 )
             if self.attention_kernel == "rows":
                 return kernels.canonical_attention(
@@ -162,6 +170,7 @@ class FixedShapePolicy(ExactRowOps, FusedRowOps):
                 q, k_cache, v_cache, inputs.positions, inputs.shared_table_rows, inputs.block_tables,
                 block_size=block_size, scale=scale, key_block=self.key_block, sliding_window=sliding_window,
                 mask_every_block=True if self.attention_kernel == "tiled_masked" else None, tiles=inputs.tiles,
+                tile_m=self.tile_m,
             )
         return blocked_attention(
             q, k_cache, v_cache, inputs,
@@ -176,7 +185,7 @@ class FixedShapePolicy(ExactRowOps, FusedRowOps):
             return None
         from llm42.kernels.tiled_attention import canonical_rows_per_tile
 
-        return canonical_rows_per_tile(num_heads // num_kv_heads)
+        return canonical_rows_per_tile(num_heads // num_kv_heads, self.tile_m)
 
     def process_logits(self, logits: torch.Tensor, inputs: StepInputs) -> torch.Tensor:
         return logits
@@ -187,7 +196,8 @@ class FixedShapePolicy(ExactRowOps, FusedRowOps):
         if self.attention_kernel == "chunked":
             kernel += f", key_chunk={self.key_chunk}"
         gemm = "" if self.gemm == "cublas" else f", gemm={self.gemm!r}"
-        return f"FixedShapePolicy(key_block={self.key_block}{backend}{kernel}{gemm})"
+        tile = "" if self.tile_m == 64 else f", tile_m={self.tile_m}"
+        return f"FixedShapePolicy(key_block={self.key_block}{backend}{kernel}{gemm}{tile})"
 
 
 def check_key_chunk(owner: str, key_chunk: object, key_block: int) -> int:
