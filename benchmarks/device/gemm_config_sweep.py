@@ -81,6 +81,22 @@ TMA_CANDIDATES = [
     _c(64, 128, 64, 4, 4, tma=True),
     _c(64, 128, 64, 4, 4, per_sm=2, tma=True),
 ]
+# round 18's second sweep (call C), around the first one's winners on the 8B shape: deeper pipelines, K = 128 steps,
+# 256-row tiles, other L2 groupings
+TMA2_CANDIDATES = [
+    _c(128, 128, 128, 3, 8, tma=True),
+    _c(128, 128, 64, 5, 8, tma=True),
+    _c(128, 256, 64, 3, 8, tma=True),
+    _c(128, 256, 128, 2, 8, tma=True),
+    _c(256, 128, 64, 4, 8, tma=True),
+    _c(128, 128, 64, 6, 8, tma=True),
+    _c(128, 128, 64, 5, 8, group=16, tma=True),
+    _c(128, 128, 128, 3, 8, group=4, tma=True),
+    _c(128, 256, 64, 3, 8, group=16, tma=True),
+    _c(128, 128, 64, 5, 4, tma=True),
+    _c(64, 256, 64, 5, 4, tma=True),
+    _c(128, 128, 128, 3, 8, per_sm=2, tma=True),
+]
 
 
 def device_ms(fn, reps: int) -> float:
@@ -97,11 +113,12 @@ def main() -> None:
     ap.add_argument("--models", default="8b,smollm2")
     ap.add_argument("--rows", default="256,2048")
     ap.add_argument("--reps", type=int, default=20)
-    ap.add_argument("--candidates", choices=("pointer", "tma", "all"), default="pointer",
+    ap.add_argument("--candidates", choices=("pointer", "tma", "tma2", "all"), default="pointer",
                     help="pointer: the masked-load kernel's tiles (round 14's sweep); tma: the TMA kernel's and the "
-                    "pinned tiles; all: both")
+                    "pinned tiles; tma2: round 18's second TMA sweep; all: pointer and tma")
     args = ap.parse_args()
-    candidates = {"pointer": CANDIDATES, "tma": TMA_CANDIDATES, "all": CANDIDATES + TMA_CANDIDATES}[args.candidates]
+    candidates = {"pointer": CANDIDATES, "tma": TMA_CANDIDATES, "tma2": TMA2_CANDIDATES,
+                  "all": CANDIDATES + TMA_CANDIDATES}[args.candidates]
     torch.manual_seed(0)
     row_counts = [int(r) for r in args.rows.split(",")]
     default = dict(_CONFIGS[torch.bfloat16], PROGRAMS_PER_SM=1)
