@@ -122,6 +122,9 @@ VARIANTS = {
     # config; on the H200 the two heights gave every row sampled the same bits in round 17, so its deterministic
     # outputs are compared with the default's here, a check that would fail if the heights' bits differed)
     "tile128": {"canonical_tile_m": 128},
+    # and the long-prompt canonical config: the Triton GEMM (its 8B tiles on TMA since round 18) with 128-row tiles
+    # (other committed bits than the default's): what it costs deterministic requests' narrow verify passes
+    "triton_tile128": {"canonical_gemm": "triton", "canonical_tile_m": 128},
 }
 
 

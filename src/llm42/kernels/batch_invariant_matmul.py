@@ -54,12 +54,12 @@ def _tiles(block_m: int, block_n: int, stages: int, warps: int, per_sm: int = 1,
 # fixed by its weights. PROGRAMS_PER_SM sizes the persistent grid (who computes a tile, not how).
 _SHAPE_CONFIGS: dict[tuple[torch.dtype, int, int], dict] = {
     # the Llama-3.1-8B shape: qkv, o, gate_up, down, the output head. Since round 18 through TMA descriptors (the
-    # TMA kernel; time summed over 256, 1,024 and 2,048 rows 0.77-0.96x round 14's pointer tiles, 0.72x on gate_up:
-    # benchmarks/results/h200_round18/gemm_sweep_tma.json): other bits than round 14's pins
-    (torch.bfloat16, 6144, 4096): _tiles(128, 128, 3, 8, block_k=128, tma=True),
+    # TMA kernel; two sweeps over 256, 1,024 and 2,048 rows, benchmarks/results/h200_round18/gemm_sweep_tma*.json:
+    # at 2,048 rows 0.72-0.98x round 14's pointer tiles, 1.06-1.3x one cuBLAS call): other bits than round 14's pins
+    (torch.bfloat16, 6144, 4096): _tiles(128, 128, 5, 4, tma=True),
     (torch.bfloat16, 4096, 4096): _tiles(128, 128, 5, 8, tma=True),
     (torch.bfloat16, 28672, 4096): _tiles(128, 256, 3, 8, tma=True),
-    (torch.bfloat16, 4096, 14336): _tiles(128, 128, 5, 8, tma=True),
+    (torch.bfloat16, 4096, 14336): _tiles(128, 128, 6, 8, tma=True),
     (torch.bfloat16, 128256, 4096): _tiles(128, 256, 3, 8, tma=True),
     # SmolLM2-135M: down and the output head (its other GEMMs are launch-bound there: no tile measurably faster)
     (torch.bfloat16, 576, 1536): _tiles(64, 128, 4, 4, per_sm=2),
