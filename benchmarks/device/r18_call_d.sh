@@ -6,6 +6,9 @@
 #
 #   bash benchmarks/device/r18_call_d.sh
 source "$(dirname "$0")/session_preamble.sh"
+timeout 60 python3 -m pytest -v -p no:cacheprovider tests/test_batch_invariant.py tests/gpu/test_wide_pass_cuda.py \
+    -k "pinned_tiles_keep_every or test_the_triton_canonical_gemm" >"$OUT/gpu_tests_d.txt" 2>&1
+log "gpu tests (the new pins) exit $? ($(tail -n 1 "$OUT/gpu_tests_d.txt"))"
 timeout 150 python3 -m llm42.bench.long_prompts --device cuda --model 8b --lengths 8192,15000,32768 --reps 2 \
     --budget-s 125 --canonical-gemm triton --canonical-tile-m 128 --out "$OUT/long_prompts_triton_tile128_d.json" \
     >"$OUT/long_prompts_triton_tile128_d.txt" 2>&1
