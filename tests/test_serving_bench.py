@@ -176,9 +176,11 @@ def test_long_prompts_measures_ttft_and_the_free_requests_gaps(tmp_path, capsys)
 
     out = tmp_path / "long_prompts.json"
     assert main(["--device", "cpu", "--model", "tiny", "--window", "4", "--group", "4", "--lengths", "16,40",
-                 "--itl-prompt", "40", "--free-batch", "3", "--itl-steps", "3", "--out", str(out)], repo=REPO) == 0
+                 "--itl-prompt", "40", "--free-batch", "3", "--itl-steps", "3", "--canonical-tile-m", "128",
+                 "--out", str(out)], repo=REPO) == 0
     results = json.loads(out.read_text())
     assert _is_json_clean(results) and results["meta"]["is_complete"] and results["errors"] == {}
+    assert results["meta"]["config"]["canonical_tile_m"] == 128  # the canonical config the run names
     rows = results["ttft"]
     assert [(r["prompt_tokens"], r["deterministic"]) for r in rows] == [(16, False), (16, True), (40, False),
                                                                           (40, True)]

@@ -279,7 +279,8 @@ def main(argv: list[str] | None = None, *, repo: Path | None = None) -> int:
             itl_steps=pick(args.itl_steps, 32, 4), max_fast_tokens=pick(args.max_fast_tokens, 2048, 128),
             seed=args.seed, use_cuda_graphs=not args.no_cuda_graphs, canonical_thread=args.canonical_thread,
             canonical_attention=args.canonical_attention, canonical_gemm=args.canonical_gemm,
-            canonical_tile_m=args.canonical_tile_m, fast_decode_kernel=args.fast_decode_kernel, max_canonical_tokens=args.max_canonical_tokens,
+            canonical_tile_m=args.canonical_tile_m, fast_decode_kernel=args.fast_decode_kernel,
+            max_canonical_tokens=args.max_canonical_tokens,
             canonical_stream=args.canonical_stream, canonical_gemm_streams=args.canonical_gemm_streams,
         )
         stem = model_label(Path(model)) if Path(model).exists() else model

@@ -226,7 +226,8 @@ def _check_tma(rows: torch.Tensor, weight: torch.Tensor) -> None:
     for name, t in (("x", rows), ("weight", weight)):
         if t.stride(-1) != 1 or (t.stride(0) * t.element_size()) % 16 or t.data_ptr() % 16:
             raise ValueError(f"the TMA matmul needs {name} with unit stride along K and 16-byte aligned rows, got "
-                             f"strides {tuple(t.stride())} at {t.data_ptr() % 16} bytes past 16")
+                             f"strides {tuple(t.stride())}, base address {t.data_ptr() % 16} bytes off a 16-byte "
+                             "boundary")
 
 
 __all__ = ["config_for", "matmul"]

@@ -6,8 +6,8 @@ in one program (a long context cannot be split without changing the bits). Here
 the canonical reduction itself is cut at absolute positions ``0, C, 2C, ...``
 (``key_chunk`` = C keys, a multiple of ``key_block``): within a chunk, key blocks
 as the tiled kernel visits them (the same masked and unmasked steps, the same
-fixed launch: ``tile_m`` M-rows (the canonical config's, ``CANONICAL_TILE_M`` by default), ``CANONICAL_TILE_WARPS`` warps,
-``CANONICAL_TILE_STAGES`` stages, no FMA contraction), from a fresh softmax state;
+fixed launch: the canonical config's ``tile_m`` M-rows, ``CANONICAL_TILE_WARPS``
+warps, ``CANONICAL_TILE_STAGES`` stages, no FMA contraction), from a fresh softmax state;
 the chunks' states are then folded left to right:
 
     m = max(M, m_c);  r = 0 if m == -inf else m

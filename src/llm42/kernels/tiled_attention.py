@@ -57,9 +57,9 @@ from llm42.kernels.attention import (
 
 # the canonical launch configuration: part of the canonical config (changing it changes committed bits)
 CANONICAL_TILE_M = 64
-# the tile heights a canonical config may name: ``llm42.engine.config.CANONICAL_TILE_HEIGHTS`` (64 and 128). On the H200
-# the two (4 warps, 2 stages) gave every row sampled the same bits (round 17, benchmarks/device/tile_m_bits.py): a
-# measurement of one GPU, not a property of the kernel, so each height is its own canonical config
+# the tile heights a canonical config may name: ``llm42.engine.config.CANONICAL_TILE_HEIGHTS`` (64 and 128). On the
+# H200 the two (4 warps, 2 stages) gave every row sampled the same bits (round 17, benchmarks/device/tile_m_bits.py):
+# a measurement of one GPU, not a property of the kernel, so each height is its own canonical config
 CANONICAL_TILE_WARPS = 4
 CANONICAL_TILE_STAGES = 2
 # True: every key block of the canonical launch goes through the masked step. False: the blocks every row
@@ -320,8 +320,8 @@ def tiled_canonical_attention(
 ) -> torch.Tensor:
     """Canonical tiled attention: one fixed launch configuration, each row's bits its own; returns [N, Hq, D].
 
-    ``tile_m``: the tile height in M-rows (``llm42.engine.config.CANONICAL_TILE_HEIGHTS``), part of the canonical config like
-    ``key_block``; warps, stages and the rest of the launch are fixed.
+    ``tile_m``: the tile height in M-rows (``llm42.engine.config.CANONICAL_TILE_HEIGHTS``), part of the canonical
+    config like ``key_block``; warps, stages and the rest of the launch are fixed.
 
     ``mask_every_block``: None is the canonical config's ``CANONICAL_MASK_EVERY_BLOCK``; the other
     value is for the tests and the sweep that compare the two.

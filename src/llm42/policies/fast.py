@@ -79,7 +79,6 @@ class FastPolicy(FusedRowOps):
 
     def __init__(self, *, attention_backend: str = "auto", decode_kernel: str = "split",
                  canonical_key_block: int = 64, canonical_key_chunk: int | None = None, canonical_tile_m: int = 64):
-
         self.attention_backend = flash.check_backend(attention_backend)
         if decode_kernel not in DECODE_KERNELS:
             raise ValueError(f"decode_kernel must be one of {DECODE_KERNELS}, got {decode_kernel!r}")

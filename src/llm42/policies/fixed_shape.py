@@ -78,9 +78,9 @@ class FixedShapePolicy(ExactRowOps, FusedRowOps):
     ``"cublas"``'s on CUDA; on the CPU both run the exact GEMM (the same bits).
 
     ``tile_m`` (CUDA; part of the canonical config): the tiled canonical attention's tile height in M-rows (query
-    rows x query heads per kv head), 64 (the default) or 128 (``llm42.engine.config.CANONICAL_TILE_HEIGHTS``); the ``"tiled"``,
-    ``"tiled_masked"`` and ``"chunked"`` kernels launch with it. Taller tiles load each key block once for twice the
-    rows: cheaper long prompts. On the H200 the two heights gave every row sampled the same bits (docs/gpu.md, "The
+    rows x query heads per kv head), 64 (the default) or 128 (``llm42.engine.config.CANONICAL_TILE_HEIGHTS``); the
+    ``"tiled"``, ``"tiled_masked"`` and ``"chunked"`` kernels launch with it. Taller tiles load each key block once
+    for twice the rows: cheaper long prompts. On the H200 the two heights gave every row sampled the same bits (docs/gpu.md, "The
     canonical tile's height"); the library does not assume that on other GPUs, so each height is its own canonical
     config. Set the fast policy's ``canonical_tile_m`` (``FastPolicy(decode_kernel=...)``) to the same height.
     """
