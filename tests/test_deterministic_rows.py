@@ -71,8 +71,12 @@ def test_the_default_fast_path_keeps_the_split_kernel():
     """The option is opt-in (it measured slower on the H200 than it saves: docs/benchmarks.md, round 11)."""
     gen = DVRGenerator(WEIGHTS, CFG, kv_cache_tokens=256)
     assert gen.fast_policy.decode_kernel == "split"
+    from llm42.policies import FixedShapePolicy
+
     mine = FastPolicy(decode_kernel="deterministic", canonical_key_block=16)
-    assert DVRGenerator(WEIGHTS, CFG, fast_policy=mine, kv_cache_tokens=256).fast_policy is mine
+    gen = DVRGenerator(WEIGHTS, CFG, fast_policy=mine, canonical_policy=FixedShapePolicy(key_block=16),
+                       kv_cache_tokens=256)
+    assert gen.fast_policy is mine
 
 
 def test_decode_kernel_is_checked():
@@ -95,3 +99,35 @@ def test_key_chunk_options_are_checked():
     fast = FastPolicy(decode_kernel="deterministic", canonical_key_chunk=512)
     assert "canonical_key_chunk=512" in repr(fast)
     assert "key_chunk=128" in repr(BatchInvariantPolicy(attention_kernel="chunked", key_chunk=128))
+
+
+def test_a_fast_path_on_another_canonical_attention_is_warned_about():
+    """FastPolicy(decode_kernel=...) naming another canonical attention than the canonical policy runs (key block,
+    tile height, chunking) gets a warning naming the fields; a matching pair and the split kernel get none."""
+    import warnings
+
+    from llm42.policies import FixedShapePolicy
+    from llm42.policies.fast import canonical_decode_mismatches
+
+    cases = [
+        (FastPolicy(decode_kernel="deterministic", canonical_tile_m=128), FixedShapePolicy(), "canonical_tile_m=128"),
+        (FastPolicy(decode_kernel="canonical", canonical_key_block=32), FixedShapePolicy(), "canonical_key_block=32"),
+        (FastPolicy(decode_kernel="deterministic"), FixedShapePolicy(attention_kernel="chunked", key_chunk=256),
+         "key_chunk=256"),
+        (FastPolicy(decode_kernel="deterministic"), FixedShapePolicy(attention_kernel="rows"), "'rows'"),
+    ]
+    for fast, canonical, field in cases:
+        with pytest.warns(UserWarning, match=field):
+            DVRGenerator(WEIGHTS, CFG, fast_policy=fast, canonical_policy=canonical, kv_cache_tokens=256).close()
+    matched = [
+        (FastPolicy(decode_kernel="deterministic", canonical_tile_m=128), FixedShapePolicy(tile_m=128)),
+        (FastPolicy(decode_kernel="deterministic", canonical_key_chunk=256),
+         FixedShapePolicy(attention_kernel="chunked", key_chunk=256)),
+        (FastPolicy(canonical_tile_m=128), FixedShapePolicy()),  # the split kernel: the field is not used
+        (FastPolicy(decode_kernel="deterministic"), FixedShapePolicy(attention_kernel="tiled_masked")),
+    ]
+    for fast, canonical in matched:
+        assert canonical_decode_mismatches(fast, canonical) == []
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            DVRGenerator(WEIGHTS, CFG, fast_policy=fast, canonical_policy=canonical, kv_cache_tokens=256).close()

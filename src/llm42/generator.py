@@ -23,6 +23,7 @@ import functools
 import os
 import random
 import threading
+import warnings
 from collections import deque
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -47,6 +48,7 @@ from llm42.model.weights import Weights, random_weights, weight_views, with_rope
 from llm42.params import Completion, SamplingParams, sample_seed
 from llm42.policies import FastPolicy, FixedShapePolicy
 from llm42.policies.base import ReductionPolicy
+from llm42.policies.fast import canonical_decode_mismatches
 from llm42.prompts import Tokenizer, encode_prompt
 from llm42.runner import ModelRunner, Segment
 from llm42.scheduler import DefaultScheduler, Plan, Scheduler, SchedulerState, validate_plan
@@ -225,6 +227,12 @@ class DVRGenerator:
                                  f"injected verifier's passes of {own} rows")
             num_canonical_tokens = own
         self.verifier = verifier
+        mismatches = canonical_decode_mismatches(self.fast_policy, self.canonical_policy)
+        if mismatches:
+            warnings.warn("DVRGenerator: the fast path's decode rows take another canonical attention than the "
+                          f"canonical pass runs ({'; '.join(mismatches)}): deterministic outputs keep the contract, "
+                          "but those rows will agree with the canonical pass less often (more rollbacks)",
+                          stacklevel=2)
         # drafting ahead of a window in a pass needs a verifier that leaves the rollback of K/V to the engine
         self._draft_ahead = draft_ahead and isinstance(verifier, Verifier)
         self.max_canonical_tokens = num_canonical_tokens

@@ -194,3 +194,29 @@ class FastPolicy(FusedRowOps):
                 args.append(f"canonical_tile_m={self.canonical_tile_m}")
         return f"{type(self).__name__}({', '.join(args)})"
 
+
+def canonical_decode_mismatches(fast: object, canonical: object) -> list[str]:
+    """Where a ``FastPolicy`` whose decode rows take the canonical attention's bits (``decode_kernel`` "canonical" or
+    "deterministic") names another canonical attention than ``canonical`` (a ``FixedShapePolicy``) runs: one line
+    per field that differs. Those rows then agree with the canonical pass less often (more rollbacks); the
+    contract does not depend on it. Empty for the split kernel, and for other policies."""
+    from llm42.policies.fixed_shape import FixedShapePolicy
+
+    if not isinstance(fast, FastPolicy) or fast.decode_kernel == "split" or not isinstance(canonical, FixedShapePolicy):
+        return []
+    out = []
+    if fast.canonical_key_block != canonical.key_block:
+        out.append(f"FastPolicy canonical_key_block={fast.canonical_key_block}, FixedShapePolicy "
+                   f"key_block={canonical.key_block}")
+    if fast.canonical_tile_m != canonical.tile_m:
+        out.append(f"FastPolicy canonical_tile_m={fast.canonical_tile_m}, FixedShapePolicy tile_m={canonical.tile_m}")
+    chunk = canonical.key_chunk if canonical.attention_kernel == "chunked" else None
+    if fast.canonical_key_chunk != chunk:
+        out.append(f"FastPolicy canonical_key_chunk={fast.canonical_key_chunk}, FixedShapePolicy "
+                   f"attention_kernel={canonical.attention_kernel!r}"
+                   + (f", key_chunk={canonical.key_chunk}" if chunk is not None else ""))
+    elif canonical.attention_kernel == "rows" or canonical.attention_backend != "triton":
+        out.append(f"FixedShapePolicy attention_kernel={canonical.attention_kernel!r}, attention_backend="
+                   f"{canonical.attention_backend!r}: not the tiled kernel the decode rows run")
+    return out
+
