@@ -18,7 +18,8 @@ stages them); 64 ragged windows (8-32 rows each, at contexts drawn from [C / 4, 
 short by stops and ``max_new_tokens``, requests at different lengths); one 2,048-row prompt chunk at C (its
 last row the result). Timed: the device milliseconds of ``CanonicalPass._run`` (CUDA events on the current
 stream around the forward and sampler replays), the variants interleaved rep by rep, medians; each variant's
-tokens and log-probs compared with the first variant's (the same canonical config: they must be equal).
+tokens and log-probs compared with the first variant's (the same canonical config: they must be equal; round 18's
+``tile128`` is its own config whose equality is a measurement, its ``triton`` variants other bits: DIFF expected).
 """
 
 from __future__ import annotations
