@@ -68,6 +68,26 @@ _SHAPE_CONFIGS: dict[tuple[torch.dtype, int, int], dict] = {
 _INTERPRETER_PROGRAMS = 4  # programs in the persistent grid when there is no GPU (Triton's interpreter)
 
 
+@triton.jit
+def _tile_coords(tile, num_pid_m, num_pid_n, GROUP_M: tl.constexpr):
+    # The persistent loop's visiting order, grouped along M for L2 reuse: it decides only who computes a tile,
+    # never how. Both kernels visit tiles this way.
+    tiles_per_group = GROUP_M * num_pid_n
+    first_m = (tile // tiles_per_group) * GROUP_M
+    group_rows = tl.minimum(num_pid_m - first_m, GROUP_M)
+    return first_m + (tile % tiles_per_group) % group_rows, (tile % tiles_per_group) // group_rows
+
+
+@triton.jit
+def _store_tile(acc, bias_ptr, out_ptr, offs_m, offs_n, M, N, stride_om, stride_on, HAS_BIAS: tl.constexpr):
+    # the epilogue of both kernels: + bias in fp32, rounded once to the output dtype, rows and columns in range only
+    n_mask = offs_n < N
+    if HAS_BIAS:
+        acc += tl.load(bias_ptr + offs_n, mask=n_mask, other=0.0).to(tl.float32)[None, :]
+    tl.store(out_ptr + offs_m[:, None] * stride_om + offs_n[None, :] * stride_on,
+             acc.to(out_ptr.dtype.element_ty), mask=(offs_m < M)[:, None] & n_mask[None, :])
+
+
 @triton.jit(do_not_specialize=["M", "num_programs"])
 def _persistent_matmul_kernel(
     x_ptr, w_ptr, bias_ptr, out_ptr,
@@ -81,16 +101,10 @@ def _persistent_matmul_kernel(
     num_pid_n = tl.cdiv(N, BLOCK_N)
     num_tiles = num_pid_m * num_pid_n
     num_k_steps = tl.cdiv(K, BLOCK_K)
-    tiles_per_group = GROUP_M * num_pid_n
     offs_k0 = tl.arange(0, BLOCK_K)
-    # Persistent loop: program p computes tiles p, p + num_programs, ... The visiting order
-    # (grouped along M for L2 reuse) decides only who computes a tile, never how.
+    # Persistent loop: program p computes tiles p, p + num_programs, ...
     for tile in range(tl.program_id(0), num_tiles, num_programs):
-        group = tile // tiles_per_group
-        first_m = group * GROUP_M
-        group_rows = tl.minimum(num_pid_m - first_m, GROUP_M)
-        pid_m = first_m + (tile % tiles_per_group) % group_rows
-        pid_n = (tile % tiles_per_group) // group_rows
+        pid_m, pid_n = _tile_coords(tile, num_pid_m, num_pid_n, GROUP_M)
         offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
         offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
         m_mask = offs_m < M
@@ -104,10 +118,7 @@ def _persistent_matmul_kernel(
             w = tl.load(w_ptr + offs_n[None, :] * stride_wn + offs_k[:, None] * stride_wk,
                         mask=n_mask[None, :] & k_mask[:, None], other=0.0)  # [BLOCK_K, BLOCK_N]
             acc = tl.dot(x, w, acc, input_precision=DOT_PRECISION)
-        if HAS_BIAS:
-            acc += tl.load(bias_ptr + offs_n, mask=n_mask, other=0.0).to(tl.float32)[None, :]
-        tl.store(out_ptr + offs_m[:, None] * stride_om + offs_n[None, :] * stride_on,
-                 acc.to(out_ptr.dtype.element_ty), mask=m_mask[:, None] & n_mask[None, :])
+        _store_tile(acc, bias_ptr, out_ptr, offs_m, offs_n, M, N, stride_om, stride_on, HAS_BIAS)
 
 
 @triton.jit(do_not_specialize=["M", "num_programs"])
@@ -127,25 +138,15 @@ def _persistent_tma_matmul_kernel(
     num_pid_n = tl.cdiv(N, BLOCK_N)
     num_tiles = num_pid_m * num_pid_n
     num_k_steps = tl.cdiv(K, BLOCK_K)
-    tiles_per_group = GROUP_M * num_pid_n
     for tile in range(tl.program_id(0), num_tiles, num_programs):
-        group = tile // tiles_per_group
-        first_m = group * GROUP_M
-        group_rows = tl.minimum(num_pid_m - first_m, GROUP_M)
-        pid_m = first_m + (tile % tiles_per_group) % group_rows
-        pid_n = (tile % tiles_per_group) // group_rows
+        pid_m, pid_n = _tile_coords(tile, num_pid_m, num_pid_n, GROUP_M)
         acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
         for step in range(0, num_k_steps):
             x = x_desc.load([pid_m * BLOCK_M, step * BLOCK_K])  # [BLOCK_M, BLOCK_K]
             w = w_desc.load([pid_n * BLOCK_N, step * BLOCK_K])  # [BLOCK_N, BLOCK_K]
             acc = tl.dot(x, w.T, acc, input_precision=DOT_PRECISION)
-        offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
-        offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-        n_mask = offs_n < N
-        if HAS_BIAS:
-            acc += tl.load(bias_ptr + offs_n, mask=n_mask, other=0.0).to(tl.float32)[None, :]
-        tl.store(out_ptr + offs_m[:, None] * stride_om + offs_n[None, :] * stride_on,
-                 acc.to(out_ptr.dtype.element_ty), mask=(offs_m < M)[:, None] & n_mask[None, :])
+        _store_tile(acc, bias_ptr, out_ptr, pid_m * BLOCK_M + tl.arange(0, BLOCK_M),
+                    pid_n * BLOCK_N + tl.arange(0, BLOCK_N), M, N, stride_om, stride_on, HAS_BIAS)
 
 
 @functools.lru_cache(maxsize=None)
