@@ -26,12 +26,12 @@ from llm42.kernels import (  # noqa: E402
     chunked_canonical_attention, chunked_canonical_decode_attention, tiled_canonical_attention,
     tiled_prefill_attention,
 )
-from llm42.kernels.tiled_attention import PREFILL_LARGE, PREFILL_SMALL, prefill_config  # noqa: E402
+from llm42.kernels.tiled_attention import PREFILL_LARGE, PREFILL_SMALL, kv_tma_fits, prefill_config  # noqa: E402
 from tests.tiled_attention_checks import (  # noqa: E402
-    Cache, check_canonical_rows_are_their_own, check_decode_launch_has_canonical_bits,
+    Cache, _bits, check_canonical_rows_are_their_own, check_decode_launch_has_canonical_bits,
     check_chunked_decode_has_canonical_bits, check_deterministic_rows_take_canonical_bits,
-    check_kv_independent_of_chunking, check_matches_float64, check_tile_table_keeps_the_bits,
-    check_unmasked_full_blocks_keep_the_bits, mixed_rows, prefill_kernel,
+    check_kv_independent_of_chunking, check_kv_tma_keeps_the_bits, check_matches_float64,
+    check_tile_table_keeps_the_bits, check_unmasked_full_blocks_keep_the_bits, mixed_rows, prefill_kernel,
 )
 
 DTYPES = [torch.bfloat16, torch.float16, torch.float32]
@@ -302,3 +302,32 @@ def test_tile_m_is_checked():
     assert policy.attention_tile_rows(9, 3) == 42 and FixedShapePolicy().attention_tile_rows(9, 3) == 21
     assert "tile_m=128" in repr(policy) and "tile_m" not in repr(FixedShapePolicy())
     assert "canonical_tile_m=128" in repr(FastPolicy(decode_kernel="canonical", canonical_tile_m=128))
+
+
+@settings(max_examples=3)
+@given(seed=st.integers(0, 10_000), window=st.sampled_from([None, 9]))
+def test_kv_tma_gives_the_gathers_bits(seed, window):
+    """K/V through TMA descriptors (pages a multiple of the key block) and gathered key by key: the same bits
+    in every row of the canonical and the fast prefill launch, with NaN in every slot no row sees."""
+    cache = small_cache((4, 2, 16, 32, window), torch.float32, seed=seed, max_context=96)
+    compared = check_kv_tma_keeps_the_bits(cache, random.Random(seed), num_launches=2, limit=70, key_block=16,
+                                           sliding_window=window, prefill_config=(16, 16, 4, 2))
+    assert compared >= 4
+
+
+def test_kv_tma_check_can_fail():
+    """The negative control: another key block is another canonical config, and the check sees its bits."""
+    cache = small_cache((4, 2, 16, 32, None), torch.float32, seed=3, max_context=96)
+    rows = mixed_rows(cache, random.Random(3), num_chunks=3, num_decode=2)
+    outs = [cache.run(tiled_canonical_attention, rows, key_block=kb, kv_tma=True) for kb in (16, 32)]
+    assert any(_bits(a) != _bits(b) for a, b in zip(outs[0], outs[1]))
+
+
+def test_kv_tma_needs_pages_of_whole_key_blocks():
+    cache = small_cache(SHAPES[0], torch.float32, seed=2)  # pages of 8
+    with pytest.raises(ValueError, match="kv_tma: .*block_size must be a multiple"):
+        cache.run(tiled_canonical_attention, [(0, 3)], key_block=16, kv_tma=True)
+    odd = small_cache((6, 2, 24, 32, None), torch.float32, seed=2)  # head dim 24
+    with pytest.raises(ValueError, match="kv_tma: .*head_dim 24"):
+        odd.run(prefill_kernel((16, 16, 4, 2)), [(0, 3)], kv_tma=True)
+    assert kv_tma_fits(cache.k, block_size=32, block_n=16) is None

@@ -367,3 +367,45 @@ def check_tile_table_keeps_the_bits(cache: Cache, rng: random.Random, *, num_lau
         hi = int(table[1])
         assert _bits(out[:hi]) == _bits(base[:hi]) and bool(out[hi:].isnan().all()), hi
     return spanning
+
+
+def poison_unseen_slots(cache: Cache, limit: int) -> None:
+    """NaN in every K/V slot that no row at a position below ``limit`` can see: each sequence's slots from
+    ``limit`` on and the blocks no table holds (what an unwritten page may hold). A load that reads such a slot
+    unmasked into a softmax sum turns the row into NaN."""
+    k, v = cache.k.view(-1, cache.block_size, *cache.k.shape[1:]), cache.v.view(-1, cache.block_size,
+                                                                            *cache.v.shape[1:])
+    held = set(cache.tables.flatten().tolist())
+    for block in range(k.shape[0]):
+        if block not in held:
+            k[block], v[block] = float("nan"), float("nan")
+    for seq in range(cache.num_seqs):
+        for pos in range(limit, cache.tables.shape[1] * cache.block_size):
+            block = int(cache.tables[seq, pos // cache.block_size])
+            k[block, pos % cache.block_size] = float("nan")
+            v[block, pos % cache.block_size] = float("nan")
+
+
+def check_kv_tma_keeps_the_bits(cache: Cache, rng: random.Random, *, num_launches: int, limit: int,
+                                key_block: int, sliding_window=None, tile_m=64, prefill_config=None) -> int:
+    """K/V read through TMA descriptors (``kv_tma=True``: one box per key block, a whole page's run) and
+    gathered key by key (``kv_tma=False``): every row the same bits, canonical launch (and, with
+    ``prefill_config``, the fast prefill launch at that config), random mixed launches of rows below ``limit``
+    over a cache whose other slots are NaN (``poison_unseen_slots``), varlen and static. Returns the rows
+    compared; each is also checked finite (the boxes' unseen keys are zeroed, not summed)."""
+    poison_unseen_slots(cache, limit)
+    compared = 0
+    for _ in range(num_launches):
+        rows = [(s, p) for s, p in mixed_rows(cache, rng, num_chunks=3, num_decode=4) if p < limit]
+        static = rng.random() < 0.5
+        kernels = [(tiled_canonical_attention, dict(key_block=key_block, tile_m=tile_m))]
+        if prefill_config is not None:
+            kernels.append((prefill_kernel(prefill_config), {}))
+        for kernel, kwargs in kernels:
+            outs = [cache.run(kernel, rows, static=static, sliding_window=sliding_window, kv_tma=kv_tma, **kwargs)
+                    for kv_tma in (False, True)]
+            assert bool(torch.isfinite(outs[1]).all())
+            for i in range(len(rows)):
+                assert _bits(outs[0][i]) == _bits(outs[1][i]), (kernel, rows[i])
+            compared += len(rows)
+    return compared

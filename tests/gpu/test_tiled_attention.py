@@ -24,8 +24,8 @@ from llm42.runner import ModelRunner, Segment  # noqa: E402
 from tests.tiled_attention_checks import (  # noqa: E402
     Cache, check_canonical_rows_are_their_own, check_decode_launch_has_canonical_bits,
     check_chunked_decode_has_canonical_bits, check_deterministic_rows_take_canonical_bits,
-    check_kv_independent_of_chunking, check_matches_float64, check_tile_table_keeps_the_bits,
-    check_unmasked_full_blocks_keep_the_bits, mixed_rows, prefill_kernel,
+    check_kv_independent_of_chunking, check_kv_tma_keeps_the_bits, check_matches_float64,
+    check_tile_table_keeps_the_bits, check_unmasked_full_blocks_keep_the_bits, mixed_rows, prefill_kernel,
 )
 
 pytestmark = pytest.mark.gpu
@@ -78,6 +78,23 @@ def test_canonical_row_bits_do_not_depend_on_the_launch(dtype, seed, mask_every_
                                                   sliding_window=shape[5], mask_every_block=mask_every_block,
                                                   tile_m=tile_m)
     assert compared >= 30
+
+
+@pytest.mark.parametrize("block_size", [64, 128])
+@pytest.mark.parametrize("tile_m", [64, 128])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("shape", SHAPES[:2], ids=lambda s: "x".join(str(v) for v in s))
+def test_kv_tma_gives_the_gathers_bits(shape, dtype, tile_m, block_size):
+    """K/V through TMA descriptors (pages of whole 64-key blocks) and gathered key by key: every row the same
+    bits in the canonical launch at both tile heights and in the fast prefill launch, NaN in every slot no row
+    sees. What lets a page size of 64 or 128 take the descriptors without changing a committed bit."""
+    shape = shape[:3] + (block_size,) + shape[4:]
+    cache = cache_for(shape, dtype, seed=400 + block_size + tile_m)
+    config = (128, 128, 8, 3) if block_size == 128 else PREFILL_LARGE
+    compared = check_kv_tma_keeps_the_bits(cache, random.Random(tile_m), num_launches=3, limit=shape[4] - 150,
+                                           key_block=64, sliding_window=shape[5], tile_m=tile_m,
+                                           prefill_config=config)
+    assert compared >= 100
 
 
 UNMASKED_CASES = [(shape, dtype, 64) for shape in SHAPES for dtype in DTYPES] + [

@@ -71,6 +71,7 @@ class LongPromptConfig:
     max_canonical_tokens: int | None = None  # None: the engine's default (max_fast_tokens, in R-row steps)
     canonical_stream: bool | None = None  # CUDA: the canonical pass on its own stream (None: the engine's default)
     canonical_gemm_streams: int = 1  # CUDA: a wide pass's R-row GEMM blocks side by side on that many streams
+    block_size: int = 16  # DVRGenerator(block_size=...): K/V page size (64, 128: attention reads pages by TMA)
 
     @property
     def max_positions(self) -> int:
@@ -198,7 +199,7 @@ def run_long_prompts(config: LongPromptConfig, *, out: Path, repo: Path) -> dict
                                                   canonical_tile_m=config.canonical_tile_m),
                            max_canonical_tokens=config.max_canonical_tokens,
                            canonical_stream=config.canonical_stream,
-                           canonical_gemm_streams=config.canonical_gemm_streams)
+                           canonical_gemm_streams=config.canonical_gemm_streams, block_size=config.block_size)
         results["engine"] = {"num_canonical_rows": gen.canonical_config.num_rows,
                              "max_canonical_tokens": gen.max_canonical_tokens,
                              "max_fast_tokens": config.max_fast_tokens,
@@ -258,6 +259,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         "(DVRGenerator(canonical_gemm_streams=...); 1: in turn)")
     p.add_argument("--canonical-thread", action="store_true",
                    help="CPU: canonical passes on a worker thread (DVRGenerator(canonical_thread=True))")
+    p.add_argument("--block-size", type=int, default=16,
+                   help="K/V page size (DVRGenerator(block_size=...)); a multiple of the 64-key blocks (64, 128) "
+                        "lets the tiled attention read K/V through TMA descriptors on Hopper")
     return p.parse_args(argv)
 
 
@@ -282,6 +286,7 @@ def main(argv: list[str] | None = None, *, repo: Path | None = None) -> int:
             canonical_tile_m=args.canonical_tile_m, fast_decode_kernel=args.fast_decode_kernel,
             max_canonical_tokens=args.max_canonical_tokens,
             canonical_stream=args.canonical_stream, canonical_gemm_streams=args.canonical_gemm_streams,
+            block_size=args.block_size,
         )
         stem = model_label(Path(model)) if Path(model).exists() else model
         out = args.out or repo / "benchmarks" / "results" / f"long_prompts_{args.device}_{stem}.json"

@@ -58,24 +58,24 @@ def _chunk_range(acc, m_i, l_i, q, k_head_ptr, v_head_ptr, table_row_ptr, start,
     if MASK_EVERY_BLOCK:
         for key_start in range(start, stop, BLOCK_N):
             acc, m_i, l_i = _masked_step(
-                acc, m_i, l_i, q, k_head_ptr, v_head_ptr, table_row_ptr, key_start, row_lo, row_hi, qk_scale,
-                stride_k_slot, stride_v_slot, offs_d, d_mask, PAGE, BLOCK_N, DOT_PRECISION, UPCAST,
+                acc, m_i, l_i, q, k_head_ptr, v_head_ptr, table_row_ptr, key_start, 0, row_lo, row_hi, qk_scale,
+                stride_k_slot, stride_v_slot, offs_d, d_mask, PAGE, BLOCK_N, DOT_PRECISION, UPCAST, False,
             )
     else:
         for key_start in range(start, tl.minimum(full_lo, stop), BLOCK_N):
             acc, m_i, l_i = _masked_step(
-                acc, m_i, l_i, q, k_head_ptr, v_head_ptr, table_row_ptr, key_start, row_lo, row_hi, qk_scale,
-                stride_k_slot, stride_v_slot, offs_d, d_mask, PAGE, BLOCK_N, DOT_PRECISION, UPCAST,
+                acc, m_i, l_i, q, k_head_ptr, v_head_ptr, table_row_ptr, key_start, 0, row_lo, row_hi, qk_scale,
+                stride_k_slot, stride_v_slot, offs_d, d_mask, PAGE, BLOCK_N, DOT_PRECISION, UPCAST, False,
             )
         for key_start in range(tl.maximum(start, full_lo), tl.minimum(full_hi, stop), BLOCK_N):
             acc, m_i, l_i = _full_step(
-                acc, m_i, l_i, q, k_head_ptr, v_head_ptr, table_row_ptr, key_start, qk_scale,
-                stride_k_slot, stride_v_slot, offs_d, d_mask, PAGE, BLOCK_N, DOT_PRECISION, UPCAST,
+                acc, m_i, l_i, q, k_head_ptr, v_head_ptr, table_row_ptr, key_start, 0, qk_scale,
+                stride_k_slot, stride_v_slot, offs_d, d_mask, PAGE, BLOCK_N, DOT_PRECISION, UPCAST, False,
             )
         for key_start in range(tl.maximum(tl.maximum(start, full_lo), full_hi), stop, BLOCK_N):
             acc, m_i, l_i = _masked_step(
-                acc, m_i, l_i, q, k_head_ptr, v_head_ptr, table_row_ptr, key_start, row_lo, row_hi, qk_scale,
-                stride_k_slot, stride_v_slot, offs_d, d_mask, PAGE, BLOCK_N, DOT_PRECISION, UPCAST,
+                acc, m_i, l_i, q, k_head_ptr, v_head_ptr, table_row_ptr, key_start, 0, row_lo, row_hi, qk_scale,
+                stride_k_slot, stride_v_slot, offs_d, d_mask, PAGE, BLOCK_N, DOT_PRECISION, UPCAST, False,
             )
     return acc, m_i, l_i
 

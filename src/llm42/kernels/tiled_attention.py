@@ -46,6 +46,8 @@ Two launches of one kernel:
 
 from __future__ import annotations
 
+import functools
+
 import torch
 import triton
 import triton.language as tl
@@ -82,19 +84,47 @@ def _dot(a, b, DOT_PRECISION: tl.constexpr, UPCAST: tl.constexpr):
 
 
 @triton.jit
-def _masked_step(acc, m_i, l_i, q, k_head_ptr, v_head_ptr, table_row_ptr, key_start, row_lo, row_hi, qk_scale,
+def _load_keys(k_src, v_src, table_row_ptr, key_start, kv_col, key_any, stride_k_slot, stride_v_slot, offs_d, d_mask,
+               PAGE: tl.constexpr, BLOCK_N: tl.constexpr, KV_TMA: tl.constexpr, MASKED: tl.constexpr):
+    # K and V of keys [key_start, key_start + BLOCK_N), [N, D] each. MASKED: keys where key_any is False read
+    # as 0 (they may be unwritten slots, even NaN); else every key is read. KV_TMA: the block lies in one page
+    # (PAGE % BLOCK_N == 0) and comes through TMA descriptors over the flat cache, one box each; otherwise
+    # k_src / v_src are the kv head's pointers and each key is its own gather.
+    if KV_TMA:
+        page = tl.load(table_row_ptr + key_start // PAGE)
+        slot = (page * PAGE + key_start % PAGE).to(tl.int32)
+        k = k_src.load([slot, kv_col])
+        v = v_src.load([slot, kv_col])
+        if MASKED:  # a box reads whole: zero what the gather's masked loads would not have read
+            k = tl.where(key_any[:, None], k, 0.0)
+            v = tl.where(key_any[:, None], v, 0.0)
+    else:
+        key_pos = key_start + tl.arange(0, BLOCK_N)
+        if MASKED:
+            page = tl.load(table_row_ptr + key_pos // PAGE, mask=key_any, other=0)
+            kv_mask = key_any[:, None] & d_mask[None, :]
+        else:
+            page = tl.load(table_row_ptr + key_pos // PAGE)
+            kv_mask = d_mask[None, :]
+        slot = page.to(tl.int64) * PAGE + key_pos % PAGE
+        k = tl.load(k_src + slot[:, None] * stride_k_slot + offs_d[None, :], mask=kv_mask, other=0.0)
+        v = tl.load(v_src + slot[:, None] * stride_v_slot + offs_d[None, :], mask=kv_mask, other=0.0)
+    return k, v
+
+
+@triton.jit
+def _masked_step(acc, m_i, l_i, q, k_src, v_src, table_row_ptr, key_start, kv_col, row_lo, row_hi, qk_scale,
                  stride_k_slot, stride_v_slot, offs_d, d_mask,
-                 PAGE: tl.constexpr, BLOCK_N: tl.constexpr, DOT_PRECISION: tl.constexpr, UPCAST: tl.constexpr):
+                 PAGE: tl.constexpr, BLOCK_N: tl.constexpr, DOT_PRECISION: tl.constexpr, UPCAST: tl.constexpr,
+                 KV_TMA: tl.constexpr):
     # Keys [key_start, key_start + BLOCK_N); M-row i sees keys [row_lo[i], row_hi[i]) (empty for rows outside
     # the pass's group). A row that sees none of these keys keeps its state exactly.
     key_pos = key_start + tl.arange(0, BLOCK_N)
     vis = (key_pos[None, :] >= row_lo[:, None]) & (key_pos[None, :] < row_hi[:, None])  # [M, N]
     row_any = tl.max(vis.to(tl.int32), 1) > 0  # [M]
     key_any = tl.max(vis.to(tl.int32), 0) > 0  # [N]: keys some row sees; the others are never read
-    page = tl.load(table_row_ptr + key_pos // PAGE, mask=key_any, other=0)
-    slot = page.to(tl.int64) * PAGE + key_pos % PAGE
-    kv_mask = key_any[:, None] & d_mask[None, :]
-    k = tl.load(k_head_ptr + slot[:, None] * stride_k_slot + offs_d[None, :], mask=kv_mask, other=0.0)
+    k, v = _load_keys(k_src, v_src, table_row_ptr, key_start, kv_col, key_any, stride_k_slot, stride_v_slot, offs_d,
+                      d_mask, PAGE, BLOCK_N, KV_TMA, True)
     s = _dot(q, tl.trans(k), DOT_PRECISION, UPCAST) * qk_scale  # [M, N], log2 domain
     s = tl.where(vis, s, float("-inf"))
     m_new = tl.where(row_any, tl.maximum(m_i, tl.max(s, 1)), m_i)
@@ -102,7 +132,6 @@ def _masked_step(acc, m_i, l_i, q, k_head_ptr, v_head_ptr, table_row_ptr, key_st
     alpha = tl.exp2(m_i - m_sub)
     p = tl.exp2(s - m_sub[:, None])  # exactly +0 wherever a row cannot see the key
     l_new = l_i * alpha + tl.sum(p, 1)
-    v = tl.load(v_head_ptr + slot[:, None] * stride_v_slot + offs_d[None, :], mask=kv_mask, other=0.0)
     acc_new = acc * alpha[:, None] + _dot(p.to(v.dtype), v, DOT_PRECISION, UPCAST)
     acc = tl.where(row_any[:, None], acc_new, acc)
     l_i = tl.where(row_any, l_new, l_i)
@@ -110,22 +139,22 @@ def _masked_step(acc, m_i, l_i, q, k_head_ptr, v_head_ptr, table_row_ptr, key_st
 
 
 @triton.jit
-def _full_step(acc, m_i, l_i, q, k_head_ptr, v_head_ptr, table_row_ptr, key_start, qk_scale,
+def _full_step(acc, m_i, l_i, q, k_src, v_src, table_row_ptr, key_start, kv_col, qk_scale,
                stride_k_slot, stride_v_slot, offs_d, d_mask,
-               PAGE: tl.constexpr, BLOCK_N: tl.constexpr, DOT_PRECISION: tl.constexpr, UPCAST: tl.constexpr):
-    # A key block every row of the group sees in full (fast path only): no masks. Rows outside the group
-    # compute garbage here; they are never stored by this pass.
-    key_pos = key_start + tl.arange(0, BLOCK_N)
-    page = tl.load(table_row_ptr + key_pos // PAGE)
-    slot = page.to(tl.int64) * PAGE + key_pos % PAGE
-    kv_mask = d_mask[None, :]
-    k = tl.load(k_head_ptr + slot[:, None] * stride_k_slot + offs_d[None, :], mask=kv_mask, other=0.0)
-    s = _dot(q, tl.trans(k), DOT_PRECISION, UPCAST) * qk_scale
-    m_new = tl.maximum(m_i, tl.max(s, 1))
+               PAGE: tl.constexpr, BLOCK_N: tl.constexpr, DOT_PRECISION: tl.constexpr, UPCAST: tl.constexpr,
+               KV_TMA: tl.constexpr):
+    # A key block every row of the group sees in full: no masks. Rows outside the group compute garbage here;
+    # they are never stored by this pass.
+    k, v = _load_keys(k_src, v_src, table_row_ptr, key_start, kv_col, d_mask, stride_k_slot, stride_v_slot, offs_d,
+                      d_mask, PAGE, BLOCK_N, KV_TMA, False)
+    scores = _dot(q, tl.trans(k), DOT_PRECISION, UPCAST)  # [M, N]
+    # max(scores) x qk_scale is max(scores x qk_scale) bit for bit (rounding is monotonic, qk_scale > 0), and
+    # scores x qk_scale - m is one FMA where the launch contracts (the fast path) and the masked step's two
+    # roundings where it does not (the canonical launch): the same bits there as the masked step's arithmetic
+    m_new = tl.maximum(m_i, tl.max(scores, 1) * qk_scale)
     alpha = tl.exp2(m_i - m_new)
-    p = tl.exp2(s - m_new[:, None])
+    p = tl.exp2(scores * qk_scale - m_new[:, None])
     l_i = l_i * alpha + tl.sum(p, 1)
-    v = tl.load(v_head_ptr + slot[:, None] * stride_v_slot + offs_d[None, :], mask=kv_mask, other=0.0)
     acc = acc * alpha[:, None] + _dot(p.to(v.dtype), v, DOT_PRECISION, UPCAST)
     return acc, m_new, l_i
 
@@ -139,8 +168,10 @@ def _tiled_attention_kernel(
     GROUPS: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr, PAGE: tl.constexpr, HAS_WINDOW: tl.constexpr, DOT_PRECISION: tl.constexpr,
     IS_CANONICAL: tl.constexpr, UPCAST: tl.constexpr, ROWS: tl.constexpr, MASK_EVERY_BLOCK: tl.constexpr,
-    SELECT: tl.constexpr, TILE_TABLE: tl.constexpr,
+    SELECT: tl.constexpr, TILE_TABLE: tl.constexpr, KV_TMA: tl.constexpr,
 ):
+    # KV_TMA: k_ptr / v_ptr are TMA descriptors over the flat caches seen as [num_slots, Hkv * D], boxes of
+    # [BLOCK_N, D] (see _load_keys); the loaded values and every operation on them are the pointer path's
     # ROWS query rows per tile (at most BLOCK_M // GROUPS; M-rows past ROWS x GROUPS are padding, never stored)
     tile = num_tiles - 1 - tl.program_id(0)  # the tiles with the longest key ranges (usually the last) first
     kv_head = tl.program_id(1)
@@ -170,8 +201,13 @@ def _tiled_attention_kernel(
         lo = tl.maximum(hi - window, 0)
     else:
         lo = hi * 0
-    k_head_ptr = k_ptr + kv_head * stride_k_head
-    v_head_ptr = v_ptr + kv_head * stride_v_head
+    kv_col = kv_head * HEAD_DIM
+    if KV_TMA:
+        k_src = k_ptr
+        v_src = v_ptr
+    else:
+        k_src = k_ptr + kv_head * stride_k_head
+        v_src = v_ptr + kv_head * stride_v_head
     done = m_valid == 0
     while tl.min(done.to(tl.int32)) == 0:
         # one pass per group (rows of one sequence), the smallest row_seq first
@@ -190,8 +226,8 @@ def _tiled_attention_kernel(
             # every block through the same masked step, aligned at 0, in order: a row's arithmetic is its own
             for key_start in range(first, grp_hi, BLOCK_N):
                 acc, m_i, l_i = _masked_step(
-                    acc, m_i, l_i, q, k_head_ptr, v_head_ptr, table_row_ptr, key_start, row_lo, row_hi, qk_scale,
-                    stride_k_slot, stride_v_slot, offs_d, d_mask, PAGE, BLOCK_N, DOT_PRECISION, UPCAST,
+                    acc, m_i, l_i, q, k_src, v_src, table_row_ptr, key_start, kv_col, row_lo, row_hi, qk_scale,
+                    stride_k_slot, stride_v_slot, offs_d, d_mask, PAGE, BLOCK_N, DOT_PRECISION, UPCAST, KV_TMA,
                 )
         else:
             # blocks [full_lo, full_hi) are seen in full by every row of the group: no masks there. For such a
@@ -201,18 +237,18 @@ def _tiled_attention_kernel(
             full_hi = (tl.min(tl.where(in_grp, hi, _BIG)) // BLOCK_N) * BLOCK_N
             for key_start in range(first, tl.minimum(full_lo, grp_hi), BLOCK_N):
                 acc, m_i, l_i = _masked_step(
-                    acc, m_i, l_i, q, k_head_ptr, v_head_ptr, table_row_ptr, key_start, row_lo, row_hi, qk_scale,
-                    stride_k_slot, stride_v_slot, offs_d, d_mask, PAGE, BLOCK_N, DOT_PRECISION, UPCAST,
+                    acc, m_i, l_i, q, k_src, v_src, table_row_ptr, key_start, kv_col, row_lo, row_hi, qk_scale,
+                    stride_k_slot, stride_v_slot, offs_d, d_mask, PAGE, BLOCK_N, DOT_PRECISION, UPCAST, KV_TMA,
                 )
             for key_start in range(full_lo, full_hi, BLOCK_N):
                 acc, m_i, l_i = _full_step(
-                    acc, m_i, l_i, q, k_head_ptr, v_head_ptr, table_row_ptr, key_start, qk_scale,
-                    stride_k_slot, stride_v_slot, offs_d, d_mask, PAGE, BLOCK_N, DOT_PRECISION, UPCAST,
+                    acc, m_i, l_i, q, k_src, v_src, table_row_ptr, key_start, kv_col, qk_scale,
+                    stride_k_slot, stride_v_slot, offs_d, d_mask, PAGE, BLOCK_N, DOT_PRECISION, UPCAST, KV_TMA,
                 )
             for key_start in range(tl.maximum(full_lo, full_hi), grp_hi, BLOCK_N):
                 acc, m_i, l_i = _masked_step(
-                    acc, m_i, l_i, q, k_head_ptr, v_head_ptr, table_row_ptr, key_start, row_lo, row_hi, qk_scale,
-                    stride_k_slot, stride_v_slot, offs_d, d_mask, PAGE, BLOCK_N, DOT_PRECISION, UPCAST,
+                    acc, m_i, l_i, q, k_src, v_src, table_row_ptr, key_start, kv_col, row_lo, row_hi, qk_scale,
+                    stride_k_slot, stride_v_slot, offs_d, d_mask, PAGE, BLOCK_N, DOT_PRECISION, UPCAST, KV_TMA,
                 )
         out = acc / tl.where(in_grp, l_i, 1.0)[:, None]
         if IS_CANONICAL:
@@ -224,7 +260,7 @@ def _tiled_attention_kernel(
 
 def _launch(q, k_cache, v_cache, positions, row_seq, block_tables, *, block_size, scale, sliding_window,
             block_m, block_n, num_warps, num_stages, is_canonical, rows_per_tile=None, fp_fusion=None,
-            mask_every_block=None, only_rows=None, out=None, tiles=None):
+            mask_every_block=None, only_rows=None, out=None, tiles=None, kv_tma=None):
     num_rows = q.shape[0]
     num_heads, num_kv_heads, head_dim = _check_shapes(q, k_cache, v_cache)
     groups = num_heads // num_kv_heads
@@ -246,8 +282,9 @@ def _launch(q, k_cache, v_cache, positions, row_seq, block_tables, *, block_size
         num_tiles = tiles.numel() - 1
     else:
         num_tiles = -(-num_rows // rows_per_tile)
+    k_src, v_src = _kv_sources(k_cache, v_cache, block_size=block_size, block_n=block_n, kv_tma=kv_tma)
     _tiled_attention_kernel[(num_tiles, num_kv_heads)](
-        q, k_cache, v_cache, out, positions, row_seq, block_tables, select_ptr,
+        q, k_src, v_src, out, positions, row_seq, block_tables, select_ptr,
         positions if tiles is None else tiles, num_rows, num_tiles,
         q.stride(0), q.stride(1), out.stride(0), out.stride(1),
         k_cache.stride(0), k_cache.stride(1), v_cache.stride(0), v_cache.stride(1), block_tables.stride(0),
@@ -256,10 +293,63 @@ def _launch(q, k_cache, v_cache, positions, row_seq, block_tables, *, block_size
         BLOCK_N=block_n, PAGE=block_size, HAS_WINDOW=has_window, DOT_PRECISION=_dot_precision(k_cache.dtype),
         IS_CANONICAL=is_canonical, UPCAST=q.device.type != "cuda", ROWS=rows_per_tile,
         MASK_EVERY_BLOCK=(is_canonical and CANONICAL_MASK_EVERY_BLOCK) if mask_every_block is None
-        else mask_every_block, SELECT=select, TILE_TABLE=tiles is not None, num_warps=num_warps,
+        else mask_every_block, SELECT=select, TILE_TABLE=tiles is not None, KV_TMA=k_src is not k_cache,
+        num_warps=num_warps,
         num_stages=num_stages, enable_fp_fusion=(not is_canonical) if fp_fusion is None else fp_fusion,
     )
     return out
+
+
+def kv_tma_fits(k_cache: torch.Tensor, *, block_size: int, block_n: int) -> str | None:
+    """Why K/V of this cache cannot come through TMA descriptors in key blocks of ``block_n`` (None: they can).
+
+    A key block must lie in one page (``block_size % block_n == 0``), the head dimension be a power of two of at
+    least 16 elements and 16 bytes (one box spans it), the cache contiguous with 16-byte aligned rows.
+    """
+    num_slots, num_kv_heads, head_dim = k_cache.shape
+    if block_size % block_n:
+        return f"a key block of {block_n} keys spans pages of {block_size} (block_size must be a multiple of it)"
+    if head_dim < 16 or head_dim & (head_dim - 1) or head_dim * k_cache.element_size() < 16:
+        return f"head_dim {head_dim} is not a power of two of at least 16 elements and 16 bytes"
+    if not k_cache.is_contiguous() or k_cache.data_ptr() % 16 or (num_kv_heads * head_dim * k_cache.element_size()) % 16:
+        return "the cache is not contiguous with 16-byte aligned rows"
+    if num_slots * num_kv_heads * head_dim >= 2 ** 31:
+        return "the cache has more than 2**31 elements (TMA coordinates are 32-bit)"
+    return None
+
+
+@functools.lru_cache(maxsize=None)
+def _capability(device_index: int) -> tuple[int, int]:
+    return torch.cuda.get_device_capability(device_index)
+
+
+def _hopper(device: torch.device) -> bool:
+    if device.type != "cuda":
+        return False
+    return _capability(device.index if device.index is not None else torch.cuda.current_device())[0] >= 9
+
+
+def _kv_sources(k_cache: torch.Tensor, v_cache: torch.Tensor, *, block_size: int, block_n: int,
+                kv_tma: bool | None):
+    """What the kernel reads K/V through: the caches themselves (pointer gathers) or TMA descriptors.
+
+    ``kv_tma``: None takes descriptors on a Hopper-or-newer GPU where :func:`kv_tma_fits`, True requires them
+    (ValueError naming why not; Triton's interpreter runs them on the CPU), False never. The values loaded and
+    the arithmetic on them are the same either way: a row's bits do not depend on it.
+    """
+    if kv_tma is False:
+        return k_cache, v_cache
+    why_not = kv_tma_fits(k_cache, block_size=block_size, block_n=block_n) or (
+        None if v_cache.is_contiguous() and v_cache.data_ptr() % 16 == 0 else "the V cache is not contiguous")
+    if kv_tma is None and (why_not or not _hopper(k_cache.device)):
+        return k_cache, v_cache
+    if why_not:
+        raise ValueError(f"kv_tma: K/V cannot come through TMA descriptors here: {why_not}")
+    from triton.tools.tensor_descriptor import TensorDescriptor
+
+    num_slots, num_kv_heads, head_dim = k_cache.shape
+    return tuple(TensorDescriptor.from_tensor(cache.view(num_slots, num_kv_heads * head_dim), [block_n, head_dim])
+                 for cache in (k_cache, v_cache))
 
 
 def prefill_config(num_rows: int, groups: int) -> tuple[int, int, int, int]:
@@ -282,16 +372,18 @@ def tiled_prefill_attention(
     scale: float,
     sliding_window: int | None = None,
     config: tuple[int, int, int, int] | None = None,
+    kv_tma: bool | None = None,
 ) -> torch.Tensor:
     """Fast tiled attention for prompt chunks (and any rows); returns [N, Hq, D].
 
-    ``config`` (block_m, block_n, warps, stages) defaults to :func:`prefill_config`.
+    ``config`` (block_m, block_n, warps, stages) defaults to :func:`prefill_config`. ``kv_tma``: how K/V are read
+    (None: TMA descriptors where the GPU and the page size allow, see :func:`kv_tma_fits`).
     """
     groups = q.shape[1] // max(k_cache.shape[1], 1)
     block_m, block_n, num_warps, num_stages = config or prefill_config(q.shape[0], groups)
     return _launch(q, k_cache, v_cache, positions, row_seq, block_tables, block_size=block_size, scale=scale,
                    sliding_window=sliding_window, block_m=block_m, block_n=block_n, num_warps=num_warps,
-                   num_stages=num_stages, is_canonical=False)
+                   num_stages=num_stages, is_canonical=False, kv_tma=kv_tma)
 
 
 def _check_canonical_groups(q: torch.Tensor, k_cache: torch.Tensor, tile_m: int) -> None:
@@ -317,8 +409,12 @@ def tiled_canonical_attention(
     tiles: torch.Tensor | None = None,
     out: torch.Tensor | None = None,
     tile_m: int = CANONICAL_TILE_M,
+    kv_tma: bool | None = None,
 ) -> torch.Tensor:
     """Canonical tiled attention: one fixed launch configuration, each row's bits its own; returns [N, Hq, D].
+
+    ``kv_tma``: how K/V are read, not part of the canonical config (the same values, the same arithmetic): None
+    takes TMA descriptors where the GPU and the page size allow (pages a multiple of ``key_block``).
 
     ``tile_m``: the tile height in M-rows (``llm42.engine.config.CANONICAL_TILE_HEIGHTS``), part of the canonical
     config like ``key_block``; warps, stages and the rest of the launch are fixed.
@@ -339,7 +435,7 @@ def tiled_canonical_attention(
     return _launch(q, k_cache, v_cache, positions, row_seq, block_tables, block_size=block_size, scale=scale,
                    sliding_window=sliding_window, block_m=tile_m, block_n=key_block,
                    num_warps=CANONICAL_TILE_WARPS, num_stages=CANONICAL_TILE_STAGES, is_canonical=True,
-                   mask_every_block=mask_every_block, tiles=tiles, out=out)
+                   mask_every_block=mask_every_block, tiles=tiles, out=out, kv_tma=kv_tma)
 
 
 def canonical_rows_per_tile(groups: int, tile_m: int = CANONICAL_TILE_M) -> int:
