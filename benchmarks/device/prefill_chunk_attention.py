@@ -1,7 +1,7 @@
 """A long prompt's prefill attention as the engine runs it: 2,048-row chunks, fast configs and the canonical launch.
 
     PYTHONPATH=src python3 benchmarks/device/prefill_chunk_attention.py --out chunks.json [--lengths 8192,15000]
-        [--chunk 2048] [--reps 10] [--layouts 16:gather,64:gather,64:tma,128:tma] [--configs all|short]
+        [--chunk 2048] [--reps 10] [--layouts 16:gather,64:gather,64:tma,128:tma] [--configs all|short|default]
 
 One Llama-3.1-8B-shaped sequence (32 query heads, 8 kv heads, head dim 128, bf16, a shuffled block table) of L
 positions, for each K/V layout of ``--layouts`` (page size : how K/V are read, key by key gathers or TMA boxes, the
@@ -54,10 +54,10 @@ def main() -> None:
     ap.add_argument("--chunk", type=int, default=2048)
     ap.add_argument("--reps", type=int, default=10)
     ap.add_argument("--layouts", default="16:gather", help="page:gather|tma, comma-separated")
-    ap.add_argument("--configs", choices=["all", "short"], default="all")
+    ap.add_argument("--configs", choices=["all", "short", "default"], default="all")
     args = ap.parse_args()
     layouts = [(int(page), how == "tma") for page, how in (x.split(":") for x in args.layouts.split(","))]
-    configs = FAST_CONFIGS if args.configs == "all" else SHORT_CONFIGS
+    configs = {"all": FAST_CONFIGS, "short": SHORT_CONFIGS, "default": []}[args.configs]
     dev, dtype = torch.device("cuda"), torch.bfloat16
     result = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "triton": triton.__version__,
               "chunk": args.chunk, "reps": args.reps, "layouts": args.layouts, "lengths": []}
