@@ -14,6 +14,8 @@ of ``--chunk`` rows (chunk c: rows [c C, (c + 1) C) over keys [0, row]), summed 
   blocks below the tile's diagonal unmasked), block_m x block_n x warps x stages, with the P V product either
   accumulated into the rescaled state (``acc_in_dot``: one MMA with an accumulator) or added after it (the engine
   kernel's ``acc * alpha + dot(p, v)``);
+- ``paged_*``: the same minimal kernel over the paged cache through the block table, the page ids loaded in the
+  iteration that uses them (``in_loop``: each K/V load waits on a table load) or one iteration ahead (``prefetch``);
 - ``sdpa_*``: ``torch.nn.functional.scaled_dot_product_attention`` on the whole prompt at once (``is_causal``,
   ``enable_gqa``), per backend (flash, cuDNN, memory-efficient), where the backend takes it.
 
@@ -41,6 +43,9 @@ from llm42.kernels import tiled_attention as tiled  # noqa: E402
 
 NUM_HEADS, NUM_KV_HEADS, HEAD_DIM, PAGE = 32, 8, 128, 16
 DENSE_CONFIGS = [(128, 64, 4, 3), (128, 128, 8, 3), (128, 64, 8, 3), (128, 128, 8, 2), (64, 64, 4, 3)]
+# round 19 call C: the dense kernel's fastest two and the paged kernel beside them (``--configs short``)
+SHORT_DENSE_CONFIGS = [(128, 64, 8, 3), (64, 64, 4, 3)]
+PAGED_CONFIGS = [(128, 64, 8, 3), (64, 64, 4, 3), (128, 64, 8, 2)]
 LOG2E = 1.4426950408889634
 
 
@@ -112,6 +117,77 @@ def dense_attention(q, k, v, config, acc_in_dot):
     return out
 
 
+@triton.jit
+def _paged_causal_kernel(q_ptr, k_ptr, v_ptr, o_ptr, table_ptr, num_q, num_k, qk_scale,
+                         stride_qm, stride_qh, stride_km, stride_kh, stride_om, stride_oh,
+                         GROUPS: tl.constexpr, D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                         PAGE: tl.constexpr, PREFETCH: tl.constexpr):
+    # _dense_causal_kernel over a paged cache [slots, Hkv, D] through one block table row. PREFETCH: the next
+    # block's page ids are loaded one iteration ahead (loop-carried), so no K/V load waits on a table load
+    tile = tl.num_programs(0) - 1 - tl.program_id(0)
+    head = tl.program_id(1)
+    kv_head = head // GROUPS
+    offs_m = tile * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_n = tl.arange(0, BLOCK_N)
+    offs_d = tl.arange(0, D)
+    q = tl.load(q_ptr + offs_m[:, None] * stride_qm + head * stride_qh + offs_d[None, :],
+                mask=offs_m[:, None] < num_q, other=0.0)
+    pos = offs_m + (num_k - num_q)
+    m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
+    l_i = tl.zeros([BLOCK_M], tl.float32)
+    acc = tl.zeros([BLOCK_M, D], tl.float32)
+    first_pos = tile * BLOCK_M + num_k - num_q
+    full_hi = (first_pos // BLOCK_N) * BLOCK_N
+    hi = tl.minimum(num_k, first_pos + BLOCK_M)
+    k_base = k_ptr + kv_head * stride_kh
+    v_base = v_ptr + kv_head * stride_kh
+    pages = tl.load(table_ptr + offs_n // PAGE)
+    for start in range(0, full_hi, BLOCK_N):
+        keys = start + offs_n
+        if PREFETCH:
+            slots = pages.to(tl.int64) * PAGE + keys % PAGE
+            pages = tl.load(table_ptr + (keys + BLOCK_N) // PAGE)  # the next block's (one past the end: in bounds)
+        else:
+            slots = tl.load(table_ptr + keys // PAGE).to(tl.int64) * PAGE + keys % PAGE
+        k = tl.load(k_base + slots[:, None] * stride_km + offs_d[None, :])
+        s = tl.dot(q, tl.trans(k))
+        m_new = tl.maximum(m_i, tl.max(s, 1) * qk_scale)
+        p = tl.exp2(s * qk_scale - m_new[:, None])
+        alpha = tl.exp2(m_i - m_new)
+        l_i = l_i * alpha + tl.sum(p, 1)
+        v = tl.load(v_base + slots[:, None] * stride_km + offs_d[None, :])
+        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
+        m_i = m_new
+    for start in range(full_hi, hi, BLOCK_N):
+        keys = start + offs_n
+        slots = tl.load(table_ptr + keys // PAGE, mask=keys < num_k, other=0).to(tl.int64) * PAGE + keys % PAGE
+        k = tl.load(k_base + slots[:, None] * stride_km + offs_d[None, :], mask=keys[:, None] < num_k, other=0.0)
+        s = tl.dot(q, tl.trans(k)) * qk_scale
+        s = tl.where(pos[:, None] >= keys[None, :], s, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(s, 1))
+        p = tl.exp2(s - m_new[:, None])
+        alpha = tl.exp2(m_i - m_new)
+        l_i = l_i * alpha + tl.sum(p, 1)
+        v = tl.load(v_base + slots[:, None] * stride_km + offs_d[None, :], mask=keys[:, None] < num_k, other=0.0)
+        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
+        m_i = m_new
+    out = acc / l_i[:, None]
+    tl.store(o_ptr + offs_m[:, None] * stride_om + head * stride_oh + offs_d[None, :], out.to(o_ptr.dtype.element_ty),
+             mask=offs_m[:, None] < num_q)
+
+
+def paged_attention(q, k_paged, v_paged, table, num_k, config, prefetch):
+    block_m, block_n, warps, stages = config
+    out = torch.empty_like(q)
+    grid = (triton.cdiv(q.shape[0], block_m), q.shape[1])
+    _paged_causal_kernel[grid](
+        q, k_paged, v_paged, out, table, q.shape[0], num_k, HEAD_DIM ** -0.5 * LOG2E,
+        q.stride(0), q.stride(1), k_paged.stride(0), k_paged.stride(1), out.stride(0), out.stride(1),
+        GROUPS=q.shape[1] // k_paged.shape[1], D=HEAD_DIM, BLOCK_M=block_m, BLOCK_N=block_n, PAGE=PAGE,
+        PREFETCH=prefetch, num_warps=warps, num_stages=stages)
+    return out
+
+
 def chunk_flops(lo: int, hi: int) -> float:
     return 4.0 * sum(p + 1 for p in range(lo, hi)) * HEAD_DIM * NUM_HEADS
 
@@ -136,7 +212,9 @@ def main() -> None:
     ap.add_argument("--lengths", default="8192,15000")
     ap.add_argument("--chunk", type=int, default=2048)
     ap.add_argument("--reps", type=int, default=5)
+    ap.add_argument("--configs", choices=["all", "short"], default="all")
     args = ap.parse_args()
+    dense_configs = DENSE_CONFIGS if args.configs == "all" else SHORT_DENSE_CONFIGS
     dev, dtype = torch.device("cuda"), torch.bfloat16
     result = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "triton": triton.__version__,
               "chunk": args.chunk, "reps": args.reps, "lengths": []}
@@ -153,6 +231,7 @@ def main() -> None:
         slots = (perm[torch.arange(length, device=dev) // PAGE] * PAGE + torch.arange(length, device=dev) % PAGE)
         k_paged[slots], v_paged[slots] = k, v
         table = perm.view(1, -1)
+        table_padded = torch.cat([perm, perm.new_zeros(8)])  # the prefetch reads one block past the last
         chunks = [(lo, min(lo + args.chunk, length)) for lo in range(0, length, args.chunk)]
         staged = [(q_all[lo:hi].contiguous(), torch.arange(lo, hi, device=dev),
                    torch.zeros(hi - lo, dtype=torch.int64, device=dev), hi) for lo, hi in chunks]
@@ -164,11 +243,16 @@ def main() -> None:
             "engine_canonical_tile128": lambda q, p, s, hi: tiled_canonical_attention(q, k_paged, v_paged, p, s, table,
                                                                                      tile_m=128, **common),
         }
-        for config in DENSE_CONFIGS:
+        for config in dense_configs:
             for acc_in_dot in (True, False):
                 name = "dense_" + "x".join(map(str, config)) + ("_acc_in_dot" if acc_in_dot else "_add_after")
                 runs[name] = (lambda q, p, s, hi, config=config, acc_in_dot=acc_in_dot:
                               dense_attention(q, k[:hi], v[:hi], config, acc_in_dot))
+        for config in PAGED_CONFIGS:
+            for prefetch in (False, True):
+                name = "paged_" + "x".join(map(str, config)) + ("_prefetch" if prefetch else "_in_loop")
+                runs[name] = (lambda q, p, s, hi, config=config, prefetch=prefetch:
+                              paged_attention(q, k_paged, v_paged, table_padded, hi, config, prefetch))
         entry = {"length": length, "attention_TFLOP": round(total_flops / 1e12, 4), "runs": {}}
         reference = torch.cat([runs["engine_fast_default"](*s) for s in staged]).float()
         for name, fn in runs.items():
@@ -208,7 +292,8 @@ def main() -> None:
         result["lengths"].append(entry)
         Path(args.out).write_text(json.dumps(result, indent=1) + "\n")
     result["resources"] = {"engine_tiled_kernel": compiled_resources(tiled._tiled_attention_kernel),
-                           "dense_kernel": compiled_resources(_dense_causal_kernel)}
+                           "dense_kernel": compiled_resources(_dense_causal_kernel),
+                           "paged_kernel": compiled_resources(_paged_causal_kernel)}
     print(json.dumps(result["resources"]), flush=True)
     Path(args.out).write_text(json.dumps(result, indent=1) + "\n")
 
