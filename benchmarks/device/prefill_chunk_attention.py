@@ -37,9 +37,9 @@ NUM_HEADS, NUM_KV_HEADS, HEAD_DIM = 32, 8, 128
 FAST_CONFIGS = [(128, 64, 4, 3), (128, 64, 4, 4), (128, 128, 8, 2), (128, 128, 8, 3), (128, 64, 8, 2),
                 (128, 64, 8, 3), (64, 64, 4, 3), (128, 32, 4, 2), (128, 128, 4, 2), (64, 128, 4, 2),
                 (256, 64, 8, 2), (256, 128, 8, 2)]
-# round 18's five fastest and what TMA boxes may favour (deeper pipelines, 8 warps on 64-key blocks)
-SHORT_CONFIGS = [(128, 64, 4, 3), (128, 128, 8, 3), (128, 128, 8, 4), (128, 64, 8, 4), (128, 64, 4, 4),
-                 (256, 64, 8, 2), (128, 128, 4, 3)]
+# round 18's fastest and what round 19's page-id prefetch may favour (8 warps, deeper pipelines, 64-row tiles)
+SHORT_CONFIGS = [(128, 64, 4, 3), (128, 128, 8, 3), (128, 64, 8, 3), (64, 64, 4, 3), (256, 64, 8, 3),
+                 (128, 64, 8, 4)]
 
 
 def chunk_flops(lo: int, hi: int) -> float:

@@ -43,7 +43,7 @@ from llm42.kernels.attention import (
 )
 from llm42.kernels.tiled_attention import (
     _BIG, CANONICAL_MASK_EVERY_BLOCK, CANONICAL_TILE_M, CANONICAL_TILE_STAGES, CANONICAL_TILE_WARPS,
-    _check_canonical_groups, _full_step, _masked_step,
+    _block_pages, _check_canonical_groups, _full_step, _masked_step,
 )
 
 
@@ -68,8 +68,9 @@ def _chunk_range(acc, m_i, l_i, q, k_head_ptr, v_head_ptr, table_row_ptr, start,
                 stride_k_slot, stride_v_slot, offs_d, d_mask, PAGE, BLOCK_N, DOT_PRECISION, UPCAST, False,
             )
         for key_start in range(tl.maximum(start, full_lo), tl.minimum(full_hi, stop), BLOCK_N):
+            pages = _block_pages(table_row_ptr, key_start, tl.full([BLOCK_N], 1, tl.int1), PAGE, BLOCK_N, False)
             acc, m_i, l_i = _full_step(
-                acc, m_i, l_i, q, k_head_ptr, v_head_ptr, table_row_ptr, key_start, 0, qk_scale,
+                acc, m_i, l_i, q, k_head_ptr, v_head_ptr, pages, key_start, 0, qk_scale,
                 stride_k_slot, stride_v_slot, offs_d, d_mask, PAGE, BLOCK_N, DOT_PRECISION, UPCAST, False,
             )
         for key_start in range(tl.maximum(tl.maximum(start, full_lo), full_hi), stop, BLOCK_N):

@@ -84,15 +84,24 @@ def _dot(a, b, DOT_PRECISION: tl.constexpr, UPCAST: tl.constexpr):
 
 
 @triton.jit
-def _load_keys(k_src, v_src, table_row_ptr, key_start, kv_col, key_any, stride_k_slot, stride_v_slot, offs_d, d_mask,
-               PAGE: tl.constexpr, BLOCK_N: tl.constexpr, KV_TMA: tl.constexpr, MASKED: tl.constexpr):
-    # K and V of keys [key_start, key_start + BLOCK_N), [N, D] each. MASKED: keys where key_any is False read
-    # as 0 (they may be unwritten slots, even NaN); else every key is read. KV_TMA: the block lies in one page
-    # (PAGE % BLOCK_N == 0) and comes through TMA descriptors over the flat cache, one box each; otherwise
-    # k_src / v_src are the kv head's pointers and each key is its own gather.
+def _block_pages(table_row_ptr, key_start, key_ok, PAGE: tl.constexpr, BLOCK_N: tl.constexpr,
+                 KV_TMA: tl.constexpr):
+    # The pages of keys [key_start, key_start + BLOCK_N): [N] page ids (0 where key_ok is False), or with KV_TMA
+    # the block's one page (0 where no key is ok). Nothing outside the ok keys' table entries is read.
     if KV_TMA:
-        page = tl.load(table_row_ptr + key_start // PAGE)
-        slot = (page * PAGE + key_start % PAGE).to(tl.int32)
+        return tl.load(table_row_ptr + key_start // PAGE, mask=tl.max(key_ok.to(tl.int32), 0) > 0, other=0)
+    return tl.load(table_row_ptr + (key_start + tl.arange(0, BLOCK_N)) // PAGE, mask=key_ok, other=0)
+
+
+@triton.jit
+def _load_keys(k_src, v_src, pages, key_start, kv_col, key_any, stride_k_slot, stride_v_slot, offs_d, d_mask,
+               PAGE: tl.constexpr, BLOCK_N: tl.constexpr, KV_TMA: tl.constexpr, MASKED: tl.constexpr):
+    # K and V of keys [key_start, key_start + BLOCK_N), [N, D] each, at ``pages`` (_block_pages). MASKED: keys
+    # where key_any is False read as 0 (they may be unwritten slots, even NaN); else every key is read. KV_TMA:
+    # the block lies in one page (PAGE % BLOCK_N == 0) and comes through TMA descriptors over the flat cache, one
+    # box each; otherwise k_src / v_src are the kv head's pointers and each key is its own gather.
+    if KV_TMA:
+        slot = (pages * PAGE + key_start % PAGE).to(tl.int32)
         k = k_src.load([slot, kv_col])
         v = v_src.load([slot, kv_col])
         if MASKED:  # a box reads whole: zero what the gather's masked loads would not have read
@@ -101,12 +110,10 @@ def _load_keys(k_src, v_src, table_row_ptr, key_start, kv_col, key_any, stride_k
     else:
         key_pos = key_start + tl.arange(0, BLOCK_N)
         if MASKED:
-            page = tl.load(table_row_ptr + key_pos // PAGE, mask=key_any, other=0)
             kv_mask = key_any[:, None] & d_mask[None, :]
         else:
-            page = tl.load(table_row_ptr + key_pos // PAGE)
             kv_mask = d_mask[None, :]
-        slot = page.to(tl.int64) * PAGE + key_pos % PAGE
+        slot = pages.to(tl.int64) * PAGE + key_pos % PAGE
         k = tl.load(k_src + slot[:, None] * stride_k_slot + offs_d[None, :], mask=kv_mask, other=0.0)
         v = tl.load(v_src + slot[:, None] * stride_v_slot + offs_d[None, :], mask=kv_mask, other=0.0)
     return k, v
@@ -123,7 +130,8 @@ def _masked_step(acc, m_i, l_i, q, k_src, v_src, table_row_ptr, key_start, kv_co
     vis = (key_pos[None, :] >= row_lo[:, None]) & (key_pos[None, :] < row_hi[:, None])  # [M, N]
     row_any = tl.max(vis.to(tl.int32), 1) > 0  # [M]
     key_any = tl.max(vis.to(tl.int32), 0) > 0  # [N]: keys some row sees; the others are never read
-    k, v = _load_keys(k_src, v_src, table_row_ptr, key_start, kv_col, key_any, stride_k_slot, stride_v_slot, offs_d,
+    pages = _block_pages(table_row_ptr, key_start, key_any, PAGE, BLOCK_N, KV_TMA)
+    k, v = _load_keys(k_src, v_src, pages, key_start, kv_col, key_any, stride_k_slot, stride_v_slot, offs_d,
                       d_mask, PAGE, BLOCK_N, KV_TMA, True)
     s = _dot(q, tl.trans(k), DOT_PRECISION, UPCAST) * qk_scale  # [M, N], log2 domain
     s = tl.where(vis, s, float("-inf"))
@@ -139,13 +147,14 @@ def _masked_step(acc, m_i, l_i, q, k_src, v_src, table_row_ptr, key_start, kv_co
 
 
 @triton.jit
-def _full_step(acc, m_i, l_i, q, k_src, v_src, table_row_ptr, key_start, kv_col, qk_scale,
+def _full_step(acc, m_i, l_i, q, k_src, v_src, pages, key_start, kv_col, qk_scale,
                stride_k_slot, stride_v_slot, offs_d, d_mask,
                PAGE: tl.constexpr, BLOCK_N: tl.constexpr, DOT_PRECISION: tl.constexpr, UPCAST: tl.constexpr,
                KV_TMA: tl.constexpr):
-    # A key block every row of the group sees in full: no masks. Rows outside the group compute garbage here;
+    # A key block every row of the group sees in full, at ``pages`` (_block_pages, loaded by the caller: the
+    # loop loads the next block's while this one runs): no masks. Rows outside the group compute garbage here;
     # they are never stored by this pass.
-    k, v = _load_keys(k_src, v_src, table_row_ptr, key_start, kv_col, d_mask, stride_k_slot, stride_v_slot, offs_d,
+    k, v = _load_keys(k_src, v_src, pages, key_start, kv_col, d_mask, stride_k_slot, stride_v_slot, offs_d,
                       d_mask, PAGE, BLOCK_N, KV_TMA, False)
     scores = _dot(q, tl.trans(k), DOT_PRECISION, UPCAST)  # [M, N]
     # max(scores) x qk_scale is max(scores x qk_scale) bit for bit (rounding is monotonic, qk_scale > 0), and
@@ -240,11 +249,17 @@ def _tiled_attention_kernel(
                     acc, m_i, l_i, q, k_src, v_src, table_row_ptr, key_start, kv_col, row_lo, row_hi, qk_scale,
                     stride_k_slot, stride_v_slot, offs_d, d_mask, PAGE, BLOCK_N, DOT_PRECISION, UPCAST, KV_TMA,
                 )
+            # the page ids of the next block are loaded while this one runs: no K/V load waits on a table load
+            offs_n = tl.arange(0, BLOCK_N)
+            pages = _block_pages(table_row_ptr, full_lo, full_lo + offs_n < full_hi, PAGE, BLOCK_N, KV_TMA)
             for key_start in range(full_lo, full_hi, BLOCK_N):
+                next_pages = _block_pages(table_row_ptr, key_start + BLOCK_N, key_start + BLOCK_N + offs_n < full_hi,
+                                          PAGE, BLOCK_N, KV_TMA)
                 acc, m_i, l_i = _full_step(
-                    acc, m_i, l_i, q, k_src, v_src, table_row_ptr, key_start, kv_col, qk_scale,
+                    acc, m_i, l_i, q, k_src, v_src, pages, key_start, kv_col, qk_scale,
                     stride_k_slot, stride_v_slot, offs_d, d_mask, PAGE, BLOCK_N, DOT_PRECISION, UPCAST, KV_TMA,
                 )
+                pages = next_pages
             for key_start in range(tl.maximum(full_lo, full_hi), grp_hi, BLOCK_N):
                 acc, m_i, l_i = _masked_step(
                     acc, m_i, l_i, q, k_src, v_src, table_row_ptr, key_start, kv_col, row_lo, row_hi, qk_scale,
