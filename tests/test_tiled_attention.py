@@ -331,3 +331,11 @@ def test_kv_tma_needs_pages_of_whole_key_blocks():
     with pytest.raises(ValueError, match="kv_tma: .*head_dim 24"):
         odd.run(prefill_kernel((16, 16, 4, 2)), [(0, 3)], kv_tma=True)
     assert kv_tma_fits(cache.k, block_size=32, block_n=16) is None
+
+
+@pytest.mark.parametrize("block_size,kv_tma", [(8, False), (32, True)])
+def test_prefill_with_page_prefetch_matches_float64(block_size, kv_tma):
+    """An 8-warp launch loads the next key block's page ids while a block runs (gathers and TMA boxes)."""
+    cache = small_cache((4, 2, 16, block_size, None), torch.float32, seed=11, max_context=96)
+    rows = mixed_rows(cache, random.Random(11), num_chunks=3, num_decode=3)
+    check_matches_float64(cache, prefill_kernel((16, 16, 8, 2)), rows, kv_tma=kv_tma)

@@ -68,10 +68,15 @@ CANONICAL_TILE_STAGES = 2
 # of a group sees in full skip the masks, as on the fast path (the same arithmetic for those rows)
 CANONICAL_MASK_EVERY_BLOCK = False
 # the fast path's configurations (block_m, block_n, warps, stages), small and large launches: the fastest
-# of benchmarks/device/attention_bench.py's sweep on an H200 (8B shape) at 512 and at 2048-8192 rows
+# of benchmarks/device/attention_bench.py's sweep on an H200 (8B shape) at 512 rows, and of
+# prefill_chunk_attention.py's at 2,048-row chunks of 8K-15K prompts with the page-id prefetch (round 19)
 PREFILL_SMALL = (64, 64, 4, 2)
-PREFILL_LARGE = (128, 64, 4, 2)
+PREFILL_LARGE = (128, 128, 8, 3)
 PREFILL_LARGE_MIN_M_ROWS = 4096  # query rows x group size from which the large tiles are used
+# launches of at least this many warps load the next key block's page ids while a block runs (round 19, call D:
+# 8-warp fast configs gained 6-32 % on an 8B 15K prompt's chunks, 4-warp ones lost 10-30 %: their tiles already
+# spill registers). The same values either way: the canonical launch (4 warps) is untouched by it
+PREFETCH_MIN_WARPS = 8
 _BIG = tl.constexpr(2147483647)  # a global a Triton kernel reads must be a constexpr
 
 
@@ -88,9 +93,12 @@ def _block_pages(table_row_ptr, key_start, key_ok, PAGE: tl.constexpr, BLOCK_N: 
                  KV_TMA: tl.constexpr):
     # The pages of keys [key_start, key_start + BLOCK_N): [N] page ids (0 where key_ok is False), or with KV_TMA
     # the block's one page (0 where no key is ok). Nothing outside the ok keys' table entries is read.
+    # (one return: Triton checks every return of a function against the others, pruned branches too)
     if KV_TMA:
-        return tl.load(table_row_ptr + key_start // PAGE, mask=tl.max(key_ok.to(tl.int32), 0) > 0, other=0)
-    return tl.load(table_row_ptr + (key_start + tl.arange(0, BLOCK_N)) // PAGE, mask=key_ok, other=0)
+        pages = tl.load(table_row_ptr + key_start // PAGE, mask=tl.max(key_ok.to(tl.int32), 0) > 0, other=0)
+    else:
+        pages = tl.load(table_row_ptr + (key_start + tl.arange(0, BLOCK_N)) // PAGE, mask=key_ok, other=0)
+    return pages
 
 
 @triton.jit
@@ -177,7 +185,7 @@ def _tiled_attention_kernel(
     GROUPS: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr, PAGE: tl.constexpr, HAS_WINDOW: tl.constexpr, DOT_PRECISION: tl.constexpr,
     IS_CANONICAL: tl.constexpr, UPCAST: tl.constexpr, ROWS: tl.constexpr, MASK_EVERY_BLOCK: tl.constexpr,
-    SELECT: tl.constexpr, TILE_TABLE: tl.constexpr, KV_TMA: tl.constexpr,
+    SELECT: tl.constexpr, TILE_TABLE: tl.constexpr, KV_TMA: tl.constexpr, PREFETCH: tl.constexpr,
 ):
     # KV_TMA: k_ptr / v_ptr are TMA descriptors over the flat caches seen as [num_slots, Hkv * D], boxes of
     # [BLOCK_N, D] (see _load_keys); the loaded values and every operation on them are the pointer path's
@@ -249,12 +257,17 @@ def _tiled_attention_kernel(
                     acc, m_i, l_i, q, k_src, v_src, table_row_ptr, key_start, kv_col, row_lo, row_hi, qk_scale,
                     stride_k_slot, stride_v_slot, offs_d, d_mask, PAGE, BLOCK_N, DOT_PRECISION, UPCAST, KV_TMA,
                 )
-            # the page ids of the next block are loaded while this one runs: no K/V load waits on a table load
+            # PREFETCH: the page ids of the next block are loaded while this one runs (no K/V load waits on a
+            # table load); else each block loads its own first. The same values either way
             offs_n = tl.arange(0, BLOCK_N)
             pages = _block_pages(table_row_ptr, full_lo, full_lo + offs_n < full_hi, PAGE, BLOCK_N, KV_TMA)
             for key_start in range(full_lo, full_hi, BLOCK_N):
-                next_pages = _block_pages(table_row_ptr, key_start + BLOCK_N, key_start + BLOCK_N + offs_n < full_hi,
-                                          PAGE, BLOCK_N, KV_TMA)
+                if PREFETCH:
+                    next_pages = _block_pages(table_row_ptr, key_start + BLOCK_N,
+                                              key_start + BLOCK_N + offs_n < full_hi, PAGE, BLOCK_N, KV_TMA)
+                else:
+                    pages = _block_pages(table_row_ptr, key_start, key_start + offs_n < full_hi, PAGE, BLOCK_N, KV_TMA)
+                    next_pages = pages
                 acc, m_i, l_i = _full_step(
                     acc, m_i, l_i, q, k_src, v_src, pages, key_start, kv_col, qk_scale,
                     stride_k_slot, stride_v_slot, offs_d, d_mask, PAGE, BLOCK_N, DOT_PRECISION, UPCAST, KV_TMA,
@@ -309,7 +322,7 @@ def _launch(q, k_cache, v_cache, positions, row_seq, block_tables, *, block_size
         IS_CANONICAL=is_canonical, UPCAST=q.device.type != "cuda", ROWS=rows_per_tile,
         MASK_EVERY_BLOCK=(is_canonical and CANONICAL_MASK_EVERY_BLOCK) if mask_every_block is None
         else mask_every_block, SELECT=select, TILE_TABLE=tiles is not None, KV_TMA=k_src is not k_cache,
-        num_warps=num_warps,
+        PREFETCH=num_warps >= PREFETCH_MIN_WARPS, num_warps=num_warps,
         num_stages=num_stages, enable_fp_fusion=(not is_canonical) if fp_fusion is None else fp_fusion,
     )
     return out
