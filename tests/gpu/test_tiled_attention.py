@@ -90,7 +90,7 @@ def test_kv_tma_gives_the_gathers_bits(shape, dtype, tile_m, block_size):
     sees. What lets a page size of 64 or 128 take the descriptors without changing a committed bit."""
     shape = shape[:3] + (block_size,) + shape[4:]
     cache = cache_for(shape, dtype, seed=400 + block_size + tile_m)
-    config = (128, 128, 8, 3) if block_size == 128 else PREFILL_LARGE
+    config = (128, block_size, 8, 3)  # 8 warps: the page ids prefetched too; key blocks of a page
     compared = check_kv_tma_keeps_the_bits(cache, random.Random(tile_m), num_launches=3, limit=shape[4] - 150,
                                            key_block=64, sliding_window=shape[5], tile_m=tile_m,
                                            prefill_config=config)
