@@ -2,7 +2,7 @@
 Triton kernel and PyTorch's own attention backends, on the same problem.
 
     PYTHONPATH=src python3 benchmarks/device/attention_ceiling.py --out ceiling.json [--lengths 8192,15000]
-        [--chunk 2048] [--reps 5]
+        [--chunk 2048] [--reps 5] [--configs all|short]
 
 One Llama-3.1-8B-shaped prompt (32 query heads, 8 kv heads, head dim 128, bf16) of L positions, prefilled in chunks
 of ``--chunk`` rows (chunk c: rows [c C, (c + 1) C) over keys [0, row]), summed over chunks, as in
