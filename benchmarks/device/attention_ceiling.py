@@ -50,11 +50,33 @@ LOG2E = 1.4426950408889634
 
 
 @triton.jit
-def _dense_causal_kernel(q_ptr, k_ptr, v_ptr, o_ptr, num_q, num_k, qk_scale,
-                         stride_qm, stride_qh, stride_km, stride_kh, stride_om, stride_oh,
-                         GROUPS: tl.constexpr, D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                         ACC_IN_DOT: tl.constexpr):
-    # q: [num_q, H, D], the last num_q positions of num_k keys; k, v: [num_k, Hkv, D]
+def _online_step(acc, m_i, l_i, q, k, v, qk_scale, keys, pos, MASKED: tl.constexpr, ACC_IN_DOT: tl.constexpr):
+    # one key block of the online softmax; MASKED: the diagonal blocks (row at ``pos`` sees keys <= pos)
+    s = tl.dot(q, tl.trans(k))
+    if MASKED:
+        s = tl.where(pos[:, None] >= keys[None, :], s * qk_scale, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(s, 1))
+        p = tl.exp2(s - m_new[:, None])
+    else:
+        m_new = tl.maximum(m_i, tl.max(s, 1) * qk_scale)
+        p = tl.exp2(s * qk_scale - m_new[:, None])
+    alpha = tl.exp2(m_i - m_new)
+    l_i = l_i * alpha + tl.sum(p, 1)
+    if ACC_IN_DOT:
+        acc = tl.dot(p.to(v.dtype), v, acc * alpha[:, None])
+    else:
+        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
+    return acc, m_new, l_i
+
+
+@triton.jit
+def _causal_kernel(q_ptr, k_ptr, v_ptr, o_ptr, table_ptr, num_q, num_k, qk_scale,
+                   stride_qm, stride_qh, stride_km, stride_kh, stride_om, stride_oh,
+                   GROUPS: tl.constexpr, D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                   ACC_IN_DOT: tl.constexpr, PAGED: tl.constexpr, PAGE: tl.constexpr, PREFETCH: tl.constexpr):
+    # q: [num_q, H, D], the last num_q positions of num_k keys. k, v: [num_k, Hkv, D] (contiguous), or with PAGED
+    # a paged cache [slots, Hkv, D] read through one block-table row; PREFETCH: the next block's page ids are
+    # loaded one iteration ahead (loop-carried), so no K/V load waits on a table load
     tile = tl.num_programs(0) - 1 - tl.program_id(0)  # the longest key ranges first
     head = tl.program_id(1)
     kv_head = head // GROUPS
@@ -72,120 +94,57 @@ def _dense_causal_kernel(q_ptr, k_ptr, v_ptr, o_ptr, num_q, num_k, qk_scale,
     hi = tl.minimum(num_k, first_pos + BLOCK_M)
     k_base = k_ptr + kv_head * stride_kh
     v_base = v_ptr + kv_head * stride_kh
+    if PAGED:
+        pages = tl.load(table_ptr + offs_n // PAGE)
+    else:
+        pages = tl.zeros([BLOCK_N], tl.int64)
     for start in range(0, full_hi, BLOCK_N):
-        k = tl.load(k_base + (start + offs_n)[:, None] * stride_km + offs_d[None, :])
-        s = tl.dot(q, tl.trans(k))
-        m_new = tl.maximum(m_i, tl.max(s, 1) * qk_scale)
-        p = tl.exp2(s * qk_scale - m_new[:, None])
-        alpha = tl.exp2(m_i - m_new)
-        l_i = l_i * alpha + tl.sum(p, 1)
-        v = tl.load(v_base + (start + offs_n)[:, None] * stride_km + offs_d[None, :])
-        if ACC_IN_DOT:
-            acc = tl.dot(p.to(v.dtype), v, acc * alpha[:, None])
+        keys = start + offs_n
+        if PAGED:
+            if PREFETCH:
+                rows = pages.to(tl.int64) * PAGE + keys % PAGE
+                pages = tl.load(table_ptr + (keys + BLOCK_N) // PAGE)  # the next block's (the table is padded)
+            else:
+                rows = tl.load(table_ptr + keys // PAGE).to(tl.int64) * PAGE + keys % PAGE
         else:
-            acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
-        m_i = m_new
+            rows = keys
+        k = tl.load(k_base + rows[:, None] * stride_km + offs_d[None, :])
+        v = tl.load(v_base + rows[:, None] * stride_km + offs_d[None, :])
+        acc, m_i, l_i = _online_step(acc, m_i, l_i, q, k, v, qk_scale, keys, pos, False, ACC_IN_DOT)
     for start in range(full_hi, hi, BLOCK_N):
         keys = start + offs_n
-        k = tl.load(k_base + keys[:, None] * stride_km + offs_d[None, :], mask=keys[:, None] < num_k, other=0.0)
-        s = tl.dot(q, tl.trans(k)) * qk_scale
-        s = tl.where(pos[:, None] >= keys[None, :], s, float("-inf"))
-        m_new = tl.maximum(m_i, tl.max(s, 1))
-        p = tl.exp2(s - m_new[:, None])
-        alpha = tl.exp2(m_i - m_new)
-        l_i = l_i * alpha + tl.sum(p, 1)
-        v = tl.load(v_base + keys[:, None] * stride_km + offs_d[None, :], mask=keys[:, None] < num_k, other=0.0)
-        if ACC_IN_DOT:
-            acc = tl.dot(p.to(v.dtype), v, acc * alpha[:, None])
+        if PAGED:
+            rows = tl.load(table_ptr + keys // PAGE, mask=keys < num_k, other=0).to(tl.int64) * PAGE + keys % PAGE
         else:
-            acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
-        m_i = m_new
+            rows = keys
+        k = tl.load(k_base + rows[:, None] * stride_km + offs_d[None, :], mask=keys[:, None] < num_k, other=0.0)
+        v = tl.load(v_base + rows[:, None] * stride_km + offs_d[None, :], mask=keys[:, None] < num_k, other=0.0)
+        acc, m_i, l_i = _online_step(acc, m_i, l_i, q, k, v, qk_scale, keys, pos, True, ACC_IN_DOT)
     out = acc / l_i[:, None]
     tl.store(o_ptr + offs_m[:, None] * stride_om + head * stride_oh + offs_d[None, :], out.to(o_ptr.dtype.element_ty),
              mask=offs_m[:, None] < num_q)
+
+
+def _attention(q, k, v, table, num_k, config, *, acc_in_dot, paged, prefetch):
+    block_m, block_n, warps, stages = config
+    out = torch.empty_like(q)
+    grid = (triton.cdiv(q.shape[0], block_m), q.shape[1])
+    _causal_kernel[grid](
+        q, k, v, out, table, q.shape[0], num_k, HEAD_DIM ** -0.5 * LOG2E,
+        q.stride(0), q.stride(1), k.stride(0), k.stride(1), out.stride(0), out.stride(1),
+        GROUPS=q.shape[1] // k.shape[1], D=HEAD_DIM, BLOCK_M=block_m, BLOCK_N=block_n, ACC_IN_DOT=acc_in_dot,
+        PAGED=paged, PAGE=PAGE, PREFETCH=prefetch, num_warps=warps, num_stages=stages)
+    return out
 
 
 def dense_attention(q, k, v, config, acc_in_dot):
-    block_m, block_n, warps, stages = config
-    out = torch.empty_like(q)
-    grid = (triton.cdiv(q.shape[0], block_m), q.shape[1])
-    _dense_causal_kernel[grid](
-        q, k, v, out, q.shape[0], k.shape[0], HEAD_DIM ** -0.5 * LOG2E,
-        q.stride(0), q.stride(1), k.stride(0), k.stride(1), out.stride(0), out.stride(1),
-        GROUPS=q.shape[1] // k.shape[1], D=HEAD_DIM, BLOCK_M=block_m, BLOCK_N=block_n, ACC_IN_DOT=acc_in_dot,
-        num_warps=warps, num_stages=stages)
-    return out
-
-
-@triton.jit
-def _paged_causal_kernel(q_ptr, k_ptr, v_ptr, o_ptr, table_ptr, num_q, num_k, qk_scale,
-                         stride_qm, stride_qh, stride_km, stride_kh, stride_om, stride_oh,
-                         GROUPS: tl.constexpr, D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                         PAGE: tl.constexpr, PREFETCH: tl.constexpr):
-    # _dense_causal_kernel over a paged cache [slots, Hkv, D] through one block table row. PREFETCH: the next
-    # block's page ids are loaded one iteration ahead (loop-carried), so no K/V load waits on a table load
-    tile = tl.num_programs(0) - 1 - tl.program_id(0)
-    head = tl.program_id(1)
-    kv_head = head // GROUPS
-    offs_m = tile * BLOCK_M + tl.arange(0, BLOCK_M)
-    offs_n = tl.arange(0, BLOCK_N)
-    offs_d = tl.arange(0, D)
-    q = tl.load(q_ptr + offs_m[:, None] * stride_qm + head * stride_qh + offs_d[None, :],
-                mask=offs_m[:, None] < num_q, other=0.0)
-    pos = offs_m + (num_k - num_q)
-    m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
-    l_i = tl.zeros([BLOCK_M], tl.float32)
-    acc = tl.zeros([BLOCK_M, D], tl.float32)
-    first_pos = tile * BLOCK_M + num_k - num_q
-    full_hi = (first_pos // BLOCK_N) * BLOCK_N
-    hi = tl.minimum(num_k, first_pos + BLOCK_M)
-    k_base = k_ptr + kv_head * stride_kh
-    v_base = v_ptr + kv_head * stride_kh
-    pages = tl.load(table_ptr + offs_n // PAGE)
-    for start in range(0, full_hi, BLOCK_N):
-        keys = start + offs_n
-        if PREFETCH:
-            slots = pages.to(tl.int64) * PAGE + keys % PAGE
-            pages = tl.load(table_ptr + (keys + BLOCK_N) // PAGE)  # the next block's (one past the end: in bounds)
-        else:
-            slots = tl.load(table_ptr + keys // PAGE).to(tl.int64) * PAGE + keys % PAGE
-        k = tl.load(k_base + slots[:, None] * stride_km + offs_d[None, :])
-        s = tl.dot(q, tl.trans(k))
-        m_new = tl.maximum(m_i, tl.max(s, 1) * qk_scale)
-        p = tl.exp2(s * qk_scale - m_new[:, None])
-        alpha = tl.exp2(m_i - m_new)
-        l_i = l_i * alpha + tl.sum(p, 1)
-        v = tl.load(v_base + slots[:, None] * stride_km + offs_d[None, :])
-        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
-        m_i = m_new
-    for start in range(full_hi, hi, BLOCK_N):
-        keys = start + offs_n
-        slots = tl.load(table_ptr + keys // PAGE, mask=keys < num_k, other=0).to(tl.int64) * PAGE + keys % PAGE
-        k = tl.load(k_base + slots[:, None] * stride_km + offs_d[None, :], mask=keys[:, None] < num_k, other=0.0)
-        s = tl.dot(q, tl.trans(k)) * qk_scale
-        s = tl.where(pos[:, None] >= keys[None, :], s, float("-inf"))
-        m_new = tl.maximum(m_i, tl.max(s, 1))
-        p = tl.exp2(s - m_new[:, None])
-        alpha = tl.exp2(m_i - m_new)
-        l_i = l_i * alpha + tl.sum(p, 1)
-        v = tl.load(v_base + slots[:, None] * stride_km + offs_d[None, :], mask=keys[:, None] < num_k, other=0.0)
-        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
-        m_i = m_new
-    out = acc / l_i[:, None]
-    tl.store(o_ptr + offs_m[:, None] * stride_om + head * stride_oh + offs_d[None, :], out.to(o_ptr.dtype.element_ty),
-             mask=offs_m[:, None] < num_q)
+    """The minimal kernel on contiguous K/V [num_k, Hkv, D]."""
+    return _attention(q, k, v, k, k.shape[0], config, acc_in_dot=acc_in_dot, paged=False, prefetch=False)
 
 
 def paged_attention(q, k_paged, v_paged, table, num_k, config, prefetch):
-    block_m, block_n, warps, stages = config
-    out = torch.empty_like(q)
-    grid = (triton.cdiv(q.shape[0], block_m), q.shape[1])
-    _paged_causal_kernel[grid](
-        q, k_paged, v_paged, out, table, q.shape[0], num_k, HEAD_DIM ** -0.5 * LOG2E,
-        q.stride(0), q.stride(1), k_paged.stride(0), k_paged.stride(1), out.stride(0), out.stride(1),
-        GROUPS=q.shape[1] // k_paged.shape[1], D=HEAD_DIM, BLOCK_M=block_m, BLOCK_N=block_n, PAGE=PAGE,
-        PREFETCH=prefetch, num_warps=warps, num_stages=stages)
-    return out
+    """The minimal kernel over a paged cache through ``table`` (one row, padded past its last block)."""
+    return _attention(q, k_paged, v_paged, table, num_k, config, acc_in_dot=False, paged=True, prefetch=prefetch)
 
 
 def chunk_flops(lo: int, hi: int) -> float:
@@ -292,8 +251,7 @@ def main() -> None:
         result["lengths"].append(entry)
         Path(args.out).write_text(json.dumps(result, indent=1) + "\n")
     result["resources"] = {"engine_tiled_kernel": compiled_resources(tiled._tiled_attention_kernel),
-                           "dense_kernel": compiled_resources(_dense_causal_kernel),
-                           "paged_kernel": compiled_resources(_paged_causal_kernel)}
+                           "minimal_kernel": compiled_resources(_causal_kernel)}
     print(json.dumps(result["resources"]), flush=True)
     Path(args.out).write_text(json.dumps(result, indent=1) + "\n")
 
