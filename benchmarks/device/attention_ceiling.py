@@ -73,25 +73,36 @@ def _online_step(acc, m_i, l_i, q, k, v, qk_scale, keys, pos, MASKED: tl.constex
 def _causal_kernel(q_ptr, k_ptr, v_ptr, o_ptr, table_ptr, num_q, num_k, qk_scale,
                    stride_qm, stride_qh, stride_km, stride_kh, stride_om, stride_oh,
                    GROUPS: tl.constexpr, D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                   ACC_IN_DOT: tl.constexpr, PAGED: tl.constexpr, PAGE: tl.constexpr, PREFETCH: tl.constexpr):
+                   ACC_IN_DOT: tl.constexpr, PAGED: tl.constexpr, PAGE: tl.constexpr, PREFETCH: tl.constexpr,
+                   PACK_GQA: tl.constexpr = False):
     # q: [num_q, H, D], the last num_q positions of num_k keys. k, v: [num_k, Hkv, D] (contiguous), or with PAGED
     # a paged cache [slots, Hkv, D] read through one block-table row; PREFETCH: the next block's page ids are
     # loaded one iteration ahead (loop-carried), so no K/V load waits on a table load
+    # PACK_GQA: a program takes one kv head's GROUPS query heads, BLOCK_M // GROUPS rows each, as the engine's tile
+    # does (M-row i is row i // GROUPS of head i % GROUPS); else one query head's BLOCK_M rows
     tile = tl.num_programs(0) - 1 - tl.program_id(0)  # the longest key ranges first
-    head = tl.program_id(1)
-    kv_head = head // GROUPS
-    offs_m = tile * BLOCK_M + tl.arange(0, BLOCK_M)
+    if PACK_GQA:
+        kv_head = tl.program_id(1)
+        rows_per_tile = BLOCK_M // GROUPS
+        offs_m = tile * rows_per_tile + tl.arange(0, BLOCK_M) // GROUPS
+        head = kv_head * GROUPS + tl.arange(0, BLOCK_M) % GROUPS
+    else:
+        head = tl.program_id(1)
+        kv_head = head // GROUPS
+        rows_per_tile = BLOCK_M
+        offs_m = tile * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_n = tl.arange(0, BLOCK_N)
     offs_d = tl.arange(0, D)
-    q = tl.load(q_ptr + offs_m[:, None] * stride_qm + head * stride_qh + offs_d[None, :],
+    head = head if PACK_GQA else tl.full([BLOCK_M], 0, tl.int32) + head
+    q = tl.load(q_ptr + offs_m[:, None] * stride_qm + head[:, None] * stride_qh + offs_d[None, :],
                 mask=offs_m[:, None] < num_q, other=0.0)
     pos = offs_m + (num_k - num_q)
     m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
     l_i = tl.zeros([BLOCK_M], tl.float32)
     acc = tl.zeros([BLOCK_M, D], tl.float32)
-    first_pos = tile * BLOCK_M + num_k - num_q
+    first_pos = tile * rows_per_tile + num_k - num_q
     full_hi = (first_pos // BLOCK_N) * BLOCK_N  # every row of the tile sees keys below this in full
-    hi = tl.minimum(num_k, first_pos + BLOCK_M)
+    hi = tl.minimum(num_k, first_pos + rows_per_tile)
     k_base = k_ptr + kv_head * stride_kh
     v_base = v_ptr + kv_head * stride_kh
     if PAGED:
@@ -121,19 +132,23 @@ def _causal_kernel(q_ptr, k_ptr, v_ptr, o_ptr, table_ptr, num_q, num_k, qk_scale
         v = tl.load(v_base + rows[:, None] * stride_km + offs_d[None, :], mask=keys[:, None] < num_k, other=0.0)
         acc, m_i, l_i = _online_step(acc, m_i, l_i, q, k, v, qk_scale, keys, pos, True, ACC_IN_DOT)
     out = acc / l_i[:, None]
-    tl.store(o_ptr + offs_m[:, None] * stride_om + head * stride_oh + offs_d[None, :], out.to(o_ptr.dtype.element_ty),
+    tl.store(o_ptr + offs_m[:, None] * stride_om + head[:, None] * stride_oh + offs_d[None, :],
+             out.to(o_ptr.dtype.element_ty),
              mask=offs_m[:, None] < num_q)
 
 
-def _attention(q, k, v, table, num_k, config, *, acc_in_dot, paged, prefetch):
+def _attention(q, k, v, table, num_k, config, *, acc_in_dot, paged, prefetch, pack_gqa=False, fp_fusion=True):
     block_m, block_n, warps, stages = config
     out = torch.empty_like(q)
-    grid = (triton.cdiv(q.shape[0], block_m), q.shape[1])
+    groups = q.shape[1] // k.shape[1]
+    grid = ((triton.cdiv(q.shape[0], block_m // groups), k.shape[1]) if pack_gqa
+            else (triton.cdiv(q.shape[0], block_m), q.shape[1]))
     _causal_kernel[grid](
         q, k, v, out, table, q.shape[0], num_k, HEAD_DIM ** -0.5 * LOG2E,
         q.stride(0), q.stride(1), k.stride(0), k.stride(1), out.stride(0), out.stride(1),
         GROUPS=q.shape[1] // k.shape[1], D=HEAD_DIM, BLOCK_M=block_m, BLOCK_N=block_n, ACC_IN_DOT=acc_in_dot,
-        PAGED=paged, PAGE=PAGE, PREFETCH=prefetch, num_warps=warps, num_stages=stages)
+        PAGED=paged, PAGE=PAGE, PREFETCH=prefetch, PACK_GQA=pack_gqa, num_warps=warps, num_stages=stages,
+        enable_fp_fusion=fp_fusion)
     return out
 
 
@@ -142,9 +157,10 @@ def dense_attention(q, k, v, config, acc_in_dot):
     return _attention(q, k, v, k, k.shape[0], config, acc_in_dot=acc_in_dot, paged=False, prefetch=False)
 
 
-def paged_attention(q, k_paged, v_paged, table, num_k, config, prefetch):
+def paged_attention(q, k_paged, v_paged, table, num_k, config, prefetch, pack_gqa=False, fp_fusion=True):
     """The minimal kernel over a paged cache through ``table`` (one row, padded past its last block)."""
-    return _attention(q, k_paged, v_paged, table, num_k, config, acc_in_dot=False, paged=True, prefetch=prefetch)
+    return _attention(q, k_paged, v_paged, table, num_k, config, acc_in_dot=False, paged=True, prefetch=prefetch,
+                      pack_gqa=pack_gqa, fp_fusion=fp_fusion)
 
 
 def chunk_flops(lo: int, hi: int) -> float:

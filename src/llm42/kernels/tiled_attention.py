@@ -176,6 +176,69 @@ def _full_step(acc, m_i, l_i, q, k_src, v_src, pages, key_start, kv_col, qk_scal
     return acc, m_new, l_i
 
 
+@triton.jit
+def _group_pass(q, k_src, v_src, out_ptr, tables_ptr, lead, in_grp, lo, hi, rows, heads, kv_col, qk_scale,
+                stride_k_slot, stride_v_slot, stride_o_row, stride_o_head, stride_table, offs_d, d_mask,
+                BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_N: tl.constexpr, PAGE: tl.constexpr,
+                DOT_PRECISION: tl.constexpr, IS_CANONICAL: tl.constexpr, UPCAST: tl.constexpr,
+                MASK_EVERY_BLOCK: tl.constexpr, KV_TMA: tl.constexpr, PREFETCH: tl.constexpr):
+    # One group's pass: the M-rows ``in_grp`` (rows of the sequence whose table row is ``lead``), each seeing keys
+    # [lo, hi), their own online-softmax state; stores those rows only.
+    row_lo = tl.where(in_grp, lo, _BIG)
+    row_hi = tl.where(in_grp, hi, 0)
+    grp_lo = tl.min(row_lo)
+    grp_hi = tl.max(row_hi)
+    table_row_ptr = tables_ptr + lead.to(tl.int64) * stride_table
+    m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
+    l_i = tl.zeros([BLOCK_M], tl.float32)
+    acc = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)
+    first = (grp_lo // BLOCK_N) * BLOCK_N
+    if MASK_EVERY_BLOCK:
+        # every block through the same masked step, aligned at 0, in order: a row's arithmetic is its own
+        for key_start in range(first, grp_hi, BLOCK_N):
+            acc, m_i, l_i = _masked_step(
+                acc, m_i, l_i, q, k_src, v_src, table_row_ptr, key_start, kv_col, row_lo, row_hi, qk_scale,
+                stride_k_slot, stride_v_slot, offs_d, d_mask, PAGE, BLOCK_N, DOT_PRECISION, UPCAST, KV_TMA,
+            )
+    else:
+        # blocks [full_lo, full_hi) are seen in full by every row of the group: no masks there. For such a
+        # row the masked step's selections all pick the computed values, so both steps do the same
+        # arithmetic on the same operands (the canonical launch relies on it; the GPU suite checks it)
+        full_lo = tl.cdiv(tl.max(tl.where(in_grp, lo, 0)), BLOCK_N) * BLOCK_N
+        full_hi = (tl.min(tl.where(in_grp, hi, _BIG)) // BLOCK_N) * BLOCK_N
+        for key_start in range(first, tl.minimum(full_lo, grp_hi), BLOCK_N):
+            acc, m_i, l_i = _masked_step(
+                acc, m_i, l_i, q, k_src, v_src, table_row_ptr, key_start, kv_col, row_lo, row_hi, qk_scale,
+                stride_k_slot, stride_v_slot, offs_d, d_mask, PAGE, BLOCK_N, DOT_PRECISION, UPCAST, KV_TMA,
+            )
+        # PREFETCH: the page ids of the next block are loaded while this one runs (no K/V load waits on a
+        # table load); else each block loads its own first. The same values either way
+        offs_n = tl.arange(0, BLOCK_N)
+        pages = _block_pages(table_row_ptr, full_lo, full_lo + offs_n < full_hi, PAGE, BLOCK_N, KV_TMA)
+        for key_start in range(full_lo, full_hi, BLOCK_N):
+            if PREFETCH:
+                next_pages = _block_pages(table_row_ptr, key_start + BLOCK_N,
+                                          key_start + BLOCK_N + offs_n < full_hi, PAGE, BLOCK_N, KV_TMA)
+            else:
+                pages = _block_pages(table_row_ptr, key_start, key_start + offs_n < full_hi, PAGE, BLOCK_N, KV_TMA)
+                next_pages = pages
+            acc, m_i, l_i = _full_step(
+                acc, m_i, l_i, q, k_src, v_src, pages, key_start, kv_col, qk_scale,
+                stride_k_slot, stride_v_slot, offs_d, d_mask, PAGE, BLOCK_N, DOT_PRECISION, UPCAST, KV_TMA,
+            )
+            pages = next_pages
+        for key_start in range(tl.maximum(full_lo, full_hi), grp_hi, BLOCK_N):
+            acc, m_i, l_i = _masked_step(
+                acc, m_i, l_i, q, k_src, v_src, table_row_ptr, key_start, kv_col, row_lo, row_hi, qk_scale,
+                stride_k_slot, stride_v_slot, offs_d, d_mask, PAGE, BLOCK_N, DOT_PRECISION, UPCAST, KV_TMA,
+            )
+    out = acc / tl.where(in_grp, l_i, 1.0)[:, None]
+    if IS_CANONICAL:
+        out = out + 0.0  # -0 -> +0: an exactly zero output never carries a neighbour's sign
+    tl.store(out_ptr + rows[:, None].to(tl.int64) * stride_o_row + heads[:, None] * stride_o_head
+             + offs_d[None, :], out.to(out_ptr.dtype.element_ty), mask=in_grp[:, None] & d_mask[None, :])
+
+
 @triton.jit(do_not_specialize=["num_rows", "num_tiles", "window"])
 def _tiled_attention_kernel(
     q_ptr, k_ptr, v_ptr, out_ptr, pos_ptr, row_seq_ptr, tables_ptr, select_ptr, tiles_ptr, num_rows, num_tiles,
@@ -186,6 +249,7 @@ def _tiled_attention_kernel(
     BLOCK_N: tl.constexpr, PAGE: tl.constexpr, HAS_WINDOW: tl.constexpr, DOT_PRECISION: tl.constexpr,
     IS_CANONICAL: tl.constexpr, UPCAST: tl.constexpr, ROWS: tl.constexpr, MASK_EVERY_BLOCK: tl.constexpr,
     SELECT: tl.constexpr, TILE_TABLE: tl.constexpr, KV_TMA: tl.constexpr, PREFETCH: tl.constexpr,
+    ONE_GROUP: tl.constexpr,
 ):
     # KV_TMA: k_ptr / v_ptr are TMA descriptors over the flat caches seen as [num_slots, Hkv * D], boxes of
     # [BLOCK_N, D] (see _load_keys); the loaded values and every operation on them are the pointer path's
@@ -225,70 +289,32 @@ def _tiled_attention_kernel(
     else:
         k_src = k_ptr + kv_head * stride_k_head
         v_src = v_ptr + kv_head * stride_v_head
-    done = m_valid == 0
-    while tl.min(done.to(tl.int32)) == 0:
-        # one pass per group (rows of one sequence), the smallest row_seq first
-        lead = tl.min(tl.where(done, _BIG, seq))
-        in_grp = (done == 0) & (seq == lead)
-        row_lo = tl.where(in_grp, lo, _BIG)
-        row_hi = tl.where(in_grp, hi, 0)
-        grp_lo = tl.min(row_lo)
-        grp_hi = tl.max(row_hi)
-        table_row_ptr = tables_ptr + lead.to(tl.int64) * stride_table
-        m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
-        l_i = tl.zeros([BLOCK_M], tl.float32)
-        acc = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)
-        first = (grp_lo // BLOCK_N) * BLOCK_N
-        if MASK_EVERY_BLOCK:
-            # every block through the same masked step, aligned at 0, in order: a row's arithmetic is its own
-            for key_start in range(first, grp_hi, BLOCK_N):
-                acc, m_i, l_i = _masked_step(
-                    acc, m_i, l_i, q, k_src, v_src, table_row_ptr, key_start, kv_col, row_lo, row_hi, qk_scale,
-                    stride_k_slot, stride_v_slot, offs_d, d_mask, PAGE, BLOCK_N, DOT_PRECISION, UPCAST, KV_TMA,
-                )
-        else:
-            # blocks [full_lo, full_hi) are seen in full by every row of the group: no masks there. For such a
-            # row the masked step's selections all pick the computed values, so both steps do the same
-            # arithmetic on the same operands (the canonical launch relies on it; the GPU suite checks it)
-            full_lo = tl.cdiv(tl.max(tl.where(in_grp, lo, 0)), BLOCK_N) * BLOCK_N
-            full_hi = (tl.min(tl.where(in_grp, hi, _BIG)) // BLOCK_N) * BLOCK_N
-            for key_start in range(first, tl.minimum(full_lo, grp_hi), BLOCK_N):
-                acc, m_i, l_i = _masked_step(
-                    acc, m_i, l_i, q, k_src, v_src, table_row_ptr, key_start, kv_col, row_lo, row_hi, qk_scale,
-                    stride_k_slot, stride_v_slot, offs_d, d_mask, PAGE, BLOCK_N, DOT_PRECISION, UPCAST, KV_TMA,
-                )
-            # PREFETCH: the page ids of the next block are loaded while this one runs (no K/V load waits on a
-            # table load); else each block loads its own first. The same values either way
-            offs_n = tl.arange(0, BLOCK_N)
-            pages = _block_pages(table_row_ptr, full_lo, full_lo + offs_n < full_hi, PAGE, BLOCK_N, KV_TMA)
-            for key_start in range(full_lo, full_hi, BLOCK_N):
-                if PREFETCH:
-                    next_pages = _block_pages(table_row_ptr, key_start + BLOCK_N,
-                                              key_start + BLOCK_N + offs_n < full_hi, PAGE, BLOCK_N, KV_TMA)
-                else:
-                    pages = _block_pages(table_row_ptr, key_start, key_start + offs_n < full_hi, PAGE, BLOCK_N, KV_TMA)
-                    next_pages = pages
-                acc, m_i, l_i = _full_step(
-                    acc, m_i, l_i, q, k_src, v_src, pages, key_start, kv_col, qk_scale,
-                    stride_k_slot, stride_v_slot, offs_d, d_mask, PAGE, BLOCK_N, DOT_PRECISION, UPCAST, KV_TMA,
-                )
-                pages = next_pages
-            for key_start in range(tl.maximum(full_lo, full_hi), grp_hi, BLOCK_N):
-                acc, m_i, l_i = _masked_step(
-                    acc, m_i, l_i, q, k_src, v_src, table_row_ptr, key_start, kv_col, row_lo, row_hi, qk_scale,
-                    stride_k_slot, stride_v_slot, offs_d, d_mask, PAGE, BLOCK_N, DOT_PRECISION, UPCAST, KV_TMA,
-                )
-        out = acc / tl.where(in_grp, l_i, 1.0)[:, None]
-        if IS_CANONICAL:
-            out = out + 0.0  # -0 -> +0: an exactly zero output never carries a neighbour's sign
-        tl.store(out_ptr + rows[:, None].to(tl.int64) * stride_o_row + heads[:, None] * stride_o_head
-                 + offs_d[None, :], out.to(out_ptr.dtype.element_ty), mask=in_grp[:, None] & d_mask[None, :])
-        done = done | in_grp
+    if ONE_GROUP:
+        # the launch promises one group per tile (a tile table of runs of one sequence): one pass, no group loop
+        lead = tl.max(tl.where(m_valid, seq, 0))
+        _group_pass(q, k_src, v_src, out_ptr, tables_ptr, lead, m_valid, lo, hi, rows, heads, kv_col, qk_scale,
+                    stride_k_slot, stride_v_slot, stride_o_row, stride_o_head, stride_table, offs_d, d_mask,
+                    BLOCK_M, BLOCK_D, BLOCK_N, PAGE, DOT_PRECISION, IS_CANONICAL, UPCAST, MASK_EVERY_BLOCK, KV_TMA,
+                    PREFETCH)
+    else:
+        done = m_valid == 0
+        while tl.min(done.to(tl.int32)) == 0:
+            # one pass per group (rows of one sequence), the smallest row_seq first
+            lead = tl.min(tl.where(done, _BIG, seq))
+            in_grp = (done == 0) & (seq == lead)
+            _group_pass(q, k_src, v_src, out_ptr, tables_ptr, lead, in_grp, lo, hi, rows, heads, kv_col, qk_scale,
+                        stride_k_slot, stride_v_slot, stride_o_row, stride_o_head, stride_table, offs_d, d_mask,
+                        BLOCK_M, BLOCK_D, BLOCK_N, PAGE, DOT_PRECISION, IS_CANONICAL, UPCAST, MASK_EVERY_BLOCK,
+                        KV_TMA, PREFETCH)
+            done = done | in_grp
 
 
 def _launch(q, k_cache, v_cache, positions, row_seq, block_tables, *, block_size, scale, sliding_window,
             block_m, block_n, num_warps, num_stages, is_canonical, rows_per_tile=None, fp_fusion=None,
-            mask_every_block=None, only_rows=None, out=None, tiles=None, kv_tma=None):
+            mask_every_block=None, only_rows=None, out=None, tiles=None, kv_tma=None, one_group=False,
+            prefetch=None):
+    # one_group: the caller promises every tile's rows are one sequence's (see ``_group_pass``); prefetch: None
+    # loads page ids ahead in launches of PREFETCH_MIN_WARPS+ warps. Neither changes a value
     num_rows = q.shape[0]
     num_heads, num_kv_heads, head_dim = _check_shapes(q, k_cache, v_cache)
     groups = num_heads // num_kv_heads
@@ -322,7 +348,8 @@ def _launch(q, k_cache, v_cache, positions, row_seq, block_tables, *, block_size
         IS_CANONICAL=is_canonical, UPCAST=q.device.type != "cuda", ROWS=rows_per_tile,
         MASK_EVERY_BLOCK=(is_canonical and CANONICAL_MASK_EVERY_BLOCK) if mask_every_block is None
         else mask_every_block, SELECT=select, TILE_TABLE=tiles is not None, KV_TMA=k_src is not k_cache,
-        PREFETCH=num_warps >= PREFETCH_MIN_WARPS, num_warps=num_warps,
+        PREFETCH=num_warps >= PREFETCH_MIN_WARPS if prefetch is None else prefetch, ONE_GROUP=one_group,
+        num_warps=num_warps,
         num_stages=num_stages, enable_fp_fusion=(not is_canonical) if fp_fusion is None else fp_fusion,
     )
     return out
