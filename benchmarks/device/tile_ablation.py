@@ -9,13 +9,15 @@ shuffled block table). Runs, each summed over the prompt's chunks (CUDA events, 
 - ``min_*``: the minimal paged kernel (page ids one block ahead) as it is, with the engine's GQA packing (one kv
   head's query heads in one tile), without FMA contraction (the canonical launch's ``enable_fp_fusion=False``),
   and both;
-- ``fast_*`` / ``canon_*``: the engine kernel's fast and canonical arithmetic, per configuration, with its group
-  loop (the generic tile) or ``one_group`` (the launch promises one sequence per tile), page ids ahead or not;
-- ``cudnn_*``: PyTorch's cuDNN attention on the chunk's keys gathered from the paged cache (the prefix without a
-  mask and the chunk's own keys causal, merged by their log-sum-exps; or one call with an additive mask).
+- ``r19_*`` / ``new_*``: the engine kernel, round 19's (``--baseline``, a copy of 56037d0's module) and this
+  tree's, fast and canonical arithmetic per configuration, this tree's also with ``one_group`` (the launch
+  promises one sequence per tile) and page ids ahead (``pf``);
+- ``cudnn_*`` (``--cudnn``): PyTorch's cuDNN attention on the chunk's keys gathered from the paged cache (the prefix
+  without a mask and the chunk's own keys causal, merged by their log-sum-exps; or one call with an additive mask).
 
-``bits``: whether variants of the canonical launch give the generic launch's bits on every chunk (one_group,
-page ids ahead, more stages, 8 warps at the 128-row tile). Registers and spills of every compiled binary.
+``bits``: whether this tree's canonical launches give round 19's bits on every chunk (page ids ahead, more stages,
+8 warps at the 128-row tile, one_group); ``bits_against_r19``: the same on the GPU suite's shapes and mixed
+launches (every dtype, windows, varlen and static layouts, the tile table). Registers and spills of every compiled binary.
 """
 
 from __future__ import annotations
@@ -40,37 +42,110 @@ from attention_ceiling import (  # noqa: E402
 from llm42.bench.devicetime import median_ms  # noqa: E402
 from llm42.kernels import tiled_attention as tiled  # noqa: E402
 
-MIN_CONFIGS = [(64, 64, 4, 3), (128, 64, 8, 3)]
-# (name, block_m, block_n, warps, stages, canonical, one_group, prefetch)
+MIN_CONFIGS = [(64, 64, 4, 3)]
+# (name, module, block_m, block_n, warps, stages, canonical, one_group, prefetch): module "r19" is round 19's kernel
+# (``--baseline``: a copy of 56037d0's src/llm42/kernels/tiled_attention.py), "new" this tree's
 ENGINE_RUNS = [
-    ("fast_64x64x4x3", 64, 64, 4, 3, False, False, None),
-    ("fast_64x64x4x3_onegroup", 64, 64, 4, 3, False, True, None),
-    ("fast_64x64x4x3_pf", 64, 64, 4, 3, False, False, True),
-    ("fast_64x64x4x3_onegroup_pf", 64, 64, 4, 3, False, True, True),
-    ("fast_128x64x8x3", 128, 64, 8, 3, False, False, None),
-    ("fast_128x64x8x3_onegroup", 128, 64, 8, 3, False, True, None),
-    ("fast_128x128x8x3", 128, 128, 8, 3, False, False, None),
-    ("fast_128x128x8x3_onegroup", 128, 128, 8, 3, False, True, None),
-    ("canon_t64_4w2s", 64, 64, 4, 2, True, False, None),
-    ("canon_t64_4w2s_onegroup", 64, 64, 4, 2, True, True, None),
-    ("canon_t64_4w2s_onegroup_pf", 64, 64, 4, 2, True, True, True),
-    ("canon_t64_4w3s_onegroup_pf", 64, 64, 4, 3, True, True, True),
-    ("canon_t128_4w2s", 128, 64, 4, 2, True, False, None),
-    ("canon_t128_4w2s_onegroup", 128, 64, 4, 2, True, True, None),
-    ("canon_t128_8w2s_onegroup", 128, 64, 8, 2, True, True, None),
-    ("canon_t128_8w3s_onegroup", 128, 64, 8, 3, True, True, None),
-    ("canon_t128_8w3s", 128, 64, 8, 3, True, False, None),
+    ("r19_fast_64x64x4x2", "r19", 64, 64, 4, 2, False, False, None),
+    ("new_fast_64x64x4x2", "new", 64, 64, 4, 2, False, False, None),
+    ("new_fast_64x64x4x3_pf", "new", 64, 64, 4, 3, False, False, True),
+    ("new_fast_64x64x4x3_pf_onegroup", "new", 64, 64, 4, 3, False, True, True),
+    ("r19_fast_128x64x8x3", "r19", 128, 64, 8, 3, False, False, None),
+    ("new_fast_128x64x8x3", "new", 128, 64, 8, 3, False, False, None),
+    ("r19_fast_128x128x8x3", "r19", 128, 128, 8, 3, False, False, None),
+    ("new_fast_128x128x8x3", "new", 128, 128, 8, 3, False, False, None),
+    ("new_fast_128x128x8x3_onegroup", "new", 128, 128, 8, 3, False, True, None),
+    ("new_fast_256x64x8x3", "new", 256, 64, 8, 3, False, False, None),
+    ("r19_canon_t64_4w2s", "r19", 64, 64, 4, 2, True, False, None),
+    ("new_canon_t64_4w2s", "new", 64, 64, 4, 2, True, False, None),
+    ("new_canon_t64_4w3s_pf", "new", 64, 64, 4, 3, True, False, True),
+    ("new_canon_t64_4w3s_pf_onegroup", "new", 64, 64, 4, 3, True, True, True),
+    ("r19_canon_t128_4w2s", "r19", 128, 64, 4, 2, True, False, None),
+    ("new_canon_t128_4w2s", "new", 128, 64, 4, 2, True, False, None),
+    ("new_canon_t128_8w3s", "new", 128, 64, 8, 3, True, False, None),
+    ("new_canon_t128_8w3s_onegroup", "new", 128, 64, 8, 3, True, True, None),
+    ("new_canon_t128_8w2s", "new", 128, 64, 8, 2, True, False, None),
 ]
-# the canonical variants whose bits are compared with the generic launch's at the same tile height
-BITS_BASE = {"canon_t64": "canon_t64_4w2s", "canon_t128": "canon_t128_4w2s"}
+# the canonical runs whose bits are compared with round 19's launch at the same tile height
+BITS_BASE = {"new_canon_t64": "r19_canon_t64_4w2s", "new_canon_t128": "r19_canon_t128_4w2s"}
+MODULES = {"new": tiled}
+DTYPES = (torch.bfloat16, torch.float16, torch.float32)
+
+
+def load_baseline(path: str):
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("tiled_attention_r19", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def engine_run(q, k_paged, v_paged, pos, seq, table, spec):
-    _, block_m, block_n, warps, stages, canonical, one_group, prefetch = spec
-    return tiled._launch(q, k_paged, v_paged, pos, seq, table, block_size=PAGE, scale=HEAD_DIM ** -0.5,
-                         sliding_window=None, block_m=block_m, block_n=block_n, num_warps=warps,
-                         num_stages=stages, is_canonical=canonical, one_group=one_group, prefetch=prefetch,
-                         kv_tma=False)
+    _, module, block_m, block_n, warps, stages, canonical, one_group, prefetch = spec
+    extra = {} if module == "r19" else {"one_group": one_group, "prefetch": prefetch}
+    return MODULES[module]._launch(q, k_paged, v_paged, pos, seq, table, block_size=PAGE, scale=HEAD_DIM ** -0.5,
+                                   sliding_window=None, block_m=block_m, block_n=block_n, num_warps=warps,
+                                   num_stages=stages, is_canonical=canonical, kv_tma=False, **extra)
+
+
+def bits_against_baseline(seeds: int) -> dict:
+    """This tree's canonical launch against round 19's on the GPU suite's shapes and mixed launches (prompt chunks
+    and lone rows, windows, varlen and static layouts, the tile table): whether every output has the same bits."""
+    import random
+
+    import numpy as np
+
+    from llm42.cuda_graphs import tile_starts
+    from tests.gpu.test_tiled_attention import SHAPES, cache_for
+    from tests.tiled_attention_checks import mixed_rows
+
+    results = {}
+    for shape in SHAPES:
+        for dtype in DTYPES:
+            same = compared = control = control_same = 0
+            for seed in range(seeds):
+                cache = cache_for(shape, dtype, seed)
+                rng = random.Random(seed)
+                rows = mixed_rows(cache, rng, num_chunks=4, num_decode=8)
+                groups = shape[0] // shape[1]
+                for static in (False, True):
+                    q, positions, row_seq, tables = cache.layout(rows, static=static)
+                    for tile_m in (64, 128):
+                        for key_block in (16, 64):
+                            common = dict(block_size=cache.block_size, scale=cache.scale, sliding_window=shape[5],
+                                          block_m=tile_m, block_n=key_block, num_warps=4, num_stages=2,
+                                          is_canonical=True, kv_tma=False)
+                            old = MODULES["r19"]._launch(q, cache.k, cache.v, positions, row_seq, tables, **common)
+                            variants = [tiled._launch(q, cache.k, cache.v, positions, row_seq, tables, **common)]
+                            if static:
+                                ids = row_seq.cpu().numpy().astype(np.int64)
+                                per_tile = tile_m // groups
+                                size = 2 * len(rows) + 1
+                                tiles = torch.from_numpy(tile_starts(ids, per_tile, size)).to(q.device)
+                                variants.append(tiled._launch(q, cache.k, cache.v, positions, row_seq, tables,
+                                                              tiles=tiles, one_group=True, **common))
+                                variants.append(tiled._launch(q, cache.k, cache.v, positions, row_seq, tables,
+                                                              **{**common, "num_stages": 3}, prefetch=True))
+                                if tile_m == 128:
+                                    variants.append(tiled._launch(
+                                        q, cache.k, cache.v, positions, row_seq, tables,
+                                        **{**common, "num_warps": 8, "num_stages": 3}))
+                            # the negative control: the fast launch (FMA contraction) on the same rows
+                            fast = tiled._launch(q, cache.k, cache.v, positions, row_seq, tables,
+                                                 **{**common, "is_canonical": False})
+                            control += 1
+                            control_same += bool(torch.equal(old, fast))
+                            for new in variants:
+                                compared += 1
+                                same += bool(torch.equal(old, new))  # NaN-free outputs: equal values, equal bits
+                                same -= bool(torch.equal(old, new)) and not torch.equal(old.signbit(), new.signbit())
+            key = "x".join(str(v) for v in shape) + f"_{str(dtype).split('.')[-1]}"
+            results[key] = {"compared": compared, "same_bits": same, "control_fast_launch": control,
+                            "control_same_bits": control_same}
+            print(f"bits vs r19 {key}: {same}/{compared} (control, the fast launch: {control_same}/{control})",
+                  flush=True)
+    return results
 
 
 def cudnn_split(q, k_all, v_all, lo, hi):
@@ -110,7 +185,11 @@ def main() -> None:
     ap.add_argument("--chunk", type=int, default=2048)
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--budget-s", type=float, default=300.0)
+    ap.add_argument("--baseline", default=str(REPO / "benchmarks" / "device" / "baseline_r19" / "tiled_attention_r19.py"))
+    ap.add_argument("--bits-seeds", type=int, default=3)
+    ap.add_argument("--cudnn", action="store_true", help="also the cuDNN runs (round 20 call A)")
     args = ap.parse_args()
+    MODULES["r19"] = load_baseline(args.baseline)
     t_start = time.time()
     dev, dtype = torch.device("cuda"), torch.bfloat16
     result = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "triton": triton.__version__,
@@ -147,17 +226,18 @@ def main() -> None:
             idx = slots[:hi]
             return k_paged.index_select(0, idx), v_paged.index_select(0, idx)
 
-        runs["cudnn_split_gather"] = lambda q, p, s, lo, hi: cudnn_split(q, *gathered(hi), lo, hi)
-        runs["cudnn_split_contiguous"] = lambda q, p, s, lo, hi: cudnn_split(q, k, v, lo, hi)
-        masks = {}
-        for lo, hi in chunks:
-            rows = torch.arange(lo, hi, device=dev)[:, None]
-            keys = torch.arange(hi, device=dev)[None, :]
-            masks[(lo, hi)] = torch.zeros(hi - lo, hi, device=dev, dtype=dtype).masked_fill(
-                keys > rows, float("-inf")).view(1, 1, hi - lo, hi)
-        runs["cudnn_mask_contiguous"] = lambda q, p, s, lo, hi: cudnn_masked(q, k, v, lo, hi, masks)
+        if args.cudnn:
+            runs["cudnn_split_gather"] = lambda q, p, s, lo, hi: cudnn_split(q, *gathered(hi), lo, hi)
+            runs["cudnn_split_contiguous"] = lambda q, p, s, lo, hi: cudnn_split(q, k, v, lo, hi)
+            masks = {}
+            for lo, hi in chunks:
+                rows = torch.arange(lo, hi, device=dev)[:, None]
+                keys = torch.arange(hi, device=dev)[None, :]
+                masks[(lo, hi)] = torch.zeros(hi - lo, hi, device=dev, dtype=dtype).masked_fill(
+                    keys > rows, float("-inf")).view(1, 1, hi - lo, hi)
+            runs["cudnn_mask_contiguous"] = lambda q, p, s, lo, hi: cudnn_masked(q, k, v, lo, hi, masks)
         entry = {"length": length, "attention_TFLOP": round(total_flops / 1e12, 4), "runs": {}, "bits": {}}
-        reference = torch.cat([engine_run(q, k_paged, v_paged, p, s, table, ENGINE_RUNS[4])
+        reference = torch.cat([engine_run(q, k_paged, v_paged, p, s, table, ENGINE_RUNS[5])
                                for q, p, s, lo, hi in staged]).float()
         outputs = {}
         for name, fn in runs.items():
@@ -165,7 +245,8 @@ def main() -> None:
                 entry["runs"][name] = {"skipped": "budget"}
                 continue
             t0 = time.time()
-            seen = {kern: len(compiled_resources(kern)) for kern in (tiled._tiled_attention_kernel, _causal_kernel)}
+            kernels = (tiled._tiled_attention_kernel, MODULES["r19"]._tiled_attention_kernel, _causal_kernel)
+            seen = {kern: len(compiled_resources(kern)) for kern in kernels}
             try:
                 outs = [fn(*st) for st in staged]
                 per_chunk = [median_ms(lambda: fn(*st), dev, warmup=2, reps=args.reps) for st in staged]  # noqa: B023
@@ -173,24 +254,28 @@ def main() -> None:
                 entry["runs"][name] = {"error": f"{type(exc).__name__}: {str(exc)[:300]}"}
                 print(f"L={length:6d} {name:30s} {entry['runs'][name]['error']}", flush=True)
                 continue
-            if name.startswith("canon_"):
+            if "_canon_" in name:
                 outputs[name] = outs
             total = sum(per_chunk)
             err = float((torch.cat(outs).float() - reference).abs().max())
             binaries = [b for kern, n in seen.items() for b in compiled_resources(kern)[n:]]
             entry["runs"][name] = {"total_ms": round(total, 4), "TFLOPs": round(total_flops / total / 1e9, 1),
-                                   "max_abs_diff_vs_fast_128x64x8x3": err, "wall_s": round(time.time() - t0, 1),
+                                   "max_abs_diff_vs_new_fast_128x64x8x3": err, "wall_s": round(time.time() - t0, 1),
                                    "new_binaries": binaries}
             print(f"L={length:6d} {name:30s} {total:8.3f} ms {total_flops / total / 1e9:6.1f} TFLOP/s "
                   f"(max |diff| {err:.2e}; {time.time() - t0:.0f} s) "
                   f"{[(b.get('n_regs'), b.get('n_spills')) for b in binaries]}", flush=True)
         for name, outs in outputs.items():
+            if name.startswith("r19_"):
+                continue
             base = next(b for prefix, b in BITS_BASE.items() if name.startswith(prefix + "_"))
             if name != base and base in outputs:
                 entry["bits"][f"{name} == {base}"] = all(torch.equal(a, b) for a, b in zip(outs, outputs[base]))
         print(f"L={length:6d} bits: {json.dumps(entry['bits'])}", flush=True)
         result["lengths"].append(entry)
         Path(args.out).write_text(json.dumps(result, indent=1) + "\n")
+    result["bits_against_r19"] = bits_against_baseline(args.bits_seeds)
+    Path(args.out).write_text(json.dumps(result, indent=1) + "\n")
     result["resources"] = {"engine_tiled_kernel": compiled_resources(tiled._tiled_attention_kernel),
                            "minimal_kernel": compiled_resources(_causal_kernel)}
     print(json.dumps(result["resources"]), flush=True)

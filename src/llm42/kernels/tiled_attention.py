@@ -102,12 +102,27 @@ def _block_pages(table_row_ptr, key_start, key_ok, PAGE: tl.constexpr, BLOCK_N: 
 
 
 @triton.jit
+def _full_pages(table_row_ptr, key_start, last_page, PAGE: tl.constexpr, BLOCK_N: tl.constexpr,
+                KV_TMA: tl.constexpr):
+    # _block_pages for blocks seen in full, without a mask: table entries past ``last_page`` (the group's last
+    # page seen in full, or 0) are read as ``last_page``'s; only blocks past the full range take them (the next
+    # block's ids loaded ahead of the loop's last block), and those are never used
+    if KV_TMA:
+        pages = tl.load(table_row_ptr + tl.minimum(key_start // PAGE, last_page))
+    else:
+        pages = tl.load(table_row_ptr + tl.minimum((key_start + tl.arange(0, BLOCK_N)) // PAGE, last_page))
+    return pages
+
+
+@triton.jit
 def _load_keys(k_src, v_src, pages, key_start, kv_col, key_any, stride_k_slot, stride_v_slot, offs_d, d_mask,
-               PAGE: tl.constexpr, BLOCK_N: tl.constexpr, KV_TMA: tl.constexpr, MASKED: tl.constexpr):
+               PAGE: tl.constexpr, BLOCK_N: tl.constexpr, KV_TMA: tl.constexpr, MASKED: tl.constexpr,
+               EVEN_D: tl.constexpr = False):
     # K and V of keys [key_start, key_start + BLOCK_N), [N, D] each, at ``pages`` (_block_pages). MASKED: keys
     # where key_any is False read as 0 (they may be unwritten slots, even NaN); else every key is read. KV_TMA:
     # the block lies in one page (PAGE % BLOCK_N == 0) and comes through TMA descriptors over the flat cache, one
-    # box each; otherwise k_src / v_src are the kv head's pointers and each key is its own gather.
+    # box each; otherwise k_src / v_src are the kv head's pointers and each key is its own gather. EVEN_D: the
+    # head dimension fills the block (d_mask all true): unmasked blocks load without a mask.
     if KV_TMA:
         slot = (pages * PAGE + key_start % PAGE).to(tl.int32)
         k = k_src.load([slot, kv_col])
@@ -122,8 +137,12 @@ def _load_keys(k_src, v_src, pages, key_start, kv_col, key_any, stride_k_slot, s
         else:
             kv_mask = d_mask[None, :]
         slot = pages.to(tl.int64) * PAGE + key_pos % PAGE
-        k = tl.load(k_src + slot[:, None] * stride_k_slot + offs_d[None, :], mask=kv_mask, other=0.0)
-        v = tl.load(v_src + slot[:, None] * stride_v_slot + offs_d[None, :], mask=kv_mask, other=0.0)
+        if EVEN_D and not MASKED:
+            k = tl.load(k_src + slot[:, None] * stride_k_slot + offs_d[None, :])
+            v = tl.load(v_src + slot[:, None] * stride_v_slot + offs_d[None, :])
+        else:
+            k = tl.load(k_src + slot[:, None] * stride_k_slot + offs_d[None, :], mask=kv_mask, other=0.0)
+            v = tl.load(v_src + slot[:, None] * stride_v_slot + offs_d[None, :], mask=kv_mask, other=0.0)
     return k, v
 
 
@@ -144,13 +163,14 @@ def _masked_step(acc, m_i, l_i, q, k_src, v_src, table_row_ptr, key_start, kv_co
     s = _dot(q, tl.trans(k), DOT_PRECISION, UPCAST) * qk_scale  # [M, N], log2 domain
     s = tl.where(vis, s, float("-inf"))
     m_new = tl.where(row_any, tl.maximum(m_i, tl.max(s, 1)), m_i)
-    m_sub = tl.where(row_any, m_new, 0.0)  # finite: rows that see nothing compute on zeros, then are not updated
+    # a row that sees none of these keys subtracts its own max (alpha = 1 exactly, p = +0: l and acc come back
+    # as they were, but for the sign of a zero, which the canonical store normalises), or 0 while it has seen
+    # nothing (alpha = 0 on its zero state): no second copy of acc to select from (round 20: registers)
+    m_sub = tl.where(row_any, m_new, tl.where(m_i == float("-inf"), 0.0, m_i))
     alpha = tl.exp2(m_i - m_sub)
     p = tl.exp2(s - m_sub[:, None])  # exactly +0 wherever a row cannot see the key
-    l_new = l_i * alpha + tl.sum(p, 1)
-    acc_new = acc * alpha[:, None] + _dot(p.to(v.dtype), v, DOT_PRECISION, UPCAST)
-    acc = tl.where(row_any[:, None], acc_new, acc)
-    l_i = tl.where(row_any, l_new, l_i)
+    l_i = l_i * alpha + tl.sum(p, 1)
+    acc = acc * alpha[:, None] + _dot(p.to(v.dtype), v, DOT_PRECISION, UPCAST)
     return acc, m_new, l_i
 
 
@@ -158,12 +178,12 @@ def _masked_step(acc, m_i, l_i, q, k_src, v_src, table_row_ptr, key_start, kv_co
 def _full_step(acc, m_i, l_i, q, k_src, v_src, pages, key_start, kv_col, qk_scale,
                stride_k_slot, stride_v_slot, offs_d, d_mask,
                PAGE: tl.constexpr, BLOCK_N: tl.constexpr, DOT_PRECISION: tl.constexpr, UPCAST: tl.constexpr,
-               KV_TMA: tl.constexpr):
+               KV_TMA: tl.constexpr, EVEN_D: tl.constexpr = False):
     # A key block every row of the group sees in full, at ``pages`` (_block_pages, loaded by the caller: the
     # loop loads the next block's while this one runs): no masks. Rows outside the group compute garbage here;
     # they are never stored by this pass.
     k, v = _load_keys(k_src, v_src, pages, key_start, kv_col, d_mask, stride_k_slot, stride_v_slot, offs_d,
-                      d_mask, PAGE, BLOCK_N, KV_TMA, False)
+                      d_mask, PAGE, BLOCK_N, KV_TMA, False, EVEN_D)
     scores = _dot(q, tl.trans(k), DOT_PRECISION, UPCAST)  # [M, N]
     # max(scores) x qk_scale is max(scores x qk_scale) bit for bit (rounding is monotonic, qk_scale > 0), and
     # scores x qk_scale - m is one FMA where the launch contracts (the fast path) and the masked step's two
@@ -181,7 +201,8 @@ def _group_pass(q, k_src, v_src, out_ptr, tables_ptr, lead, in_grp, lo, hi, rows
                 stride_k_slot, stride_v_slot, stride_o_row, stride_o_head, stride_table, offs_d, d_mask,
                 BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_N: tl.constexpr, PAGE: tl.constexpr,
                 DOT_PRECISION: tl.constexpr, IS_CANONICAL: tl.constexpr, UPCAST: tl.constexpr,
-                MASK_EVERY_BLOCK: tl.constexpr, KV_TMA: tl.constexpr, PREFETCH: tl.constexpr):
+                MASK_EVERY_BLOCK: tl.constexpr, KV_TMA: tl.constexpr, PREFETCH: tl.constexpr,
+                HEAD_DIM: tl.constexpr):
     # One group's pass: the M-rows ``in_grp`` (rows of the sequence whose table row is ``lead``), each seeing keys
     # [lo, hi), their own online-softmax state; stores those rows only.
     row_lo = tl.where(in_grp, lo, _BIG)
@@ -205,7 +226,7 @@ def _group_pass(q, k_src, v_src, out_ptr, tables_ptr, lead, in_grp, lo, hi, rows
         # row the masked step's selections all pick the computed values, so both steps do the same
         # arithmetic on the same operands (the canonical launch relies on it; the GPU suite checks it)
         full_lo = tl.cdiv(tl.max(tl.where(in_grp, lo, 0)), BLOCK_N) * BLOCK_N
-        full_hi = (tl.min(tl.where(in_grp, hi, _BIG)) // BLOCK_N) * BLOCK_N
+        full_hi = tl.minimum((tl.min(tl.where(in_grp, hi, _BIG)) // BLOCK_N) * BLOCK_N, grp_hi)  # 0: no rows
         for key_start in range(first, tl.minimum(full_lo, grp_hi), BLOCK_N):
             acc, m_i, l_i = _masked_step(
                 acc, m_i, l_i, q, k_src, v_src, table_row_ptr, key_start, kv_col, row_lo, row_hi, qk_scale,
@@ -213,18 +234,18 @@ def _group_pass(q, k_src, v_src, out_ptr, tables_ptr, lead, in_grp, lo, hi, rows
             )
         # PREFETCH: the page ids of the next block are loaded while this one runs (no K/V load waits on a
         # table load); else each block loads its own first. The same values either way
-        offs_n = tl.arange(0, BLOCK_N)
-        pages = _block_pages(table_row_ptr, full_lo, full_lo + offs_n < full_hi, PAGE, BLOCK_N, KV_TMA)
+        last_page = tl.maximum(full_hi - 1, 0) // PAGE
+        pages = _full_pages(table_row_ptr, full_lo, last_page, PAGE, BLOCK_N, KV_TMA)
         for key_start in range(full_lo, full_hi, BLOCK_N):
             if PREFETCH:
-                next_pages = _block_pages(table_row_ptr, key_start + BLOCK_N,
-                                          key_start + BLOCK_N + offs_n < full_hi, PAGE, BLOCK_N, KV_TMA)
+                next_pages = _full_pages(table_row_ptr, key_start + BLOCK_N, last_page, PAGE, BLOCK_N, KV_TMA)
             else:
-                pages = _block_pages(table_row_ptr, key_start, key_start + offs_n < full_hi, PAGE, BLOCK_N, KV_TMA)
+                pages = _full_pages(table_row_ptr, key_start, last_page, PAGE, BLOCK_N, KV_TMA)
                 next_pages = pages
             acc, m_i, l_i = _full_step(
                 acc, m_i, l_i, q, k_src, v_src, pages, key_start, kv_col, qk_scale,
                 stride_k_slot, stride_v_slot, offs_d, d_mask, PAGE, BLOCK_N, DOT_PRECISION, UPCAST, KV_TMA,
+                BLOCK_D == HEAD_DIM,
             )
             pages = next_pages
         for key_start in range(tl.maximum(full_lo, full_hi), grp_hi, BLOCK_N):
@@ -289,13 +310,17 @@ def _tiled_attention_kernel(
     else:
         k_src = k_ptr + kv_head * stride_k_head
         v_src = v_ptr + kv_head * stride_v_head
-    if ONE_GROUP:
-        # the launch promises one group per tile (a tile table of runs of one sequence): one pass, no group loop
+    if ONE_GROUP:  # the launch promises one sequence per tile (a tile table of runs of one sequence)
+        single = True
         lead = tl.max(tl.where(m_valid, seq, 0))
+    else:  # a tile of one group (the usual case) runs one pass without the group loop
+        lead = tl.min(tl.where(m_valid, seq, _BIG))
+        single = lead == tl.max(tl.where(m_valid, seq, -1))
+    if single:
         _group_pass(q, k_src, v_src, out_ptr, tables_ptr, lead, m_valid, lo, hi, rows, heads, kv_col, qk_scale,
                     stride_k_slot, stride_v_slot, stride_o_row, stride_o_head, stride_table, offs_d, d_mask,
                     BLOCK_M, BLOCK_D, BLOCK_N, PAGE, DOT_PRECISION, IS_CANONICAL, UPCAST, MASK_EVERY_BLOCK, KV_TMA,
-                    PREFETCH)
+                    PREFETCH, HEAD_DIM)
     else:
         done = m_valid == 0
         while tl.min(done.to(tl.int32)) == 0:
@@ -305,9 +330,8 @@ def _tiled_attention_kernel(
             _group_pass(q, k_src, v_src, out_ptr, tables_ptr, lead, in_grp, lo, hi, rows, heads, kv_col, qk_scale,
                         stride_k_slot, stride_v_slot, stride_o_row, stride_o_head, stride_table, offs_d, d_mask,
                         BLOCK_M, BLOCK_D, BLOCK_N, PAGE, DOT_PRECISION, IS_CANONICAL, UPCAST, MASK_EVERY_BLOCK,
-                        KV_TMA, PREFETCH)
+                        KV_TMA, PREFETCH, HEAD_DIM)
             done = done | in_grp
-
 
 def _launch(q, k_cache, v_cache, positions, row_seq, block_tables, *, block_size, scale, sliding_window,
             block_m, block_n, num_warps, num_stages, is_canonical, rows_per_tile=None, fp_fusion=None,
