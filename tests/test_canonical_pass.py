@@ -4,6 +4,7 @@ whatever else fills the pass and wherever the row sits; the fast path is not."""
 import random
 
 import hypothesis.strategies as st
+import pytest
 import torch
 from hypothesis import given
 
@@ -106,7 +107,8 @@ def test_host_int64_is_torch_tensor_of_the_list():
        repeat=st.booleans())
 def test_tile_starts_cut_each_run_into_tiles_of_its_own(runs, per_tile, repeat):
     """``tile_starts``: tiles cover the rows in order, each within one run of equal ids and at most ``per_tile``
-    rows; past the last tile, empty tiles; with too small a table, the fixed tiling instead."""
+    rows; past the last tile, empty tiles; a table too small for the runs' tiles is refused, one of the row
+    count's entries never is."""
     import numpy as np
 
     from llm42.cuda_graphs import tile_starts
@@ -123,14 +125,15 @@ def test_tile_starts_cut_each_run_into_tiles_of_its_own(runs, per_tile, repeat):
         assert 0 < hi - lo <= per_tile and len(set(ids[lo:hi])) == 1
     needed = sum(-(-r // per_tile) for r in runs)
     assert len(used) == needed
-    # a table of only the fixed tiling's length: where the runs need more tiles, the fixed tiling (which may span
-    # runs) instead; else the runs' tiles
+    # a table of only the fixed tiling's length is refused where the runs need more tiles (a tile spanning two
+    # runs would be computed as one sequence's); the row count's length always holds them
     fixed = -(-n // per_tile)
-    small = tile_starts(groups, per_tile, fixed)
     if needed > fixed:
-        assert list(small[:fixed]) == list(range(0, n, per_tile)) and small[-1] == n
+        with pytest.raises(ValueError, match="tile_starts: the runs need"):
+            tile_starts(groups, per_tile, fixed)
     else:
-        assert list(small[:needed]) == used and small[-1] == n
+        assert list(tile_starts(groups, per_tile, fixed)[:needed]) == used
+    assert list(tile_starts(groups, per_tile, n)[:needed]) == used
 
 
 def test_static_rows_stage_a_tile_table_per_pass():
@@ -156,4 +159,4 @@ def test_static_rows_stage_a_tile_table_per_pass():
     tiles = rows.inputs(32, max_context_len=12, logits_rows=None).tiles
     # 7 = 5 + 2, 3, 12 = 5 + 5 + 2, then 10 padding rows = 5 + 5; the rest empty (the row count)
     want = [0, 5, 7, 10, 15, 20, 22, 27]
-    assert tiles.tolist() == want + [32] * (rows.max_tiles(32) + 1 - len(want))
+    assert tiles.tolist() == want + [32] * (32 + 1 - len(want))

@@ -34,6 +34,7 @@ import triton
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "src"))
 sys.path.insert(0, str(REPO / "benchmarks" / "device"))
+sys.path.insert(0, str(REPO))  # tests.* (the GPU suite's shapes and checks)
 
 from attention_ceiling import (  # noqa: E402
     HEAD_DIM, NUM_HEADS, NUM_KV_HEADS, PAGE, _causal_kernel, chunk_flops, compiled_resources, paged_attention,
@@ -65,6 +66,8 @@ ENGINE_RUNS = [
     ("new_canon_t128_8w3s", "new", 128, 64, 8, 3, True, False, None),
     ("new_canon_t128_8w3s_onegroup", "new", 128, 64, 8, 3, True, True, None),
     ("new_canon_t128_8w2s", "new", 128, 64, 8, 2, True, False, None),
+    ("new_canon_t64_launch", "launch", 64),  # tiled_canonical_attention as the canonical pass calls it (tiles)
+    ("new_canon_t128_launch", "launch", 128),
 ]
 # the canonical runs whose bits are compared with round 19's launch at the same tile height
 BITS_BASE = {"new_canon_t64": "r19_canon_t64_4w2s", "new_canon_t128": "r19_canon_t128_4w2s"}
@@ -82,6 +85,11 @@ def load_baseline(path: str):
 
 
 def engine_run(q, k_paged, v_paged, pos, seq, table, spec):
+    if spec[1] == "launch":  # the canonical launch with the tile table the canonical pass stages (one sequence)
+        rows_per_tile = spec[2] // (q.shape[1] // k_paged.shape[1])
+        tiles = torch.arange(0, q.shape[0] + rows_per_tile, rows_per_tile, device=q.device).clamp_(max=q.shape[0])
+        return tiled.tiled_canonical_attention(q, k_paged, v_paged, pos, seq, table, block_size=PAGE,
+                                               scale=HEAD_DIM ** -0.5, tile_m=spec[2], tiles=tiles, kv_tma=False)
     _, module, block_m, block_n, warps, stages, canonical, one_group, prefetch = spec
     extra = {} if module == "r19" else {"one_group": one_group, "prefetch": prefetch}
     return MODULES[module]._launch(q, k_paged, v_paged, pos, seq, table, block_size=PAGE, scale=HEAD_DIM ** -0.5,
@@ -89,7 +97,7 @@ def engine_run(q, k_paged, v_paged, pos, seq, table, spec):
                                    num_stages=stages, is_canonical=canonical, kv_tma=False, **extra)
 
 
-def bits_against_baseline(seeds: int) -> dict:
+def bits_against_baseline(seeds: int, num_shapes: int = 4) -> dict:
     """This tree's canonical launch against round 19's on the GPU suite's shapes and mixed launches (prompt chunks
     and lone rows, windows, varlen and static layouts, the tile table): whether every output has the same bits."""
     import random
@@ -101,7 +109,7 @@ def bits_against_baseline(seeds: int) -> dict:
     from tests.tiled_attention_checks import mixed_rows
 
     results = {}
-    for shape in SHAPES:
+    for shape in SHAPES[:num_shapes]:
         for dtype in DTYPES:
             same = compared = control = control_same = 0
             for seed in range(seeds):
@@ -114,32 +122,36 @@ def bits_against_baseline(seeds: int) -> dict:
                     for tile_m in (64, 128):
                         for key_block in (16, 64):
                             common = dict(block_size=cache.block_size, scale=cache.scale, sliding_window=shape[5],
-                                          block_m=tile_m, block_n=key_block, num_warps=4, num_stages=2,
-                                          is_canonical=True, kv_tma=False)
-                            old = MODULES["r19"]._launch(q, cache.k, cache.v, positions, row_seq, tables, **common)
-                            variants = [tiled._launch(q, cache.k, cache.v, positions, row_seq, tables, **common)]
-                            if static:
+                                          key_block=key_block, tile_m=tile_m, kv_tma=False)
+                            args = (q, cache.k, cache.v, positions, row_seq, tables)
+                            old = MODULES["r19"].tiled_canonical_attention(*args, **common)
+                            variants = [tiled.tiled_canonical_attention(*args, **common)]
+                            if static:  # the canonical pass's layout and tile table
                                 ids = row_seq.cpu().numpy().astype(np.int64)
-                                per_tile = tile_m // groups
-                                size = 2 * len(rows) + 1
-                                tiles = torch.from_numpy(tile_starts(ids, per_tile, size)).to(q.device)
-                                variants.append(tiled._launch(q, cache.k, cache.v, positions, row_seq, tables,
-                                                              tiles=tiles, one_group=True, **common))
-                                variants.append(tiled._launch(q, cache.k, cache.v, positions, row_seq, tables,
-                                                              **{**common, "num_stages": 3}, prefetch=True))
-                                if tile_m == 128:
-                                    variants.append(tiled._launch(
-                                        q, cache.k, cache.v, positions, row_seq, tables,
-                                        **{**common, "num_warps": 8, "num_stages": 3}))
+                                tiles = torch.from_numpy(tile_starts(ids, tile_m // groups, len(rows))).to(q.device)
+                                variants.append(tiled.tiled_canonical_attention(*args, tiles=tiles, **common))
                             # the negative control: the fast launch (FMA contraction) on the same rows
-                            fast = tiled._launch(q, cache.k, cache.v, positions, row_seq, tables,
-                                                 **{**common, "is_canonical": False})
+                            fast = tiled._launch(*args, block_size=cache.block_size, scale=cache.scale,
+                                                 sliding_window=shape[5], block_m=tile_m, block_n=key_block,
+                                                 num_warps=4, num_stages=2, is_canonical=False, kv_tma=False)
                             control += 1
                             control_same += bool(torch.equal(old, fast))
                             for new in variants:
                                 compared += 1
-                                same += bool(torch.equal(old, new))  # NaN-free outputs: equal values, equal bits
-                                same -= bool(torch.equal(old, new)) and not torch.equal(old.signbit(), new.signbit())
+                                same += bool(torch.equal(old, new) and torch.equal(old.signbit(), new.signbit()))
+                        # decode rows (one per sequence, the fast path's canonical decode launch)
+                        if not static:
+                            lens = torch.tensor([rng.randrange(1, cache.max_context + 1) for _ in range(cache.num_seqs)],
+                                                device=q.device)
+                            dq = torch.stack([cache.query(s, int(n) - 1) for s, n in enumerate(lens.tolist())]).to(
+                                device=q.device, dtype=dtype)
+                            dargs = (dq, cache.k, cache.v, cache.tables, lens)
+                            dkw = dict(block_size=cache.block_size, scale=cache.scale, sliding_window=shape[5],
+                                       tile_m=tile_m)
+                            old = MODULES["r19"].tiled_canonical_decode_attention(*dargs, **dkw)
+                            new = tiled.tiled_canonical_decode_attention(*dargs, **dkw)
+                            compared += 1
+                            same += bool(torch.equal(old, new) and torch.equal(old.signbit(), new.signbit()))
             key = "x".join(str(v) for v in shape) + f"_{str(dtype).split('.')[-1]}"
             results[key] = {"compared": compared, "same_bits": same, "control_fast_launch": control,
                             "control_same_bits": control_same}
@@ -187,9 +199,13 @@ def main() -> None:
     ap.add_argument("--budget-s", type=float, default=300.0)
     ap.add_argument("--baseline", default=str(REPO / "benchmarks" / "device" / "baseline_r19" / "tiled_attention_r19.py"))
     ap.add_argument("--bits-seeds", type=int, default=3)
+    ap.add_argument("--bits-shapes", type=int, default=4, help="the first N of the GPU suite's shapes")
+    ap.add_argument("--bits-dtypes", default="bfloat16,float16,float32")
     ap.add_argument("--cudnn", action="store_true", help="also the cuDNN runs (round 20 call A)")
     args = ap.parse_args()
     MODULES["r19"] = load_baseline(args.baseline)
+    global DTYPES
+    DTYPES = tuple(getattr(torch, name) for name in args.bits_dtypes.split(","))
     t_start = time.time()
     dev, dtype = torch.device("cuda"), torch.bfloat16
     result = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "triton": triton.__version__,
@@ -274,7 +290,7 @@ def main() -> None:
         print(f"L={length:6d} bits: {json.dumps(entry['bits'])}", flush=True)
         result["lengths"].append(entry)
         Path(args.out).write_text(json.dumps(result, indent=1) + "\n")
-    result["bits_against_r19"] = bits_against_baseline(args.bits_seeds)
+    result["bits_against_r19"] = bits_against_baseline(args.bits_seeds, args.bits_shapes)
     Path(args.out).write_text(json.dumps(result, indent=1) + "\n")
     result["resources"] = {"engine_tiled_kernel": compiled_resources(tiled._tiled_attention_kernel),
                            "minimal_kernel": compiled_resources(_causal_kernel)}

@@ -137,8 +137,8 @@ class StaticRows:
         self.max_seqs = num_rows if max_seqs is None else max_seqs
         self.tile_rows = tile_rows
         self.tiles = None
-        if tile_rows is not None:
-            self.tiles = torch.zeros(self.max_tiles(num_rows) + 1, dtype=torch.int64, device=device)
+        if tile_rows is not None:  # at most one tile per row: the table never runs out
+            self.tiles = torch.zeros(num_rows + 1, dtype=torch.int64, device=device)
             self._tile_staging = Staging(self.tiles)
         self.ints = torch.zeros((len(self.FIELDS), num_rows), dtype=torch.int64, device=device)
         max_blocks = -(-max_model_len // kv.block_size)
@@ -151,13 +151,6 @@ class StaticRows:
         self._staging = Staging(self.ints)
         self._table_staging = Staging(self.seq_tables)
         self.stage(kv, [], [], [], [], [])  # dummy rows only: safe to run before any real pass
-
-    def max_tiles(self, num_rows: int) -> int:
-        """The tiles a launch over ``num_rows`` staged rows has room for: twice the fixed tiling's, and one for the
-        padding. Each tile is a program (an empty one exits at once, but on the 8B shape 273 x 8 programs for a
-        256-row pass, room for a partial tile per sequence, cost a 256-row pass 6-8 %: round 15, call A2); a pass
-        whose sequences need more tiles than this takes the fixed tiling (``tile_starts``), the same bits."""
-        return 2 * -(-num_rows // self.tile_rows) + 1
 
     def view(self, name: str, num_rows: int) -> torch.Tensor:
         return self.ints[self.FIELDS.index(name), :num_rows]
@@ -176,7 +169,7 @@ class StaticRows:
             max_context_len=max_context_len,
             logits_rows=logits_rows,
             table_rows=self.view("table_rows", num_rows),
-            tiles=None if self.tiles is None else self.tiles[: self.max_tiles(num_rows) + 1],
+            tiles=None if self.tiles is None else self.tiles[: num_rows + 1],
         )
 
     def stage_segments(self, kv, segments, *, num_rows: int | None = None) -> tuple[int, list[int]]:
@@ -221,10 +214,9 @@ class StaticRows:
         host[5] = torch.from_numpy(rows)
         self._staging.copy()  # the whole (small) buffer: rows past num_rows are not read
         if self.tiles is not None:
-            size = self.max_tiles(num_rows)
-            tiles = self._tile_staging.host()[: size + 1]
-            tiles.copy_(torch.from_numpy(tile_starts(rows, self.tile_rows, size)))
-            self._tile_staging.copy(self.tiles[: size + 1], tiles)
+            tiles = self._tile_staging.host()[: num_rows + 1]
+            tiles.copy_(torch.from_numpy(tile_starts(rows, self.tile_rows, num_rows)))
+            self._tile_staging.copy(self.tiles[: num_rows + 1], tiles)
         host_tables = self._table_staging.host().view(-1)[: num_tables * width].view(num_tables, width)
         # one array for every table, each padded with the scratch block (and the scratch table last): a
         # tensor per table cost 1.5 ms of a 2,048-row pass's 6 ms of staging on the host (64 sequences)
@@ -242,8 +234,9 @@ class StaticRows:
 def tile_starts(groups: np.ndarray, rows_per_tile: int, size: int) -> np.ndarray:
     """A tile table of ``size`` + 1 entries for rows of ``groups`` (one id per row): tile t is the rows
     [out[t], out[t + 1]), at most ``rows_per_tile`` of them, all of one run of equal ids; entries past the
-    last tile are the row count (empty tiles). Where the runs need more than ``size`` tiles, the fixed
-    tiling (tile t = rows [t x rows_per_tile, ...), which may span runs) instead."""
+    last tile are the row count (empty tiles). ``size`` must hold the runs' tiles (``size`` >= the row count
+    always does): ValueError otherwise (the canonical launch runs one pass per tile, so a tile may not span
+    two runs)."""
     n = len(groups)
     out = np.full(size + 1, n, dtype=np.int64)
     if n == 0:
@@ -252,9 +245,8 @@ def tile_starts(groups: np.ndarray, rows_per_tile: int, size: int) -> np.ndarray
     counts = -(-np.diff(np.append(starts, n)) // rows_per_tile)
     total = int(counts.sum())
     if total > size:
-        fixed = np.arange(0, n, rows_per_tile, dtype=np.int64)
-        out[: len(fixed)] = fixed
-        return out
+        raise ValueError(f"tile_starts: the runs need {total} tiles, the table holds {size} (size: at least the "
+                         f"row count, {n})")
     first_tile = np.cumsum(counts) - counts  # each run's first tile
     within = np.arange(total, dtype=np.int64) - np.repeat(first_tile, counts)
     out[:total] = np.repeat(starts, counts) + within * rows_per_tile

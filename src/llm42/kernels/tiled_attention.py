@@ -24,13 +24,14 @@ Two launches of one kernel:
   number of rows. Results may drift with the batch.
 - ``tiled_canonical_attention`` (canonical pass). One fixed launch
   configuration (``CANONICAL_TILE_M`` M-rows, ``key_block`` keys per block,
-  ``CANONICAL_TILE_WARPS`` warps, ``CANONICAL_TILE_STAGES`` stages, no FMA
+  ``CANONICAL_LAUNCH``'s warps and stages, no FMA
   contraction): it is part of the canonical config. Key blocks are visited
   in order from the block holding the group's first visible key, aligned at
   absolute position 0. A block that some row of the group cannot fully see
   goes through the masked step: for a row that sees no key of it the step
-  keeps the row's state as it was (m, l and acc are selected, not recomputed:
-  bit-for-bit unchanged); for a row that does, the step's arithmetic reads
+  keeps the row's state as it was (it subtracts its own running max: alpha
+  = 1 and p = +0, so m, l and acc come back with the same values, a zero's
+  sign aside, which the store normalises); for a row that does, the step's arithmetic reads
   that row's query, its visible scores (the others are exactly -inf, so
   p = +0 there) and the keys alone. A block every row of the group sees in
   full skips the masks (the unmasked step); for each of those rows the masked
@@ -64,6 +65,12 @@ CANONICAL_TILE_M = 64
 # a measurement of one GPU, not a property of the kernel, so each height is its own canonical config
 CANONICAL_TILE_WARPS = 4
 CANONICAL_TILE_STAGES = 2
+# the tiled canonical launch's warps and stages per tile height, page ids loaded one block ahead. Round 20 moved
+# them from (4, 2) at both heights (CANONICAL_TILE_WARPS / _STAGES, which the chunked kernel keeps): warps, stages
+# and when page ids load change no value and no operation on one, and the H200 gave every row round 19's bits
+# (benchmarks/device/tile_ablation.py: a long prompt's chunks and the GPU suite's shapes, every dtype); 1.43x
+# (64) and 1.15x (128) the attention's rate on an 8B 15K prompt, where 4 warps at 128 rows spilled ~200 registers
+CANONICAL_LAUNCH = {64: (4, 3), 128: (8, 3)}
 # True: every key block of the canonical launch goes through the masked step. False: the blocks every row
 # of a group sees in full skip the masks, as on the fast path (the same arithmetic for those rows)
 CANONICAL_MASK_EVERY_BLOCK = False
@@ -260,32 +267,19 @@ def _group_pass(q, k_src, v_src, out_ptr, tables_ptr, lead, in_grp, lo, hi, rows
              + offs_d[None, :], out.to(out_ptr.dtype.element_ty), mask=in_grp[:, None] & d_mask[None, :])
 
 
-@triton.jit(do_not_specialize=["num_rows", "num_tiles", "window"])
-def _tiled_attention_kernel(
-    q_ptr, k_ptr, v_ptr, out_ptr, pos_ptr, row_seq_ptr, tables_ptr, select_ptr, tiles_ptr, num_rows, num_tiles,
-    stride_q_row, stride_q_head, stride_o_row, stride_o_head,
-    stride_k_slot, stride_k_head, stride_v_slot, stride_v_head, stride_table,
-    qk_scale, window,
-    GROUPS: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr,
-    BLOCK_N: tl.constexpr, PAGE: tl.constexpr, HAS_WINDOW: tl.constexpr, DOT_PRECISION: tl.constexpr,
-    IS_CANONICAL: tl.constexpr, UPCAST: tl.constexpr, ROWS: tl.constexpr, MASK_EVERY_BLOCK: tl.constexpr,
-    SELECT: tl.constexpr, TILE_TABLE: tl.constexpr, KV_TMA: tl.constexpr, PREFETCH: tl.constexpr,
-    ONE_GROUP: tl.constexpr,
-):
-    # KV_TMA: k_ptr / v_ptr are TMA descriptors over the flat caches seen as [num_slots, Hkv * D], boxes of
-    # [BLOCK_N, D] (see _load_keys); the loaded values and every operation on them are the pointer path's
-    # ROWS query rows per tile (at most BLOCK_M // GROUPS; M-rows past ROWS x GROUPS are padding, never stored)
-    tile = num_tiles - 1 - tl.program_id(0)  # the tiles with the longest key ranges (usually the last) first
-    kv_head = tl.program_id(1)
+@triton.jit
+def _tile(tile, first_row, end_row, q_ptr, k_src, v_src, out_ptr, pos_ptr, row_seq_ptr, tables_ptr, select_ptr,
+          kv_head, stride_q_row, stride_q_head, stride_o_row, stride_o_head, stride_k_slot, stride_v_slot,
+          stride_table, qk_scale, window,
+          GROUPS: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr,
+          BLOCK_N: tl.constexpr, PAGE: tl.constexpr, HAS_WINDOW: tl.constexpr, DOT_PRECISION: tl.constexpr,
+          IS_CANONICAL: tl.constexpr, UPCAST: tl.constexpr, ROWS: tl.constexpr, MASK_EVERY_BLOCK: tl.constexpr,
+          SELECT: tl.constexpr, KV_TMA: tl.constexpr, PREFETCH: tl.constexpr, ONE_GROUP: tl.constexpr):
+    # One tile, rows [first_row, end_row) (at most ROWS), for one kv head. ONE_GROUP: its rows are one
+    # sequence's (one pass); else one pass per group, in the order of their row_seq
     offs_m = tl.arange(0, BLOCK_M)
     offs_d = tl.arange(0, BLOCK_D)
     d_mask = offs_d < HEAD_DIM
-    if TILE_TABLE:  # tile t: rows [tiles[t], tiles[t + 1]) (at most ROWS of them; none past the last tile)
-        first_row = tl.load(tiles_ptr + tile)
-        end_row = tl.minimum(tl.load(tiles_ptr + tile + 1), num_rows)
-    else:  # tile t: rows [t ROWS, (t + 1) ROWS)
-        first_row = tile * ROWS
-        end_row = num_rows
     rows = first_row + offs_m // GROUPS
     m_valid = (offs_m < ROWS * GROUPS) & (rows < end_row)
     if SELECT != 0:  # only the rows whose flag is 0 (SELECT 1) or nonzero (SELECT 2); the others are not rows here
@@ -304,19 +298,8 @@ def _tiled_attention_kernel(
     else:
         lo = hi * 0
     kv_col = kv_head * HEAD_DIM
-    if KV_TMA:
-        k_src = k_ptr
-        v_src = v_ptr
-    else:
-        k_src = k_ptr + kv_head * stride_k_head
-        v_src = v_ptr + kv_head * stride_v_head
-    if ONE_GROUP:  # the launch promises one sequence per tile (a tile table of runs of one sequence)
-        single = True
+    if ONE_GROUP:
         lead = tl.max(tl.where(m_valid, seq, 0))
-    else:  # a tile of one group (the usual case) runs one pass without the group loop
-        lead = tl.min(tl.where(m_valid, seq, _BIG))
-        single = lead == tl.max(tl.where(m_valid, seq, -1))
-    if single:
         _group_pass(q, k_src, v_src, out_ptr, tables_ptr, lead, m_valid, lo, hi, rows, heads, kv_col, qk_scale,
                     stride_k_slot, stride_v_slot, stride_o_row, stride_o_head, stride_table, offs_d, d_mask,
                     BLOCK_M, BLOCK_D, BLOCK_N, PAGE, DOT_PRECISION, IS_CANONICAL, UPCAST, MASK_EVERY_BLOCK, KV_TMA,
@@ -324,7 +307,6 @@ def _tiled_attention_kernel(
     else:
         done = m_valid == 0
         while tl.min(done.to(tl.int32)) == 0:
-            # one pass per group (rows of one sequence), the smallest row_seq first
             lead = tl.min(tl.where(done, _BIG, seq))
             in_grp = (done == 0) & (seq == lead)
             _group_pass(q, k_src, v_src, out_ptr, tables_ptr, lead, in_grp, lo, hi, rows, heads, kv_col, qk_scale,
@@ -333,12 +315,58 @@ def _tiled_attention_kernel(
                         KV_TMA, PREFETCH, HEAD_DIM)
             done = done | in_grp
 
+
+@triton.jit(do_not_specialize=["num_rows", "num_tiles", "window"])
+def _tiled_attention_kernel(
+    q_ptr, k_ptr, v_ptr, out_ptr, pos_ptr, row_seq_ptr, tables_ptr, select_ptr, tiles_ptr, num_rows, num_tiles,
+    stride_q_row, stride_q_head, stride_o_row, stride_o_head,
+    stride_k_slot, stride_k_head, stride_v_slot, stride_v_head, stride_table,
+    qk_scale, window,
+    GROUPS: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr, PAGE: tl.constexpr, HAS_WINDOW: tl.constexpr, DOT_PRECISION: tl.constexpr,
+    IS_CANONICAL: tl.constexpr, UPCAST: tl.constexpr, ROWS: tl.constexpr, MASK_EVERY_BLOCK: tl.constexpr,
+    SELECT: tl.constexpr, TILE_TABLE: tl.constexpr, KV_TMA: tl.constexpr, PREFETCH: tl.constexpr,
+    ONE_GROUP: tl.constexpr,
+):
+    # KV_TMA: k_ptr / v_ptr are TMA descriptors over the flat caches seen as [num_slots, Hkv * D], boxes of
+    # [BLOCK_N, D] (see _load_keys); the loaded values and every operation on them are the pointer path's
+    # ROWS query rows per tile (at most BLOCK_M // GROUPS; M-rows past ROWS x GROUPS are padding, never stored)
+    kv_head = tl.program_id(1)
+    if KV_TMA:
+        k_src = k_ptr
+        v_src = v_ptr
+    else:
+        k_src = k_ptr + kv_head * stride_k_head
+        v_src = v_ptr + kv_head * stride_v_head
+    if TILE_TABLE:
+        # tile t: rows [tiles[t], tiles[t + 1]), one sequence's (none past the last tile); program p takes tiles
+        # T - 1 - p, T - 1 - p - P, ... (the last tiles, usually the longest key ranges, first): one pass each
+        for i in range(tl.program_id(0), num_tiles, tl.num_programs(0)):
+            tile = num_tiles - 1 - i
+            first_row = tl.load(tiles_ptr + tile)
+            end_row = tl.minimum(tl.load(tiles_ptr + tile + 1), num_rows)
+            if first_row < end_row:
+                _tile(tile, first_row, end_row, q_ptr, k_src, v_src, out_ptr, pos_ptr, row_seq_ptr, tables_ptr,
+                      select_ptr, kv_head, stride_q_row, stride_q_head, stride_o_row, stride_o_head, stride_k_slot,
+                      stride_v_slot, stride_table, qk_scale, window, GROUPS, HEAD_DIM, BLOCK_D, BLOCK_M, BLOCK_N,
+                      PAGE, HAS_WINDOW, DOT_PRECISION, IS_CANONICAL, UPCAST, ROWS, MASK_EVERY_BLOCK, SELECT, KV_TMA,
+                      PREFETCH, True)
+    else:  # tile t: rows [t ROWS, (t + 1) ROWS), one program each, the last tiles first
+        tile = num_tiles - 1 - tl.program_id(0)
+        _tile(tile, tile * ROWS, num_rows, q_ptr, k_src, v_src, out_ptr, pos_ptr, row_seq_ptr, tables_ptr,
+              select_ptr, kv_head, stride_q_row, stride_q_head, stride_o_row, stride_o_head, stride_k_slot,
+              stride_v_slot, stride_table, qk_scale, window, GROUPS, HEAD_DIM, BLOCK_D, BLOCK_M, BLOCK_N,
+              PAGE, HAS_WINDOW, DOT_PRECISION, IS_CANONICAL, UPCAST, ROWS, MASK_EVERY_BLOCK, SELECT, KV_TMA,
+              PREFETCH, ONE_GROUP)
+
+
 def _launch(q, k_cache, v_cache, positions, row_seq, block_tables, *, block_size, scale, sliding_window,
             block_m, block_n, num_warps, num_stages, is_canonical, rows_per_tile=None, fp_fusion=None,
             mask_every_block=None, only_rows=None, out=None, tiles=None, kv_tma=None, one_group=False,
             prefetch=None):
-    # one_group: the caller promises every tile's rows are one sequence's (see ``_group_pass``); prefetch: None
-    # loads page ids ahead in launches of PREFETCH_MIN_WARPS+ warps. Neither changes a value
+    # one_group (fixed tiling): the caller promises every tile's rows are one sequence's (a tile table's tiles
+    # always are). prefetch: None loads page ids ahead in launches of PREFETCH_MIN_WARPS+ warps. Neither changes
+    # a value
     num_rows = q.shape[0]
     num_heads, num_kv_heads, head_dim = _check_shapes(q, k_cache, v_cache)
     groups = num_heads // num_kv_heads
@@ -358,10 +386,12 @@ def _launch(q, k_cache, v_cache, positions, row_seq, block_tables, *, block_size
             raise ValueError(f"tiles must be a 1-D int64 tensor of at least 2 entries on {q.device}, got "
                              f"{tuple(tiles.shape)} {tiles.dtype} on {tiles.device}")
         num_tiles = tiles.numel() - 1
+        programs = min(num_tiles, tile_programs(num_rows, rows_per_tile))
     else:
         num_tiles = -(-num_rows // rows_per_tile)
+        programs = num_tiles
     k_src, v_src = _kv_sources(k_cache, v_cache, block_size=block_size, block_n=block_n, kv_tma=kv_tma)
-    _tiled_attention_kernel[(num_tiles, num_kv_heads)](
+    _tiled_attention_kernel[(programs, num_kv_heads)](
         q, k_src, v_src, out, positions, row_seq, block_tables, select_ptr,
         positions if tiles is None else tiles, num_rows, num_tiles,
         q.stride(0), q.stride(1), out.stride(0), out.stride(1),
@@ -377,6 +407,13 @@ def _launch(q, k_cache, v_cache, positions, row_seq, block_tables, *, block_size
         num_stages=num_stages, enable_fp_fusion=(not is_canonical) if fp_fusion is None else fp_fusion,
     )
     return out
+
+
+def tile_programs(num_rows: int, rows_per_tile: int) -> int:
+    """Programs (per kv head) of a launch over a tile table for ``num_rows`` rows: twice the fixed tiling's tiles and
+    one more; each takes every P-th tile of the table (round 15: a program per table entry, most of them empty,
+    cost a 256-row pass 6-8 %)."""
+    return 2 * -(-num_rows // rows_per_tile) + 1
 
 
 def kv_tma_fits(k_cache: torch.Tensor, *, block_size: int, block_n: int) -> str | None:
@@ -501,19 +538,21 @@ def tiled_canonical_attention(
     ``mask_every_block``: None is the canonical config's ``CANONICAL_MASK_EVERY_BLOCK``; the other
     value is for the tests and the sweep that compare the two.
 
-    ``tiles`` (optional, [T + 1] int64): which rows each program takes, tile t the rows
-    [tiles[t], tiles[t + 1]), at most ``canonical_rows_per_tile`` of them; entries past the last tile
-    repeat the row count (empty tiles, whose programs exit). ``llm42.cuda_graphs.tile_starts`` cuts each run of one
-    sequence's rows into its own tiles, so no program runs two groups one after the other (the
-    fixed tiling's 21-row tiles put most of a pass's 32-row windows' ends in a tile with the next
-    window: two key sweeps in turn). The bits are the same either way (a row's bits do not depend on
-    its tile-mates); what changes is the longest chain of key blocks any program walks. ``out``: written in
+    ``tiles`` (optional, [T + 1] int64): the tile table, tile t the rows [tiles[t], tiles[t + 1]), at most
+    ``canonical_rows_per_tile`` of them, **all of one sequence** (one ``row_seq`` value: the launch runs one pass
+    per tile, without the group loop, and a tile of two sequences would give its rows wrong values); entries
+    past the last tile repeat the row count (empty tiles). ``llm42.cuda_graphs.tile_starts`` cuts each run of one
+    sequence's rows into its own tiles. ``tile_programs(N, rows)`` programs per kv head share the table, each
+    taking every P-th tile. The bits are the fixed tiling's (a row's bits do not depend on its tile-mates); what
+    changes is the longest chain of key blocks a program walks and the registers (round 20: the group loop
+    spilled). ``out``: written in
     place (rows no tile holds are left as they were).
     """
     _check_canonical_groups(q, k_cache, tile_m)
     return _launch(q, k_cache, v_cache, positions, row_seq, block_tables, block_size=block_size, scale=scale,
                    sliding_window=sliding_window, block_m=tile_m, block_n=key_block,
-                   num_warps=CANONICAL_TILE_WARPS, num_stages=CANONICAL_TILE_STAGES, is_canonical=True,
+                   num_warps=CANONICAL_LAUNCH[tile_m][0], num_stages=CANONICAL_LAUNCH[tile_m][1],
+                   prefetch=True, is_canonical=True,
                    mask_every_block=mask_every_block, tiles=tiles, out=out, kv_tma=kv_tma)
 
 
@@ -562,5 +601,6 @@ def tiled_canonical_decode_attention(
     row_seq = torch.arange(num_seqs, device=q.device)
     return _launch(q, k_cache, v_cache, positions, row_seq, block_tables, block_size=block_size, scale=scale,
                    sliding_window=sliding_window, block_m=tile_m, block_n=key_block,
-                   num_warps=CANONICAL_TILE_WARPS, num_stages=CANONICAL_TILE_STAGES, is_canonical=True,
+                   num_warps=CANONICAL_LAUNCH[tile_m][0], num_stages=CANONICAL_LAUNCH[tile_m][1],
+                   prefetch=True, is_canonical=True,
                    rows_per_tile=1, mask_every_block=mask_every_block, only_rows=only_rows, out=out)

@@ -1,0 +1,40 @@
+"""Run a module (``python -m`` style) with round 19's tiled attention kernels in place of this tree's.
+
+    PYTHONPATH=src python3 benchmarks/device/with_r19_attention.py [--baseline PATH] -m llm42.bench.long_prompts ARGS
+
+``llm42.kernels``' tiled prefill, canonical and canonical-decode launches become those of ``--baseline`` (default
+``benchmarks/device/baseline_r19/tiled_attention_r19.py``, a copy of 56037d0's ``src/llm42/kernels/tiled_attention.py``),
+so that one device call measures the same benchmark on both kernels, side by side.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import runpy
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def main() -> None:
+    argv = sys.argv[1:]
+    baseline = REPO / "benchmarks" / "device" / "baseline_r19" / "tiled_attention_r19.py"
+    if argv[:1] == ["--baseline"]:
+        baseline, argv = Path(argv[1]), argv[2:]
+    if argv[:1] != ["-m"] or len(argv) < 2:
+        raise SystemExit("usage: with_r19_attention.py [--baseline PATH] -m MODULE [ARGS...]")
+    spec = importlib.util.spec_from_file_location("tiled_attention_r19", baseline)
+    old = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(old)
+    from llm42 import kernels
+
+    for name in ("tiled_prefill_attention", "tiled_canonical_attention", "tiled_canonical_decode_attention"):
+        setattr(kernels, name, getattr(old, name))
+    print(f"with_r19_attention: llm42.kernels' tiled launches from {baseline}", flush=True)
+    sys.argv = [argv[1]] + argv[2:]
+    runpy.run_module(argv[1], run_name="__main__", alter_sys=True)
+
+
+if __name__ == "__main__":
+    main()
