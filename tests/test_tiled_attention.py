@@ -30,7 +30,8 @@ from llm42.kernels.tiled_attention import PREFILL_LARGE, PREFILL_SMALL, kv_tma_f
 from tests.tiled_attention_checks import (  # noqa: E402
     Cache, _bits, check_canonical_rows_are_their_own, check_decode_launch_has_canonical_bits,
     check_chunked_decode_has_canonical_bits, check_deterministic_rows_take_canonical_bits,
-    check_kv_independent_of_chunking, check_kv_tma_keeps_the_bits, check_matches_float64,
+    check_kv_independent_of_chunking, check_kv_tma_keeps_the_bits, check_launch_keeps_the_bits,
+    check_matches_float64,
     check_tile_table_keeps_the_bits, check_unmasked_full_blocks_keep_the_bits, mixed_rows, prefill_kernel,
 )
 
@@ -339,3 +340,14 @@ def test_prefill_with_page_prefetch_matches_float64(block_size, kv_tma):
     cache = small_cache((4, 2, 16, block_size, None), torch.float32, seed=11, max_context=96)
     rows = mixed_rows(cache, random.Random(11), num_chunks=3, num_decode=3)
     check_matches_float64(cache, prefill_kernel((16, 16, 8, 2)), rows, kv_tma=kv_tma)
+
+
+@pytest.mark.parametrize("tile_m", [64, 128])
+def test_canonical_launch_gives_the_group_loops_bits(tile_m):
+    """The canonical pass's launch (a tile table, one pass per tile, programs looping over tiles, page ids ahead)
+    gives every row the bits of the fixed tiling's group loop (the interpreter runs the code paths; the GPU suite
+    checks the warps and stages, and that the check sees the fast launch's other bits)."""
+    cache = small_cache(SHAPES[0], torch.float32, seed=11, max_context=64)
+    compared, _ = check_launch_keeps_the_bits(cache, random.Random(11), num_launches=2, key_block=16,
+                                              sliding_window=SHAPES[0][4], tile_m=tile_m)
+    assert compared >= 8

@@ -409,3 +409,35 @@ def check_kv_tma_keeps_the_bits(cache: Cache, rng: random.Random, *, num_launche
                 assert _bits(outs[0][i]) == _bits(outs[1][i]), (kernel, rows[i])
             compared += len(rows)
     return compared
+
+
+def check_launch_keeps_the_bits(cache: Cache, rng: random.Random, *, num_launches: int, key_block: int,
+                                sliding_window=None, tile_m=64) -> tuple[int, int]:
+    """The canonical launch as the canonical pass runs it (``CANONICAL_LAUNCH``'s warps and stages, page ids
+    ahead, a tile table of runs of one sequence, one pass per tile) and round 19's launch of the same tile height
+    and key block (4 warps, 2 stages, page ids per block, the fixed tiling and the group loop): every row the same
+    bits, random mixed launches in the static layout. Returns (rows compared, rows where the fast launch, which
+    contracts to FMAs, gave other bits than the canonical one: the negative control, 0 in the interpreter)."""
+    import numpy as np
+
+    from llm42.cuda_graphs import tile_starts
+    from llm42.kernels import tiled_attention as ta
+
+    groups = cache.num_heads // cache.k.shape[1]
+    compared = differ = 0
+    for _ in range(num_launches):
+        rows = mixed_rows(cache, rng, num_chunks=3, num_decode=4)
+        q, positions, row_seq, tables = cache.layout(rows, static=True)
+        args = (q, cache.k, cache.v, positions, row_seq, tables)
+        common = dict(block_size=cache.block_size, scale=cache.scale, sliding_window=sliding_window)
+        tiles = torch.from_numpy(tile_starts(row_seq.cpu().numpy(), tile_m // groups, len(rows))).to(q.device)
+        launch = tiled_canonical_attention(*args, key_block=key_block, tile_m=tile_m, tiles=tiles, **common)
+        round19 = ta._launch(*args, block_m=tile_m, block_n=key_block, num_warps=4, num_stages=2, prefetch=False,
+                             is_canonical=True, **common)
+        fast = ta._launch(*args, block_m=tile_m, block_n=key_block, num_warps=4, num_stages=2, is_canonical=False,
+                          **common)
+        for i in range(len(rows)):
+            assert _bits(launch[i]) == _bits(round19[i]), rows[i]
+            differ += _bits(fast[i]) != _bits(launch[i])
+        compared += len(rows)
+    return compared, differ

@@ -24,7 +24,8 @@ from llm42.runner import ModelRunner, Segment  # noqa: E402
 from tests.tiled_attention_checks import (  # noqa: E402
     Cache, check_canonical_rows_are_their_own, check_decode_launch_has_canonical_bits,
     check_chunked_decode_has_canonical_bits, check_deterministic_rows_take_canonical_bits,
-    check_kv_independent_of_chunking, check_kv_tma_keeps_the_bits, check_matches_float64,
+    check_kv_independent_of_chunking, check_kv_tma_keeps_the_bits, check_launch_keeps_the_bits,
+    check_matches_float64,
     check_tile_table_keeps_the_bits, check_unmasked_full_blocks_keep_the_bits, mixed_rows, prefill_kernel,
 )
 
@@ -357,3 +358,16 @@ def test_tile128_tile_table_and_decode_launch(shape, report):
     assert spanning >= 1
     check_decode_launch_has_canonical_bits(cache, random.Random(7), num_rows=48, key_block=64,
                                            sliding_window=shape[5], tile_m=128)
+
+
+@pytest.mark.parametrize("tile_m", [64, 128])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=str)
+@pytest.mark.parametrize("shape", SHAPES[:3], ids=lambda s: "x".join(str(v) for v in s))
+def test_canonical_launch_keeps_round_19s_bits(shape, dtype, tile_m):
+    """``CANONICAL_LAUNCH`` (round 20: 4 warps / 3 stages at 64 rows, 8 / 3 at 128, page ids ahead, one pass per
+    tile of a tile table) against round 19's launch (4 warps, 2 stages, the group loop): every row the same bits;
+    the fast launch's FMA contraction gives some row other bits (the check can fail)."""
+    cache = cache_for(shape, dtype, seed=21)
+    compared, differ = check_launch_keeps_the_bits(cache, random.Random(21), num_launches=3, key_block=64,
+                                                   sliding_window=shape[5], tile_m=tile_m)
+    assert compared >= 30 and differ > 0

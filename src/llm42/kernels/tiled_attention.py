@@ -75,10 +75,11 @@ CANONICAL_LAUNCH = {64: (4, 3), 128: (8, 3)}
 # of a group sees in full skip the masks, as on the fast path (the same arithmetic for those rows)
 CANONICAL_MASK_EVERY_BLOCK = False
 # the fast path's configurations (block_m, block_n, warps, stages), small and large launches: the fastest
-# of benchmarks/device/attention_bench.py's sweep on an H200 (8B shape) at 512 rows, and of
-# prefill_chunk_attention.py's at 2,048-row chunks of 8K-15K prompts with the page-id prefetch (round 19)
+# of benchmarks/device/attention_bench.py's sweep on an H200 (8B shape) at 512 rows, and at 2,048-row chunks of
+# 8K-15K prompts with the page-id prefetch (round 20, tile_ablation.py calls B and C: 128 x 64 x 8 x 3 ran
+# 1.03-1.11x round 19's 128 x 128 x 8 x 3 on this tree's kernel)
 PREFILL_SMALL = (64, 64, 4, 2)
-PREFILL_LARGE = (128, 128, 8, 3)
+PREFILL_LARGE = (128, 64, 8, 3)
 PREFILL_LARGE_MIN_M_ROWS = 4096  # query rows x group size from which the large tiles are used
 # launches of at least this many warps load the next key block's page ids while a block runs (round 19, call D:
 # 8-warp fast configs gained 6-32 % on an 8B 15K prompt's chunks, 4-warp ones lost 10-30 %: their tiles already
