@@ -128,11 +128,8 @@ def _persistent_tma_matmul_kernel(
     stride_om, stride_on,
     HAS_BIAS: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
-    DOT_PRECISION: tl.constexpr, FLATTEN: tl.constexpr = False, WARP_SPECIALIZE: tl.constexpr = False,
+    DOT_PRECISION: tl.constexpr,
 ):
-    # FLATTEN / WARP_SPECIALIZE: Triton's flattening of the tile and K loops into one pipeline (the next tile's
-    # loads overlap this tile's epilogue) and its warp specialisation; how the loads are scheduled, not what a
-    # tile computes (each tile's K walk is the same).
     # The same tiles, visiting order and K walk as _persistent_matmul_kernel, with x and w read through TMA
     # descriptors (Hopper's bulk tensor copies; out-of-range rows and columns arrive as zeros, which add exact
     # zeros to the accumulator) instead of masked pointer loads. A row's bits are still its own at any M: a tile's
@@ -141,8 +138,7 @@ def _persistent_tma_matmul_kernel(
     num_pid_n = tl.cdiv(N, BLOCK_N)
     num_tiles = num_pid_m * num_pid_n
     num_k_steps = tl.cdiv(K, BLOCK_K)
-    for tile in tl.range(tl.program_id(0), num_tiles, num_programs, flatten=FLATTEN,
-                         warp_specialize=WARP_SPECIALIZE):
+    for tile in range(tl.program_id(0), num_tiles, num_programs):
         pid_m, pid_n = _tile_coords(tile, num_pid_m, num_pid_n, GROUP_M)
         acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
         for step in range(0, num_k_steps):
@@ -219,8 +215,6 @@ def matmul(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
                 x_desc, w_desc, bias if bias is not None else weight, out,
                 rows.shape[0], num_out, k, num_programs, out.stride(0), out.stride(1), **common)
         else:
-            for name in ("FLATTEN", "WARP_SPECIALIZE"):  # the TMA kernel's loop options only
-                common.pop(name, None)
             _persistent_matmul_kernel[(num_programs,)](
                 rows, weight, bias if bias is not None else weight, out,
                 rows.shape[0], num_out, k, num_programs,
