@@ -418,8 +418,6 @@ def check_launch_keeps_the_bits(cache: Cache, rng: random.Random, *, num_launche
     and key block (4 warps, 2 stages, page ids per block, the fixed tiling and the group loop): every row the same
     bits, random mixed launches in the static layout. Returns (rows compared, rows where the fast launch, which
     contracts to FMAs, gave other bits than the canonical one: the negative control, 0 in the interpreter)."""
-    import numpy as np
-
     from llm42.cuda_graphs import tile_starts
     from llm42.kernels import tiled_attention as ta
 

@@ -38,9 +38,10 @@ SHAPES = {"smollm2": (9, 3, 64), "llama8b": (32, 8, 128)}  # query heads, kv hea
 def _tiled_fused(q, k, v, positions, row_seq, tables, block_size, scale, *, rows_per_tile=None):
     from llm42.kernels import tiled_attention as ta
 
+    warps, stages = ta.CANONICAL_LAUNCH[ta.CANONICAL_TILE_M]
     return ta._launch(q, k, v, positions, row_seq, tables, block_size=block_size, scale=scale, sliding_window=None,
-                      block_m=ta.CANONICAL_TILE_M, block_n=64, num_warps=ta.CANONICAL_TILE_WARPS,
-                      num_stages=ta.CANONICAL_TILE_STAGES, is_canonical=True, rows_per_tile=rows_per_tile,
+                      block_m=ta.CANONICAL_TILE_M, block_n=64, num_warps=warps,
+                      num_stages=stages, is_canonical=True, rows_per_tile=rows_per_tile,
                       fp_fusion=True)
 
 

@@ -98,8 +98,8 @@ def main() -> None:
         "shape": {"num_heads": NUM_HEADS, "num_kv_heads": NUM_KV_HEADS, "head_dim": HEAD_DIM, "page": PAGE,
                   "dtype": "bfloat16"},
         "canonical_config": {"tile_m": tiled_attention.CANONICAL_TILE_M, "key_block": 64,
-                             "warps": tiled_attention.CANONICAL_TILE_WARPS,
-                             "stages": tiled_attention.CANONICAL_TILE_STAGES},
+                             "warps": tiled_attention.CANONICAL_LAUNCH[tiled_attention.CANONICAL_TILE_M][0],
+                             "stages": tiled_attention.CANONICAL_LAUNCH[tiled_attention.CANONICAL_TILE_M][1]},
         "lengths": [],
     }
     for length in args.lengths:

@@ -41,8 +41,8 @@ from llm42.bench import devicetime  # noqa: E402
 from llm42.kernels import tiled_attention  # noqa: E402
 
 NUM_HEADS, NUM_KV_HEADS, HEAD_DIM, PAGE = 32, 8, 128, 16
-CURRENT = (tiled_attention.CANONICAL_TILE_M, 64, tiled_attention.CANONICAL_TILE_WARPS,
-           tiled_attention.CANONICAL_TILE_STAGES)
+CURRENT = ((tiled_attention.CANONICAL_TILE_M, 64)
+           + tiled_attention.CANONICAL_LAUNCH[tiled_attention.CANONICAL_TILE_M])
 CANDIDATES = [CURRENT, (64, 64, 4, 3), (64, 64, 8, 2), (64, 128, 4, 2), (64, 128, 8, 2), (128, 64, 8, 2),
               (128, 64, 8, 3), (128, 64, 4, 2), (128, 128, 8, 2), (32, 64, 4, 2)]
 

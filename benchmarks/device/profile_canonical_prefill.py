@@ -71,7 +71,8 @@ def main() -> int:
             gen = DVRGenerator(model.weights, model.cfg, window=32, group=group, max_num_seqs=4,
                                max_fast_tokens=2048, kv_cache_tokens=3 * (args.prompt + 128),
                                max_model_len=args.prompt + 128, use_cuda_graphs=False, block_size=args.block_size,
-                               canonical_policy=FixedShapePolicy(gemm=args.canonical_gemm, tile_m=args.canonical_tile_m),
+                               canonical_policy=FixedShapePolicy(gemm=args.canonical_gemm,
+                                                                 tile_m=args.canonical_tile_m),
                                fast_policy=FastPolicy(canonical_tile_m=args.canonical_tile_m))
             det = mode == "det"
             warm = [rng.randrange(3, model.cfg.vocab_size) for _ in range(min(2048, args.prompt))]

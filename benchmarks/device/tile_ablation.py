@@ -17,7 +17,9 @@ shuffled block table). Runs, each summed over the prompt's chunks (CUDA events, 
 
 ``bits``: whether this tree's canonical launches give round 19's bits on every chunk (page ids ahead, more stages,
 8 warps at the 128-row tile, one_group); ``bits_against_r19``: the same on the GPU suite's shapes and mixed
-launches (every dtype, windows, varlen and static layouts, the tile table). Registers and spills of every compiled binary.
+launches (every dtype, windows, varlen and static layouts, the tile table). Registers and spills of every compiled
+binary. Round 19's module: ``git show 56037d0:src/llm42/kernels/tiled_attention.py >
+benchmarks/device/baseline_r19/tiled_attention_r19.py`` before the call (untracked, it travels with the tree).
 """
 
 from __future__ import annotations
@@ -141,8 +143,8 @@ def bits_against_baseline(seeds: int, num_shapes: int = 4) -> dict:
                                 same += bool(torch.equal(old, new) and torch.equal(old.signbit(), new.signbit()))
                         # decode rows (one per sequence, the fast path's canonical decode launch)
                         if not static:
-                            lens = torch.tensor([rng.randrange(1, cache.max_context + 1) for _ in range(cache.num_seqs)],
-                                                device=q.device)
+                            lens = torch.tensor([rng.randrange(1, cache.max_context + 1)
+                                                 for _ in range(cache.num_seqs)], device=q.device)
                             dq = torch.stack([cache.query(s, int(n) - 1) for s, n in enumerate(lens.tolist())]).to(
                                 device=q.device, dtype=dtype)
                             dargs = (dq, cache.k, cache.v, cache.tables, lens)
@@ -197,7 +199,8 @@ def main() -> None:
     ap.add_argument("--chunk", type=int, default=2048)
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--budget-s", type=float, default=300.0)
-    ap.add_argument("--baseline", default=str(REPO / "benchmarks" / "device" / "baseline_r19" / "tiled_attention_r19.py"))
+    ap.add_argument("--baseline",
+                    default=str(REPO / "benchmarks" / "device" / "baseline_r19" / "tiled_attention_r19.py"))
     ap.add_argument("--bits-seeds", type=int, default=3)
     ap.add_argument("--bits-shapes", type=int, default=4, help="the first N of the GPU suite's shapes")
     ap.add_argument("--bits-dtypes", default="bfloat16,float16,float32")

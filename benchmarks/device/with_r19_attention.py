@@ -3,8 +3,8 @@
     PYTHONPATH=src python3 benchmarks/device/with_r19_attention.py [--baseline PATH] -m llm42.bench.long_prompts ARGS
 
 ``llm42.kernels``' tiled prefill, canonical and canonical-decode launches become those of ``--baseline`` (default
-``benchmarks/device/baseline_r19/tiled_attention_r19.py``, a copy of 56037d0's ``src/llm42/kernels/tiled_attention.py``),
-so that one device call measures the same benchmark on both kernels, side by side.
+``benchmarks/device/baseline_r19/tiled_attention_r19.py``: ``git show 56037d0:src/llm42/kernels/tiled_attention.py``
+written there before the call), so that one device call measures the same benchmark on both kernels, side by side.
 """
 
 from __future__ import annotations

@@ -7,11 +7,13 @@ Here a program owns a *tile* of consecutive query rows (``BLOCK_M`` M-rows =
 loads each key block once and multiplies it with the whole tile.
 
 Rows with the same ``row_seq`` (the same block-table row: one sequence) form a
-*group*. A tile normally holds one group; where it holds several (the ends of
-two prompt chunks, decode rows next to prefill rows, padding rows), the
-program runs one pass per group, in the order of their ``row_seq``, each pass
-with its own online-softmax state and its own key range, and stores only that
-group's rows. The static layouts (the canonical pass, the fast prefill graphs)
+*group*. A tile of the fixed tiling normally holds one group; where it holds
+several (the ends of two prompt chunks, decode rows next to prefill rows,
+padding rows), the program runs one pass per group, in the order of their
+``row_seq``, each pass with its own online-softmax state and its own key range,
+and stores only that group's rows. A tile table's tiles (``tiles=``, the
+canonical pass) are one group each and run one pass, without that loop (the
+loop's state cost registers: round 20). The static layouts (the canonical pass, the fast prefill graphs)
 give every row its own copy of its sequence's block table; they pass
 ``StepInputs.table_rows`` (each row's first row of the same sequence) so that
 one sequence's rows form one group there too.
@@ -269,7 +271,7 @@ def _group_pass(q, k_src, v_src, out_ptr, tables_ptr, lead, in_grp, lo, hi, rows
 
 
 @triton.jit
-def _tile(tile, first_row, end_row, q_ptr, k_src, v_src, out_ptr, pos_ptr, row_seq_ptr, tables_ptr, select_ptr,
+def _tile(first_row, end_row, q_ptr, k_src, v_src, out_ptr, pos_ptr, row_seq_ptr, tables_ptr, select_ptr,
           kv_head, stride_q_row, stride_q_head, stride_o_row, stride_o_head, stride_k_slot, stride_v_slot,
           stride_table, qk_scale, window,
           GROUPS: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr,
@@ -347,14 +349,14 @@ def _tiled_attention_kernel(
             first_row = tl.load(tiles_ptr + tile)
             end_row = tl.minimum(tl.load(tiles_ptr + tile + 1), num_rows)
             if first_row < end_row:
-                _tile(tile, first_row, end_row, q_ptr, k_src, v_src, out_ptr, pos_ptr, row_seq_ptr, tables_ptr,
+                _tile(first_row, end_row, q_ptr, k_src, v_src, out_ptr, pos_ptr, row_seq_ptr, tables_ptr,
                       select_ptr, kv_head, stride_q_row, stride_q_head, stride_o_row, stride_o_head, stride_k_slot,
                       stride_v_slot, stride_table, qk_scale, window, GROUPS, HEAD_DIM, BLOCK_D, BLOCK_M, BLOCK_N,
                       PAGE, HAS_WINDOW, DOT_PRECISION, IS_CANONICAL, UPCAST, ROWS, MASK_EVERY_BLOCK, SELECT, KV_TMA,
                       PREFETCH, True)
     else:  # tile t: rows [t ROWS, (t + 1) ROWS), one program each, the last tiles first
         tile = num_tiles - 1 - tl.program_id(0)
-        _tile(tile, tile * ROWS, num_rows, q_ptr, k_src, v_src, out_ptr, pos_ptr, row_seq_ptr, tables_ptr,
+        _tile(tile * ROWS, num_rows, q_ptr, k_src, v_src, out_ptr, pos_ptr, row_seq_ptr, tables_ptr,
               select_ptr, kv_head, stride_q_row, stride_q_head, stride_o_row, stride_o_head, stride_k_slot,
               stride_v_slot, stride_table, qk_scale, window, GROUPS, HEAD_DIM, BLOCK_D, BLOCK_M, BLOCK_N,
               PAGE, HAS_WINDOW, DOT_PRECISION, IS_CANONICAL, UPCAST, ROWS, MASK_EVERY_BLOCK, SELECT, KV_TMA,
