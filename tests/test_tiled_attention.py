@@ -351,3 +351,25 @@ def test_canonical_launch_gives_the_group_loops_bits(tile_m):
     compared, _ = check_launch_keeps_the_bits(cache, random.Random(11), num_launches=2, key_block=16,
                                               sliding_window=SHAPES[0][4], tile_m=tile_m)
     assert compared >= 8
+
+
+@pytest.mark.parametrize("canonical", [True, False], ids=["canonical", "fast"])
+def test_one_group_and_prefetch_launches_give_the_group_loops_bits(canonical):
+    """``_launch(one_group=True)`` (the fixed tiling promised one sequence per tile: one pass, no group loop) and
+    ``prefetch=True`` on 4 warps give a single sequence's prompt chunk the group loop's bits, in both launches; a
+    launch over two sequences' rows is what the promise excludes, and there the two differ (the check can fail)."""
+    from llm42.kernels import tiled_attention as ta
+
+    cache = small_cache(SHAPES[0], torch.float32, seed=5, max_context=64)
+    rows = [(1, p) for p in range(9, 50)]
+    q, positions, row_seq, tables = cache.layout(rows, static=False)
+    common = dict(block_size=cache.block_size, scale=cache.scale, sliding_window=SHAPES[0][4], block_m=16,
+                  block_n=16, num_warps=4, num_stages=2, is_canonical=canonical)
+    args = (q, cache.k, cache.v, positions, row_seq, tables)
+    loop = ta._launch(*args, **common)
+    for extra in ({"one_group": True}, {"prefetch": True}, {"one_group": True, "prefetch": True}):
+        assert _bits(ta._launch(*args, **common, **extra)) == _bits(loop), extra
+    mixed = [(0, p) for p in range(20, 24)] + [(2, p) for p in range(30, 34)]  # 8 rows of 2 sequences, one tile
+    q2, positions2, row_seq2, tables2 = cache.layout(mixed, static=False)
+    args2 = (q2, cache.k, cache.v, positions2, row_seq2, tables2)
+    assert _bits(ta._launch(*args2, **common, one_group=True)) != _bits(ta._launch(*args2, **common))
