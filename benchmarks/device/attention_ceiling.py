@@ -16,6 +16,8 @@ of ``--chunk`` rows (chunk c: rows [c C, (c + 1) C) over keys [0, row]), summed 
   kernel's ``acc * alpha + dot(p, v)``);
 - ``paged_*``: the same minimal kernel over the paged cache through the block table, the page ids loaded in the
   iteration that uses them (``in_loop``: each K/V load waits on a table load) or one iteration ahead (``prefetch``);
+  ``paged_attention(pack_gqa=, fp_fusion=)`` also packs one kv head's query heads into a tile as the engine does and
+  turns FMA contraction off as the canonical launch does (``tile_ablation.py`` runs those);
 - ``sdpa_*``: ``torch.nn.functional.scaled_dot_product_attention`` on the whole prompt at once (``is_causal``,
   ``enable_gqa``), per backend (flash, cuDNN, memory-efficient), where the backend takes it.
 
