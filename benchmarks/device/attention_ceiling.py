@@ -165,6 +165,23 @@ def paged_attention(q, k_paged, v_paged, table, num_k, config, prefetch, pack_gq
                       pack_gqa=pack_gqa, fp_fusion=fp_fusion)
 
 
+def long_prompt(length: int, dev: torch.device, dtype: torch.dtype):
+    """One prompt's random q [L, H, D], k and v [L, Hkv, D] (seeded by ``length``), the same keys in a paged cache
+    (page j of the prompt in a shuffled block), each position's slot, the block table [1, blocks] and the table
+    padded past its last block (the prefetching kernels read one block ahead)."""
+    gen = torch.Generator().manual_seed(length)
+    q_all = torch.randn(length, NUM_HEADS, HEAD_DIM, generator=gen).to(dev, dtype)
+    k = torch.randn(length, NUM_KV_HEADS, HEAD_DIM, generator=gen).to(dev, dtype)
+    v = torch.randn(length, NUM_KV_HEADS, HEAD_DIM, generator=gen).to(dev, dtype)
+    num_blocks = -(-length // PAGE)
+    perm = torch.randperm(num_blocks, generator=gen).to(dev)
+    k_paged = torch.zeros(num_blocks * PAGE, NUM_KV_HEADS, HEAD_DIM, device=dev, dtype=dtype)
+    v_paged = torch.zeros_like(k_paged)
+    slots = perm[torch.arange(length, device=dev) // PAGE] * PAGE + torch.arange(length, device=dev) % PAGE
+    k_paged[slots], v_paged[slots] = k, v
+    return q_all, k, v, k_paged, v_paged, slots, perm.view(1, -1), torch.cat([perm, perm.new_zeros(8)])
+
+
 def chunk_flops(lo: int, hi: int) -> float:
     return 4.0 * sum(p + 1 for p in range(lo, hi)) * HEAD_DIM * NUM_HEADS
 
@@ -196,19 +213,7 @@ def main() -> None:
     result = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "triton": triton.__version__,
               "chunk": args.chunk, "reps": args.reps, "lengths": []}
     for length in (int(x) for x in args.lengths.split(",")):
-        gen = torch.Generator().manual_seed(length)
-        q_all = torch.randn(length, NUM_HEADS, HEAD_DIM, generator=gen).to(dev, dtype)
-        k = torch.randn(length, NUM_KV_HEADS, HEAD_DIM, generator=gen).to(dev, dtype)
-        v = torch.randn(length, NUM_KV_HEADS, HEAD_DIM, generator=gen).to(dev, dtype)
-        # the same keys in a paged cache: page j of the prompt in a shuffled block
-        num_blocks = -(-length // PAGE)
-        perm = torch.randperm(num_blocks, generator=gen).to(dev)
-        k_paged = torch.zeros(num_blocks * PAGE, NUM_KV_HEADS, HEAD_DIM, device=dev, dtype=dtype)
-        v_paged = torch.zeros_like(k_paged)
-        slots = (perm[torch.arange(length, device=dev) // PAGE] * PAGE + torch.arange(length, device=dev) % PAGE)
-        k_paged[slots], v_paged[slots] = k, v
-        table = perm.view(1, -1)
-        table_padded = torch.cat([perm, perm.new_zeros(8)])  # the prefetch reads one block past the last
+        q_all, k, v, k_paged, v_paged, _, table, table_padded = long_prompt(length, dev, dtype)
         chunks = [(lo, min(lo + args.chunk, length)) for lo in range(0, length, args.chunk)]
         staged = [(q_all[lo:hi].contiguous(), torch.arange(lo, hi, device=dev),
                    torch.zeros(hi - lo, dtype=torch.int64, device=dev), hi) for lo, hi in chunks]

@@ -39,7 +39,7 @@ sys.path.insert(0, str(REPO / "benchmarks" / "device"))
 sys.path.insert(0, str(REPO))  # tests.* (the GPU suite's shapes and checks)
 
 from attention_ceiling import (  # noqa: E402
-    HEAD_DIM, NUM_HEADS, NUM_KV_HEADS, PAGE, _causal_kernel, chunk_flops, compiled_resources, paged_attention,
+    HEAD_DIM, PAGE, _causal_kernel, chunk_flops, compiled_resources, long_prompt, paged_attention,
 )
 
 from llm42.bench.devicetime import median_ms  # noqa: E402
@@ -214,18 +214,7 @@ def main() -> None:
     result = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "triton": triton.__version__,
               "chunk": args.chunk, "reps": args.reps, "lengths": []}
     for length in (int(x) for x in args.lengths.split(",")):
-        gen = torch.Generator().manual_seed(length)
-        q_all = torch.randn(length, NUM_HEADS, HEAD_DIM, generator=gen).to(dev, dtype)
-        k = torch.randn(length, NUM_KV_HEADS, HEAD_DIM, generator=gen).to(dev, dtype)
-        v = torch.randn(length, NUM_KV_HEADS, HEAD_DIM, generator=gen).to(dev, dtype)
-        num_blocks = -(-length // PAGE)
-        perm = torch.randperm(num_blocks, generator=gen).to(dev)
-        k_paged = torch.zeros(num_blocks * PAGE, NUM_KV_HEADS, HEAD_DIM, device=dev, dtype=dtype)
-        v_paged = torch.zeros_like(k_paged)
-        slots = perm[torch.arange(length, device=dev) // PAGE] * PAGE + torch.arange(length, device=dev) % PAGE
-        k_paged[slots], v_paged[slots] = k, v
-        table = perm.view(1, -1)
-        table_padded = torch.cat([perm, perm.new_zeros(8)])
+        q_all, k, v, k_paged, v_paged, slots, table, table_padded = long_prompt(length, dev, dtype)
         chunks = [(lo, min(lo + args.chunk, length)) for lo in range(0, length, args.chunk)]
         staged = [(q_all[lo:hi].contiguous(), torch.arange(lo, hi, device=dev),
                    torch.zeros(hi - lo, dtype=torch.int64, device=dev), lo, hi) for lo, hi in chunks]
