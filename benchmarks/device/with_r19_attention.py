@@ -1,6 +1,7 @@
-"""Run a module (``python -m`` style) with round 19's tiled attention kernels in place of this tree's.
+"""Run a module (``python -m`` style) or a script with round 19's tiled attention kernels in place of this tree's.
 
     PYTHONPATH=src python3 benchmarks/device/with_r19_attention.py [--baseline PATH] -m llm42.bench.long_prompts ARGS
+    PYTHONPATH=src python3 benchmarks/device/with_r19_attention.py [--baseline PATH] benchmarks/device/dvr_ab.py ARGS
 
 ``llm42.kernels``' tiled prefill, canonical and canonical-decode launches become those of ``--baseline`` (default
 ``benchmarks/device/baseline_r19/tiled_attention_r19.py``: ``git show 56037d0:src/llm42/kernels/tiled_attention.py``
@@ -22,8 +23,9 @@ def main() -> None:
     baseline = REPO / "benchmarks" / "device" / "baseline_r19" / "tiled_attention_r19.py"
     if argv[:1] == ["--baseline"]:
         baseline, argv = Path(argv[1]), argv[2:]
-    if argv[:1] != ["-m"] or len(argv) < 2:
-        raise SystemExit("usage: with_r19_attention.py [--baseline PATH] -m MODULE [ARGS...]")
+    is_module = argv[:1] == ["-m"]
+    if (is_module and len(argv) < 2) or (not is_module and not (argv and argv[0].endswith(".py"))):
+        raise SystemExit("usage: with_r19_attention.py [--baseline PATH] (-m MODULE | SCRIPT.py) [ARGS...]")
     spec = importlib.util.spec_from_file_location("tiled_attention_r19", baseline)
     old = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(old)
@@ -32,8 +34,12 @@ def main() -> None:
     for name in ("tiled_prefill_attention", "tiled_canonical_attention", "tiled_canonical_decode_attention"):
         setattr(kernels, name, getattr(old, name))
     print(f"with_r19_attention: llm42.kernels' tiled launches from {baseline}", flush=True)
-    sys.argv = [argv[1]] + argv[2:]
-    runpy.run_module(argv[1], run_name="__main__", alter_sys=True)
+    if is_module:
+        sys.argv = [argv[1]] + argv[2:]
+        runpy.run_module(argv[1], run_name="__main__", alter_sys=True)
+    else:
+        sys.argv = argv
+        runpy.run_path(argv[0], run_name="__main__")
 
 
 if __name__ == "__main__":

@@ -40,11 +40,11 @@ _CONFIGS = {
 
 
 def _tiles(block_m: int, block_n: int, stages: int, warps: int, per_sm: int = 1, *, block_k: int = 64,
-           tma: bool = False) -> dict:
+           tma: bool = False, flatten: bool = False, store: str = "pointer") -> dict:
     config = dict(BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, GROUP_M=8, num_stages=stages, num_warps=warps,
                   PROGRAMS_PER_SM=per_sm)
     if tma:
-        config["TMA"] = True
+        config.update(TMA=True, FLATTEN=flatten, STORE=store)
     return config
 
 
@@ -56,10 +56,10 @@ _SHAPE_CONFIGS: dict[tuple[torch.dtype, int, int], dict] = {
     # the Llama-3.1-8B shape: qkv, o, gate_up, down, the output head. Since round 18 through TMA descriptors (the
     # TMA kernel; two sweeps over 256, 1,024 and 2,048 rows, benchmarks/results/h200_round18/gemm_sweep_tma*.json:
     # at 2,048 rows 0.72-0.98x round 14's pointer tiles, 1.06-1.3x one cuBLAS call): other bits than round 14's pins
-    (torch.bfloat16, 6144, 4096): _tiles(128, 128, 5, 4, tma=True),
-    (torch.bfloat16, 4096, 4096): _tiles(128, 128, 5, 8, tma=True),
-    (torch.bfloat16, 28672, 4096): _tiles(128, 256, 3, 8, tma=True),
-    (torch.bfloat16, 4096, 14336): _tiles(128, 128, 6, 8, tma=True),
+    (torch.bfloat16, 6144, 4096): _tiles(128, 128, 5, 4, tma=True, flatten=True),
+    (torch.bfloat16, 4096, 4096): _tiles(128, 128, 5, 8, tma=True, flatten=True),
+    (torch.bfloat16, 28672, 4096): _tiles(128, 256, 3, 8, tma=True, flatten=True),
+    (torch.bfloat16, 4096, 14336): _tiles(128, 256, 3, 8, tma=True, flatten=True, store="tma_halves"),
     (torch.bfloat16, 128256, 4096): _tiles(128, 256, 3, 8, tma=True),
     # SmolLM2-135M: down and the output head (its other GEMMs are launch-bound there: no tile measurably faster)
     (torch.bfloat16, 576, 1536): _tiles(64, 128, 4, 4, per_sm=2),
@@ -123,30 +123,51 @@ def _persistent_matmul_kernel(
 
 @triton.jit(do_not_specialize=["M", "num_programs"])
 def _persistent_tma_matmul_kernel(
-    x_desc, w_desc, bias_ptr, out_ptr,
+    x_desc, w_desc, out_desc, bias_ptr, out_ptr,
     M, N, K, num_programs,
     stride_om, stride_on,
     HAS_BIAS: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
-    DOT_PRECISION: tl.constexpr,
+    DOT_PRECISION: tl.constexpr, FLATTEN: tl.constexpr = False, STORE: tl.constexpr = "pointer",
 ):
     # The same tiles, visiting order and K walk as _persistent_matmul_kernel, with x and w read through TMA
     # descriptors (Hopper's bulk tensor copies; out-of-range rows and columns arrive as zeros, which add exact
     # zeros to the accumulator) instead of masked pointer loads. A row's bits are still its own at any M: a tile's
     # output element reads its own row of x and the K walk is fixed. Its bits may differ from the pointer kernel's.
+    # How the work is scheduled, never what a tile computes (the same bits every way):
+    # - FLATTEN: the tile and K loops software-pipelined as one, so the next tile's loads overlap this tile's
+    #   epilogue. The epilogue finds its tile from a counter of its own (a value used both before the K loop
+    #   and after it does not survive Triton's flattening).
+    # - STORE: "pointer" (masked stores), "tma" (the tile through out_desc), "tma_halves" (two [BLOCK_M,
+    #   BLOCK_N / 2] halves through out_desc: less shared memory held by the epilogue).
     num_pid_m = tl.cdiv(M, BLOCK_M)
     num_pid_n = tl.cdiv(N, BLOCK_N)
     num_tiles = num_pid_m * num_pid_n
     num_k_steps = tl.cdiv(K, BLOCK_K)
-    for tile in range(tl.program_id(0), num_tiles, num_programs):
+    tile_out = tl.program_id(0) - num_programs
+    for tile in tl.range(tl.program_id(0), num_tiles, num_programs, flatten=FLATTEN):
         pid_m, pid_n = _tile_coords(tile, num_pid_m, num_pid_n, GROUP_M)
         acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
         for step in range(0, num_k_steps):
             x = x_desc.load([pid_m * BLOCK_M, step * BLOCK_K])  # [BLOCK_M, BLOCK_K]
             w = w_desc.load([pid_n * BLOCK_N, step * BLOCK_K])  # [BLOCK_N, BLOCK_K]
             acc = tl.dot(x, w.T, acc, input_precision=DOT_PRECISION)
-        _store_tile(acc, bias_ptr, out_ptr, pid_m * BLOCK_M + tl.arange(0, BLOCK_M),
-                    pid_n * BLOCK_N + tl.arange(0, BLOCK_N), M, N, stride_om, stride_on, HAS_BIAS)
+        tile_out += num_programs
+        out_m, out_n = _tile_coords(tile_out, num_pid_m, num_pid_n, GROUP_M)
+        if STORE == "pointer":
+            _store_tile(acc, bias_ptr, out_ptr, out_m * BLOCK_M + tl.arange(0, BLOCK_M),
+                        out_n * BLOCK_N + tl.arange(0, BLOCK_N), M, N, stride_om, stride_on, HAS_BIAS)
+        else:
+            # + bias in fp32 and one rounding, as _store_tile; the descriptor drops rows and columns out of range
+            offs_n = out_n * BLOCK_N + tl.arange(0, BLOCK_N)
+            if HAS_BIAS:
+                acc += tl.load(bias_ptr + offs_n, mask=offs_n < N, other=0.0).to(tl.float32)[None, :]
+            if STORE == "tma_halves":
+                left, right = tl.split(tl.permute(tl.reshape(acc, (BLOCK_M, 2, BLOCK_N // 2)), (0, 2, 1)))
+                out_desc.store([out_m * BLOCK_M, out_n * BLOCK_N], left.to(out_ptr.dtype.element_ty))
+                out_desc.store([out_m * BLOCK_M, out_n * BLOCK_N + BLOCK_N // 2], right.to(out_ptr.dtype.element_ty))
+            else:
+                out_desc.store([out_m * BLOCK_M, out_n * BLOCK_N], acc.to(out_ptr.dtype.element_ty))
 
 
 @functools.lru_cache(maxsize=None)
@@ -181,7 +202,8 @@ def matmul(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
 
     x: [..., K]; weight: [N, K]; bias: [N] or None -> [..., N] in x's dtype.
     Accumulates in fp32; fp32 inputs use exact fp32 products (no TF32). ``config`` (BLOCK_M, BLOCK_N, BLOCK_K,
-    GROUP_M, num_stages, num_warps and optionally PROGRAMS_PER_SM, and TMA: x and w read through TMA descriptors)
+    GROUP_M, num_stages, num_warps and optionally PROGRAMS_PER_SM; TMA: x and w read through TMA descriptors, and
+    with it FLATTEN and STORE, how the TMA kernel schedules its loads and stores, never its bits)
     overrides ``config_for``: for sweeps only, since the tiles are part of the bits.
     """
     if x.dtype not in _CONFIGS:
@@ -211,10 +233,19 @@ def matmul(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
             _check_tma(rows, weight)
             x_desc = TensorDescriptor.from_tensor(rows, [launch["BLOCK_M"], launch["BLOCK_K"]])
             w_desc = TensorDescriptor.from_tensor(weight, [launch["BLOCK_N"], launch["BLOCK_K"]])
+            store = launch.get("STORE", "pointer")
+            if store not in ("pointer", "tma", "tma_halves"):
+                raise ValueError(f"config STORE must be 'pointer', 'tma' or 'tma_halves', got {store!r}")
+            if store != "pointer" and (num_out * out.element_size()) % 16:
+                store = common["STORE"] = "pointer"  # a descriptor needs 16-byte aligned output rows
+            out_block = [launch["BLOCK_M"], launch["BLOCK_N"] // (2 if store == "tma_halves" else 1)]
+            out_desc = TensorDescriptor.from_tensor(out, out_block) if store != "pointer" else x_desc
             _persistent_tma_matmul_kernel[(num_programs,)](
-                x_desc, w_desc, bias if bias is not None else weight, out,
+                x_desc, w_desc, out_desc, bias if bias is not None else weight, out,
                 rows.shape[0], num_out, k, num_programs, out.stride(0), out.stride(1), **common)
         else:
+            for name in ("FLATTEN", "STORE"):  # the TMA kernel's scheduling options only
+                common.pop(name, None)
             _persistent_matmul_kernel[(num_programs,)](
                 rows, weight, bias if bias is not None else weight, out,
                 rows.shape[0], num_out, k, num_programs,
