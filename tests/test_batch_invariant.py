@@ -424,6 +424,69 @@ def test_tma_tiles_keep_rows_their_own(monkeypatch):
         bim.matmul(x[:, :55], weight[:, :55], config=tma)  # rows of 55 floats: not 16-byte aligned
 
 
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the interpreter runs when there is no CUDA device")
+def test_tma_schedules_keep_the_tiles_bits(monkeypatch):
+    """The TMA kernel's scheduling options (``FLATTEN``: tile and K loops pipelined as one, the epilogue's tile from
+    its own counter; ``STORE``: the epilogue through a TMA descriptor, whole or in halves) change how loads and stores
+    are scheduled, never what a tile computes: every combination gives the plain launch's bits, with and without a
+    bias, ragged in M, N and K. Negative control: another K walk (``BLOCK_K``) gives other bits."""
+    pytest.importorskip("triton")
+    import os
+
+    if os.environ.get("TRITON_INTERPRET") != "1":
+        pytest.skip("Triton's interpreter is off")
+    from llm42.kernels import batch_invariant_matmul as bim
+
+    gen = torch.Generator().manual_seed(5)
+    weight = torch.randn(40, 56, generator=gen) * 0.2
+    bias = torch.randn(40, generator=gen)
+    x = torch.randn(37, 56, generator=gen)
+    plain = dict(BLOCK_M=16, BLOCK_N=32, BLOCK_K=16, GROUP_M=2, num_stages=2, num_warps=4, TMA=True)
+    for b in (bias, None):
+        ref = bim.matmul(x, weight, b, config=plain)
+        for flatten in (False, True):
+            for store in ("pointer", "tma", "tma_halves"):
+                out = bim.matmul(x, weight, b, config={**plain, "FLATTEN": flatten, "STORE": store})
+                assert torch.equal(out, ref), (flatten, store, b is None)
+        assert not torch.equal(bim.matmul(x, weight, b, config={**plain, "BLOCK_K": 32}), ref)
+    with pytest.raises(ValueError, match="STORE"):
+        bim.matmul(x, weight, config={**plain, "STORE": "halves"})
+
+
+# round 18's pins of the 8B shape's layer weights: the bits the canonical Triton GEMM has committed since then
+_ROUND18_PINS = {
+    (6144, 4096): dict(BLOCK_M=128, BLOCK_N=128, num_stages=5, num_warps=4),
+    (4096, 4096): dict(BLOCK_M=128, BLOCK_N=128, num_stages=5, num_warps=8),
+    (28672, 4096): dict(BLOCK_M=128, BLOCK_N=256, num_stages=3, num_warps=8),
+    (4096, 14336): dict(BLOCK_M=128, BLOCK_N=128, num_stages=6, num_warps=8),
+}
+
+
+@pytest.mark.gpu
+def test_pinned_schedules_keep_round_18s_bits():
+    """Round 21 pinned other tiles and scheduling options (FLATTEN, STORE) for the 8B shape's weights: every
+    output of 2,048, 256 and 7 rows has the bits of round 18's pins, so no committed bit moved. Negative control:
+    the same products summed in another association (two halves of K, each rounded) differ, so the comparison can
+    fail. (Round 18's tiles with BLOCK_K = 32 gave the same bits as 64 on the H200: the tensor cores' k16 steps
+    accumulate in K order whatever the block; not a control.)"""
+    pytest.importorskip("triton")
+    from llm42.kernels import batch_invariant_matmul as bim
+
+    gen = torch.Generator(device="cuda").manual_seed(21)
+    for (n, k), old in _ROUND18_PINS.items():
+        old = dict(old, BLOCK_K=64, GROUP_M=8, TMA=True)
+        assert bim.config_for(torch.bfloat16, n, k) != {**old, "PROGRAMS_PER_SM": 1}  # a schedule of its own now
+        weight = (torch.randn(n, k, generator=gen, device="cuda") / k ** 0.5).to(torch.bfloat16)
+        x = torch.randn(2048, k, generator=gen, device="cuda").to(torch.bfloat16)
+        for m in (2048, 256, 7):
+            rows = x[:m].clone()
+            assert torch.equal(bim.matmul(rows, weight), bim.matmul(rows, weight, config=old)), (n, k, m)
+        half = k // 2
+        halves = (bim.matmul(x[:, :half].contiguous(), weight[:, :half].contiguous()).float()
+                  + bim.matmul(x[:, half:].contiguous(), weight[:, half:].contiguous()).float())
+        assert not torch.equal(halves.to(torch.bfloat16), bim.matmul(x, weight))
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("config", [
     dict(BLOCK_M=128, BLOCK_N=256, BLOCK_K=64, GROUP_M=8, num_stages=4, num_warps=8, TMA=True),

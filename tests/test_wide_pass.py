@@ -17,7 +17,7 @@ from llm42 import DVRGenerator, SamplingParams
 from llm42.model.weights import random_weights
 from llm42.policies import FixedShapePolicy
 from llm42.scheduler import InvalidPlanError, Plan, PrefillChunk, SchedulerState, validate_plan
-from llm42.verify.canonical_pass import CanonicalPass, GemmRowBlocks, pass_buckets
+from llm42.verify.canonical_pass import SMALLEST_RESULTS, CanonicalPass, GemmRowBlocks, pass_buckets, result_sizes
 from tests.helpers import count_windows, tiny_config
 
 CFG = tiny_config(max_position_embeddings=256)
@@ -265,6 +265,52 @@ def test_a_row_invariant_gemm_runs_each_wide_gemm_once_with_the_narrow_passes_bi
             other.generate([prompt], _params(0))
             for a, b in zip(_prompt_kv(wide, prompt), _prompt_kv(other, prompt)):
                 assert torch.equal(a, b)
+
+
+def test_result_sizes_go_below_r_only_for_a_row_invariant_head():
+    assert result_sizes(2048, 2048) == (2048,)
+    assert result_sizes(2048, 2048, is_row_invariant=True) == (8, 64, 512, 2048)
+    assert result_sizes(256, 2048, is_row_invariant=True) == (8, 64, 256, 512, 1024, 2048)
+    assert result_sizes(8, 32, is_graphed=False, is_row_invariant=True) == (8, 16, 24, 32)
+
+
+class _ScaledByMPolicy(FixedShapePolicy):
+    """A canonical policy whose GEMM rows depend on M: x (1 + M * 2^-8) (not a shift, which a log-softmax hides)."""
+
+    def linear(self, x, weight, bias=None):
+        return super().linear(x, weight, bias) * (1 + x.shape[0] * 2.0 ** -8)
+
+
+class _ScaledByMClaimingInvariance(_ScaledByMPolicy):
+    """The same, claiming its rows are their own at any M (``is_gemm_row_invariant``)."""
+
+    is_gemm_row_invariant = True
+
+
+@pytest.mark.parametrize("max_tokens", [1, 4])
+def test_a_row_invariant_head_runs_on_the_wanted_rows_only_with_the_same_bits(max_tokens):
+    """With R = 32 a pass whose policy's GEMM rows are their own at any M (``gemm="triton"``; on the CPU the exact
+    GEMM) runs its output head and sampler on 8 rows where it wants fewer (a prompt chunk's last row, one short
+    window), in narrow and wide passes: tokens, log-probs, top alternatives and the prompts' canonical K/V equal
+    those of the cuBLAS config's passes, whose head runs on R rows. Negative control: a policy whose GEMM rows move
+    with M but claims they do not commits other bits (so the comparison sees a head run on fewer rows)."""
+    def gen(policy, tokens):
+        return DVRGenerator(WEIGHTS, CFG, window=8, group=4, kv_cache_tokens=2048, block_size=8, max_fast_tokens=128,
+                            max_canonical_tokens=tokens, canonical_policy=policy)
+
+    prompts = [p * 2 for p in PROMPTS]  # 122, 10, 46 and 80 tokens: chunks of one and several passes
+    reference = _outputs(gen(_RecordingGemmPolicy(gemm="cublas"), 32), prompts, max_new_tokens=max_tokens)
+    for tokens in (32, 128):
+        triton = _RecordingGemmPolicy(gemm="triton")
+        small = gen(triton, tokens)
+        assert _outputs(small, prompts, max_new_tokens=max_tokens) == reference
+        assert SMALLEST_RESULTS in triton.rows_seen, "no head ran on fewer than R rows"
+        other = gen(FixedShapePolicy(), 32)
+        other.generate([prompts[0]], _params(0, max_new_tokens=max_tokens))
+        for a, b in zip(_prompt_kv(small, prompts[0]), _prompt_kv(other, prompts[0])):
+            assert torch.equal(a, b)
+    honest = _outputs(gen(_ScaledByMPolicy(), 32), prompts, max_new_tokens=max_tokens)
+    assert _outputs(gen(_ScaledByMClaimingInvariance(), 32), prompts, max_new_tokens=max_tokens) != honest
 
 
 def test_bad_canonical_gemm_is_refused_naming_the_field():

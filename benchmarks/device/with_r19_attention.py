@@ -11,11 +11,13 @@ written there before the call), so that one device call measures the same benchm
 from __future__ import annotations
 
 import importlib.util
-import runpy
 import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "benchmarks" / "device"))
+
+from run_target import run_target  # noqa: E402
 
 
 def main() -> None:
@@ -23,9 +25,6 @@ def main() -> None:
     baseline = REPO / "benchmarks" / "device" / "baseline_r19" / "tiled_attention_r19.py"
     if argv[:1] == ["--baseline"]:
         baseline, argv = Path(argv[1]), argv[2:]
-    is_module = argv[:1] == ["-m"]
-    if (is_module and len(argv) < 2) or (not is_module and not (argv and argv[0].endswith(".py"))):
-        raise SystemExit("usage: with_r19_attention.py [--baseline PATH] (-m MODULE | SCRIPT.py) [ARGS...]")
     spec = importlib.util.spec_from_file_location("tiled_attention_r19", baseline)
     old = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(old)
@@ -34,12 +33,7 @@ def main() -> None:
     for name in ("tiled_prefill_attention", "tiled_canonical_attention", "tiled_canonical_decode_attention"):
         setattr(kernels, name, getattr(old, name))
     print(f"with_r19_attention: llm42.kernels' tiled launches from {baseline}", flush=True)
-    if is_module:
-        sys.argv = [argv[1]] + argv[2:]
-        runpy.run_module(argv[1], run_name="__main__", alter_sys=True)
-    else:
-        sys.argv = argv
-        runpy.run_path(argv[0], run_name="__main__")
+    run_target(argv, "with_r19_attention.py [--baseline PATH]")
 
 
 if __name__ == "__main__":

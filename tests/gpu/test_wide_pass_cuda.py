@@ -211,3 +211,42 @@ def test_wide_verify_passes_with_the_triton_gemm_commit_the_bits_of_r_row_passes
     wide.close()
     assert max(windows) > GROUP, f"no pass held more than G windows: {windows}"
     assert got == reference
+
+
+class _HeadRows(FixedShapePolicy):
+    """``FixedShapePolicy(gemm="triton")`` recording the rows the output head (the vocabulary-wide GEMM) runs on."""
+
+    def __init__(self, vocab_size: int):
+        super().__init__(gemm="triton")
+        self.vocab_size, self.head_rows = vocab_size, []
+
+    def linear(self, x, weight, bias=None):
+        if weight.shape[0] == self.vocab_size:
+            self.head_rows.append(x.shape[0])
+        return super().linear(x, weight, bias)
+
+
+def test_a_triton_head_on_the_wanted_rows_commits_the_bits_of_an_r_row_head_on_cuda(llama8b, monkeypatch, report):
+    """With the Triton GEMM a pass runs its output head and sampler on the rows it wants (8 / 64 / 512 result
+    rows: a prompt chunk's last row, short windows) instead of R = 256: narrow and wide passes, next to free
+    requests, commit the tokens, log-probs and top alternatives of passes whose head runs on every row
+    (``SMALLEST_RESULTS`` raised past R, the behaviour before round 21). Not vacuous: the head did run on fewer
+    than R rows."""
+    cfg, _ = llama8b
+    prompts, params = _requests(cfg.vocab_size)
+    policy = _HeadRows(cfg.vocab_size)
+    got = {}
+    for tokens in (WINDOW * GROUP, 4 * WINDOW * GROUP):
+        gen = _generator(llama8b, tokens, canonical_policy=policy)
+        got[tokens] = _run(gen, prompts, params, num_free=8)
+        gen.close()
+    report("triton_head_rows_seen", sorted(set(policy.head_rows)))
+    assert min(policy.head_rows) < WINDOW * GROUP, f"every head ran on R rows or more: {sorted(set(policy.head_rows))}"
+    monkeypatch.setattr(canonical_pass, "SMALLEST_RESULTS", 1 << 30)  # no result sizes below R: every row's head
+    everyone = _HeadRows(cfg.vocab_size)
+    gen = _generator(llama8b, WINDOW * GROUP, canonical_policy=everyone)
+    reference = _run(gen, prompts, params)
+    gen.close()
+    assert min(everyone.head_rows) >= WINDOW * GROUP
+    assert got[WINDOW * GROUP] == reference
+    assert got[4 * WINDOW * GROUP] == reference

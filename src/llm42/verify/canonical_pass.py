@@ -28,7 +28,9 @@ and the head and the sampler on R selected rows (``wanted``: each window's rows,
 chunk's last row), so a row gets the bits an R-row pass gives it (position invariance at M = R,
 observation O2); attention and the row-wise kernels run over all the bucket's rows at once,
 which they compute row by row (the canonical attention kernels' bits are a row's own, whatever
-the launch). What it saves: an
+the launch). Where the policy's GEMM rows are their own at any M, the head and the sampler (whose rows
+are their own too) run on the wanted rows alone, in 8, 64 or 512 result rows, in an R-row pass as well:
+a 2,048-row prompt chunk computes one row's logits, not 2,048. What it saves: an
 8,192-token prompt takes 4 launches of 2,048 rows instead of 32 of 256, and its attention
 fills the GPU (256 rows give the tiled kernel 128 programs on 132 SMs).
 """
@@ -136,20 +138,32 @@ def pass_buckets(num_rows: int, max_rows: int, *, is_graphed: bool = True) -> tu
     return tuple(sizes) + (max_rows,)
 
 
-def result_sizes(num_rows: int, bucket: int, *, is_graphed: bool = True) -> tuple[int, ...]:
+def result_sizes(num_rows: int, bucket: int, *, is_graphed: bool = True,
+                 is_row_invariant: bool = False) -> tuple[int, ...]:
     """The result rows a pass of ``bucket`` rows may compute (head and sampler, on blocks of R = ``num_rows``):
     all R of an R-row pass; of a wider one R, 2R, 4R, ... up to the bucket with CUDA graphs (a graph each),
-    every multiple of R without."""
+    every multiple of R without. ``is_row_invariant`` (the policy's head rows are their own at any number of
+    rows: ``is_gemm_row_invariant``): also 8, 64, 512, ... rows below R, so that a pass of prompt chunks, which
+    wants one result per chunk, runs the output head on a few rows rather than R."""
     if bucket == num_rows:
-        return (num_rows,)
-    blocks = bucket // num_rows
-    if not is_graphed:
-        return tuple(num_rows * b for b in range(1, blocks + 1))
-    sizes, b = [], 1
-    while b < blocks:
-        sizes.append(num_rows * b)
-        b *= 2
-    return tuple(sizes) + (bucket,)
+        sizes = (num_rows,)
+    elif not is_graphed:
+        sizes = tuple(num_rows * b for b in range(1, bucket // num_rows + 1))
+    else:
+        sizes, b = [], 1
+        while b < bucket // num_rows:
+            sizes.append(num_rows * b)
+            b *= 2
+        sizes = tuple(sizes) + (bucket,)
+    small, n = [], SMALLEST_RESULTS
+    while is_row_invariant and n < num_rows:
+        small.append(n)
+        n *= 8
+    return tuple(small) + sizes
+
+
+# the fewest result rows a pass computes where its head rows are its own at any number of rows (result_sizes)
+SMALLEST_RESULTS = 8
 
 
 class PassResult:
@@ -266,6 +280,9 @@ class CanonicalPass:
         self.device = weights.device
         self.is_graphed = resolve_use_graph(use_graph, self.device)
         self.buckets = pass_buckets(num_rows, max_rows, is_graphed=self.is_graphed)
+        # a row's GEMMs (and head) give it the same bits at any number of rows: each GEMM runs once over a wide
+        # pass's rows, and a pass computes results for its wanted rows only (result_sizes)
+        self.is_row_invariant = bool(getattr(policy, "is_gemm_row_invariant", False))
         self._kv = None
         # (bucket, result rows) -> (graph, logits)
         self._forward_graphs: dict[tuple[int, int], tuple[torch.cuda.CUDAGraph, torch.Tensor]] = {}
@@ -301,10 +318,13 @@ class CanonicalPass:
 
     def results_for(self, bucket: int, num_wanted: int) -> int:
         """The result rows a pass of ``bucket`` rows computes for ``num_wanted`` wanted rows."""
-        return next(n for n in result_sizes(self.num_rows, bucket, is_graphed=self.is_graphed) if n >= num_wanted)
+        return next(n for n in self._result_sizes(bucket) if n >= num_wanted)
+
+    def _result_sizes(self, bucket: int) -> tuple[int, ...]:
+        return result_sizes(self.num_rows, bucket, is_graphed=self.is_graphed, is_row_invariant=self.is_row_invariant)
 
     def _keys(self) -> list[tuple[int, int]]:
-        return [(b, n) for b in self.buckets for n in result_sizes(self.num_rows, b, is_graphed=self.is_graphed)]
+        return [(b, n) for b in self.buckets for n in self._result_sizes(b)]
 
     # -- static buffers and capture ---------------------------------------------------------------
     def _bind(self, kv) -> None:
@@ -335,8 +355,7 @@ class CanonicalPass:
             for key in self._keys():
                 self._key_inputs(key)
         # a policy whose GEMM rows are their own at any M (FixedShapePolicy(gemm="triton")) runs each GEMM once
-        row_invariant = bool(getattr(self.policy, "is_gemm_row_invariant", False))
-        self._policies = {bucket: self.policy if bucket == num_rows or row_invariant
+        self._policies = {bucket: self.policy if bucket == num_rows or self.is_row_invariant
                           else GemmRowBlocks(self.policy, num_rows, streams=self._block_streams)
                           for bucket in self.buckets}
         self._kv = kv
@@ -358,7 +377,7 @@ class CanonicalPass:
         if key not in self._inputs:
             bucket, n = key
             self._inputs[key] = self._rows.inputs(bucket, max_context_len=self.max_model_len,
-                                                  logits_rows=None if bucket == self.num_rows else self._select[:n])
+                                                  logits_rows=None if n == bucket == self.num_rows else self._select[:n])
         return self._inputs[key]
 
     def _forward(self, bucket: int, inputs: StepInputs) -> torch.Tensor:
@@ -380,10 +399,11 @@ class CanonicalPass:
                             is_any_filtered=self._variant[1])
 
     def _sample(self, logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """The sampler on blocks of R result rows, each the call an R-row pass makes (so each row gets its bits)."""
+        """The sampler on blocks of R result rows, each the call an R-row pass makes (so each row gets its bits);
+        fewer than R result rows (a row-invariant head's, ``result_sizes``) in one call: its rows are its own too."""
         r, n = self.num_rows, logits.shape[0]
-        if n == r:
-            return sample(logits, self._sampling_rows(0, r))
+        if n <= r:
+            return sample(logits, self._sampling_rows(0, n))
         parts = [sample(logits[i: i + r], self._sampling_rows(i, i + r)) for i in range(0, n, r)]
         return torch.cat([t for t, _ in parts]), torch.cat([lp for _, lp in parts])
 
@@ -401,7 +421,9 @@ class CanonicalPass:
         ``per_row``: (params, seed, position of the sampled token) for each real row; None stages
         greedy rows. The segments' positions must already be appended in ``kv``. ``wanted``: the
         rows (pass indices) whose results a pass of more than R rows computes, in blocks of R
-        (``results_for``); default each segment's last row. A pass of at most R rows computes every row's.
+        (``results_for``); default each segment's last row. A pass of at most R rows computes every row's,
+        unless its head rows are their own at any number of rows (``is_row_invariant``) and ``wanted`` names
+        fewer than R: then those rows' only (8, 64 or 512 result rows, ``result_sizes``).
         """
         if kv is not self._kv:
             self._bind(kv)
@@ -412,8 +434,8 @@ class CanonicalPass:
         bucket = self.bucket_for(num_real)
         max_context_len, lasts = self._rows.stage_segments(kv, segments, num_rows=bucket)
         per_row = per_row or []
-        if bucket == self.num_rows:
-            self._wanted = None
+        if bucket == self.num_rows and (wanted is None or self.results_for(bucket, len(wanted)) == bucket):
+            self._wanted = None  # every row's result, in row order
             results = self.num_rows
         else:
             wanted = lasts if wanted is None else list(wanted)
