@@ -224,15 +224,10 @@ class StaticRows:
         padded.append([scratch] * width)
         host_tables.copy_(torch.from_numpy(np.array(padded, dtype=np.int64)))
         self._table_staging.copy(self.seq_tables[:num_tables, :width], host_tables)
-        # each row's copy of its sequence's table, gathered on the device; columns past `width` hold stale (valid)
-        # block ids: no row reads past its own position. On CUDA whole rows, straight into the rows' tables: the
-        # gather into the column slice went through a strided copy kernel, 0.8 ms per 2,048-row chunk of a 15K
-        # prompt on the H200 (a host copies the narrower slice faster than whole rows of a long context's width)
+        # each row's copy of its sequence's table, gathered on the device; columns past `width` keep stale
+        # (valid) block ids: no row attends to a position past its own
         segment = self.view("segment", num_rows)
-        if self.block_tables.is_cuda:
-            torch.index_select(self.seq_tables, 0, segment, out=self.block_tables[:num_rows])
-        else:
-            self.block_tables[:num_rows, :width] = self.seq_tables[:num_tables, :width].index_select(0, segment)
+        self.block_tables[:num_rows, :width] = self.seq_tables[:num_tables, :width].index_select(0, segment)
         return max(positions, default=0) + 1
 
 
