@@ -178,6 +178,8 @@ def test_a_pass_refuses_more_rows_or_more_wanted_rows_than_it_takes():
         cp.stage([seg], gen.kv, wanted=list(range(2 * R)))
     with pytest.raises(ValueError, match="distinct rows"):
         cp.stage([seg], gen.kv, wanted=[0, 0])
+    with pytest.raises(ValueError, match="takes no wanted rows"):
+        cp.launch([Segment(rid, tuple(PROMPTS[0][:R]), 0, _params(0), 1)], gen.kv, None, targets=[3], wanted=[0])
 
 
 def _view(rid: int, prompt: int, *, prefilled: int = 0, candidates: int = 0, generated: int = 0):

@@ -517,6 +517,8 @@ class CanonicalPass:
             self._pending.wait()  # the static buffers are still in use by the previous pass
         if targets is not None and sum(len(seg.tokens) for seg in segments) > self.num_rows:
             raise ValueError(f"scoring targets need a pass of at most R = {self.num_rows} rows")
+        if targets is not None and wanted is not None:
+            raise ValueError("scoring targets are the leading rows' own: a pass that scores takes no wanted rows")
         if self._use_thread:
             inputs = self.stage(segments, kv, per_row, wanted=wanted)  # the static buffers are written here
             if self._worker is None:
