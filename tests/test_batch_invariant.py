@@ -425,7 +425,7 @@ def test_tma_tiles_keep_rows_their_own(monkeypatch):
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="the interpreter runs when there is no CUDA device")
-def test_tma_schedules_keep_the_tiles_bits(monkeypatch):
+def test_tma_schedules_keep_the_tiles_bits():
     """The TMA kernel's scheduling options (``FLATTEN``: tile and K loops pipelined as one, the epilogue's tile from
     its own counter; ``STORE``: the epilogue through a TMA descriptor, whole or in halves) change how loads and stores
     are scheduled, never what a tile computes: every combination gives the plain launch's bits, with and without a

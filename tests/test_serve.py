@@ -266,7 +266,7 @@ def test_models_health_and_metrics(client, server, reference_gen):
     assert [m.id for m in client.models.list().data] == ["stories"]
     models = httpx.get(f"{server.url}/v1/models", headers=server.headers, timeout=30).json()
     assert models["data"][0]["max_model_len"] == reference_gen.max_model_len
-    _complete(client, prompt=PROMPT, max_tokens=2)  # the counter below needs one answered completion of this test's
+    _complete(client, prompt=PROMPT, max_tokens=2)  # the counter below needs an answered completion: our own
     text = httpx.get(f"{server.url}/metrics", timeout=30).text
     for name in ("http_requests_total", "committed_tokens_total", "rollbacks_total", "canonical_passes_total",
                  "queue_depth", "kv_used_blocks", "kv_usage_ratio"):

@@ -1,6 +1,7 @@
 """Run a module or script with the canonical pass's round-21 speed-ups undone (the same bits either way).
 
-    PYTHONPATH=src python3 benchmarks/device/with_round20_canonical.py [--only pins|head] -m llm42.bench.long_prompts ARGS
+    PYTHONPATH=src python3 benchmarks/device/with_round20_canonical.py [--only pins|head] \
+        -m llm42.bench.long_prompts ARGS
 
 - pins: the canonical Triton GEMM on round 18's schedules for the 8B shape (round 21 pinned other tiles, a flattened
   tile / K pipeline and a TMA-store epilogue, which give the same bits: gemm_schedule.py);

@@ -56,7 +56,8 @@ def _tiles(block_m: int, block_n: int, stages: int, warps: int, per_sm: int = 1,
 _SHAPE_CONFIGS: dict[tuple[torch.dtype, int, int], dict] = {
     # the Llama-3.1-8B shape: qkv, o, gate_up, down, the output head. Since round 18 through TMA descriptors (the
     # TMA kernel; two sweeps over 256, 1,024 and 2,048 rows, benchmarks/results/h200_round18/gemm_sweep_tma*.json:
-    # at 2,048 rows 0.72-0.98x round 14's pointer tiles, 1.06-1.3x one cuBLAS call): other bits than round 14's pins.
+    # at 2,048 rows 0.72-0.98x round 14's pointer tiles, 1.06-1.3x one cuBLAS call): other bits than round 14's
+    # pins.
     # Since round 21 the layer weights' schedules (tiles, FLATTEN, STORE) from benchmarks/device/gemm_schedule.py
     # (benchmarks/results/h200_round21/): on the H200 every schedule measured gave round 18's bits (tiles, warps,
     # stages, FLATTEN, STORE; BLOCK_K 32 too: the tensor cores' k16 steps accumulate in K order whatever the block),

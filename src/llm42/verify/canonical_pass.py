@@ -376,8 +376,9 @@ class CanonicalPass:
         never read it), which stage() replaces with the pass's own."""
         if key not in self._inputs:
             bucket, n = key
+            every_row = n == bucket == self.num_rows  # an R-row pass's results in row order
             self._inputs[key] = self._rows.inputs(bucket, max_context_len=self.max_model_len,
-                                                  logits_rows=None if n == bucket == self.num_rows else self._select[:n])
+                                                  logits_rows=None if every_row else self._select[:n])
         return self._inputs[key]
 
     def _forward(self, bucket: int, inputs: StepInputs) -> torch.Tensor:
