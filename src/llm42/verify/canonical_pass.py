@@ -30,7 +30,7 @@ observation O2); attention and the row-wise kernels run over all the bucket's ro
 which they compute row by row (the canonical attention kernels' bits are a row's own, whatever
 the launch). Where the policy's GEMM rows are their own at any M, the head and the sampler (whose rows
 are their own too) run on the wanted rows alone, in 8, 64 or 512 result rows, in an R-row pass as well:
-a 2,048-row prompt chunk computes one row's logits, not 2,048. What it saves: an
+a prompt chunk computes its last row's logits (in 8 result rows), not R rows'. What it saves: an
 8,192-token prompt takes 4 launches of 2,048 rows instead of 32 of 256, and its attention
 fills the GPU (256 rows give the tiled kernel 128 programs on 132 SMs).
 """
