@@ -28,23 +28,26 @@ import torch
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "src"))
 
+from llm42.kernels.batch_invariant_matmul import _tiles  # noqa: E402  (the library's config builder)
+
 SHAPES = {"qkv": (6144, 4096), "o": (4096, 4096), "gate_up": (28672, 4096), "down": (4096, 14336),
           "lm_head": (128256, 4096)}  # (N, K)
 
 
+def _whole(bm, bn, stages, warps, per_sm=1, **options):
+    """A whole TMA config (not options over the pinned one)."""
+    return {**_tiles(bm, bn, stages, warps, per_sm, tma=True, **options), "whole": True}
+
+
 def _flat(bm, bn, stages, warps, per_sm=1):
     return (f"flat_{bm}x{bn}_s{stages}_w{warps}" + (f"_p{per_sm}" if per_sm > 1 else ""),
-            {**_tiles(bm, bn, stages, warps), "PROGRAMS_PER_SM": per_sm, "FLATTEN": True, "whole": True})
-
-
-def _tiles(bm, bn, stages, warps):
-    return dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=64, GROUP_M=8, num_stages=stages, num_warps=warps, TMA=True)
+            _whole(bm, bn, stages, warps, per_sm, flatten=True))
 
 
 # round 18's pins of the 8B shape (the bits every round since commits): the reference the schedules must match
-ROUND18 = {(6144, 4096): _tiles(128, 128, 5, 4), (4096, 4096): _tiles(128, 128, 5, 8),
-           (28672, 4096): _tiles(128, 256, 3, 8), (4096, 14336): _tiles(128, 128, 6, 8),
-           (128256, 4096): _tiles(128, 256, 3, 8)}
+ROUND18 = {(n, k): _tiles(bm, bn, stages, warps, tma=True) for (n, k), (bm, bn, stages, warps) in {
+    (6144, 4096): (128, 128, 5, 4), (4096, 4096): (128, 128, 5, 8), (28672, 4096): (128, 256, 3, 8),
+    (4096, 14336): (128, 128, 6, 8), (128256, 4096): (128, 256, 3, 8)}.items()}
 
 # group -> [(variant name, options over the pinned config, or a whole config)]
 GROUPS = {
@@ -54,10 +57,9 @@ GROUPS = {
     "store": [("tma_store", {"STORE": "tma"}), ("tma_halves", {"STORE": "tma_halves"})],
     "flatten_store": [("flatten_tma", {"FLATTEN": True, "STORE": "tma"}),
                       ("flatten_halves", {"FLATTEN": True, "STORE": "tma_halves"})],
-    "tiles_flat": [(f"flat_halves_{bm}x{bn}_s{s}_w{w}", {**_tiles(bm, bn, s, w), "FLATTEN": True,
-                                                        "STORE": "tma_halves", "whole": True})
+    "tiles_flat": [(f"flat_halves_{bm}x{bn}_s{s}_w{w}", _whole(bm, bn, s, w, flatten=True, store="tma_halves"))
                    for bm, bn, s, w in ((128, 256, 3, 8), (128, 128, 4, 8), (128, 128, 4, 4), (256, 128, 3, 8))],
-    "tiles_plain": [(f"plain_{bm}x{bn}_s{s}_w{w}", {**_tiles(bm, bn, s, w), "whole": True})
+    "tiles_plain": [(f"plain_{bm}x{bn}_s{s}_w{w}", _whole(bm, bn, s, w))
                     for bm, bn, s, w in ((128, 256, 3, 8), (128, 128, 4, 8))],
     # round 21's second sweep: narrower tiles and two programs per SM for the GEMMs whose tiles fill few waves
     "tiles_narrow": [_flat(128, 128, 3, 4, 2), _flat(128, 64, 4, 4), _flat(64, 128, 4, 4), _flat(128, 64, 3, 4, 2),
