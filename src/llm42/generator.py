@@ -274,7 +274,11 @@ class DVRGenerator:
                                   max_rows=max_fast_tokens + max_num_seqs, mixed=mixed)
         self._num_steps = 0
         self._events: dict[int, list[int]] = {}
-        self._canonical_in_flight: LaunchedPass | None = None
+        self._canonical_in_flight: LaunchedPass | None = None  # the oldest canonical pass in flight
+        # a pass of prompt chunks launched behind it without waiting (its staging waits on the device): a long
+        # deterministic prompt's chunks follow each other without the host's turn between them
+        self._canonical_chained: LaunchedPass | None = None
+        self._pool.chain_prefill = bool(getattr(self.verifier, "chains", False))
         self._lock = threading.RLock()
         self._is_closed = False
         self._owners: dict[int, _Owner] = {}  # rid -> the generate()/stream() call that submitted it
@@ -490,7 +494,7 @@ class DVRGenerator:
         if state != "running":
             return
         req = self._pool.running[rid]
-        if req.is_verifying and self._canonical_in_flight is not None:
+        while req.is_verifying and self._canonical_in_flight is not None:
             self._finish_canonical(self._events)  # it writes req's blocks: let it land before they are freed
             self._deliver(self._events)
         if self._pool.running.get(rid) is req:
@@ -529,7 +533,7 @@ class DVRGenerator:
         if self._pool.unfreed:
             self._pool.retry_frees(self.kv)
         self._admit()
-        if self._canonical_in_flight is not None and self._canonical_in_flight.is_ready():
+        while self._canonical_in_flight is not None and self._canonical_in_flight.is_ready():
             self._finish_canonical(events)
         state = SchedulerState(self._pool.views(), self.canonical_config.window, self.canonical_config.group,
                                self.config.max_fast_tokens, self._num_steps, self.max_canonical_tokens,
@@ -559,15 +563,26 @@ class DVRGenerator:
                 self._finish_canonical(events)
         if plan.has_canonical_pass:
             in_flight = self._canonical_in_flight
+            if (in_flight is not None and self._pool.chain_prefill and not plan.verify and not in_flight.is_ready()
+                    and all(self._pool.running[c.rid].is_verifying for c in plan.canonical_prefill)):
+                # only the next chunks of prompts already in flight: chained behind the pass in flight (at most
+                # two in flight). Other plans keep the rules below (a new prompt joins a later pass's windows)
+                if self._canonical_chained is not None:
+                    self._finish_canonical(events)
+                if self._canonical_in_flight is None:
+                    self._canonical_in_flight = self._launch_canonical(plan)
+                else:
+                    self._canonical_chained = self._launch_canonical(plan)
+                return
             if (in_flight is not None and self._draft_ahead and fast.in_flight is not None
                     and not in_flight.is_ready()):
                 # one pass at a time (its static buffers are shared), but the loop does not wait for it: this
                 # step's windows and prompt chunks go to a later pass, their requests draft ahead meanwhile
                 self.stats["deferred_passes"] += 1
                 return
-            if in_flight is not None:  # one pass at a time: its static buffers are shared
+            while self._canonical_in_flight is not None:  # windows wait for what the passes in flight commit
                 self._finish_canonical(events)
-            self._launch_canonical(plan)
+            self._canonical_in_flight = self._launch_canonical(plan)
             # applied now when it has already finished (always on the CPU without canonical_thread), else later
             launched = self._canonical_in_flight
             if launched is not None and (not self.config.overlap or launched.is_ready()):
@@ -726,7 +741,7 @@ class DVRGenerator:
             tokens = self._check_completion(completion)
             self._check(ids, dataclasses.replace(p, max_new_tokens=max(1, len(tokens))))
             jobs.append(ScoreJob(-1, ids + tokens, len(ids), p, 0))
-        if self._canonical_in_flight is not None:  # its static buffers are the ones scoring uses
+        while self._canonical_in_flight is not None:  # its static buffers are the ones scoring uses
             self._finish_canonical(self._events)
             self._deliver(self._events)
         for job in jobs:
@@ -785,7 +800,7 @@ class DVRGenerator:
     def _drain(self) -> None:
         """Apply the fast step and canonical pass still in flight (no request runs: nothing is committed)."""
         self.fast_step.read(self.fast_step.take(), self._events, self._finish)
-        if self._canonical_in_flight is not None:
+        while self._canonical_in_flight is not None:
             self._finish_canonical(self._events)
 
     # -- life cycle -----------------------------------------------------------------------------
@@ -800,7 +815,7 @@ class DVRGenerator:
             if self._is_closed:
                 return
             try:
-                if self._canonical_in_flight is not None:
+                while self._canonical_in_flight is not None:
                     try:  # apply it (its commits are kept); one that failed is dropped, the rest still closes
                         self._finish_canonical(self._events)
                     except Exception:  # noqa: BLE001 - close must free everything whatever the pass did
@@ -819,7 +834,7 @@ class DVRGenerator:
                 self._pool.finished.clear()
                 self._owners.clear()
                 self._events = {}
-                self._canonical_in_flight = None
+                self._canonical_in_flight = self._canonical_chained = None
                 self.kv = self.decode_state = self.fast_step = None
                 self.verifier = self.runner = self.weights = None
 
@@ -838,12 +853,13 @@ class DVRGenerator:
         for req in self._pool.admit(self.kv):
             self.decode_state.admit(req.slot, req.rid, req.params, req.seed)
 
-    def _launch_canonical(self, plan: Plan) -> None:
+    def _launch_canonical(self, plan: Plan) -> LaunchedPass | None:
+        """Launch the plan's canonical pass; returns it in flight (None: a synchronous verifier, applied here)."""
         running = self._pool.running
         work: list[CanonicalWork] = []
         for chunk in plan.canonical_prefill:
             req = running[chunk.rid]
-            start = req.num_prefilled
+            start = req.prefill_frontier
             seg = Segment(req.rid, tuple(req.prompt[start: start + chunk.num_tokens]), start, req.params, req.seed)
             work.append(CanonicalWork(seg, is_prefill=True, is_last_chunk=seg.end == len(req.prompt)))
         for rid in plan.verify:
@@ -854,30 +870,57 @@ class DVRGenerator:
             work.append(CanonicalWork(Segment(req.rid, window, start, req.params, req.seed), is_prefill=False))
         launch = getattr(self.verifier, "launch", None)
         num_rows = self.canonical_config.num_rows
+        launched = None
         if launch is None:  # a user's verifier with verify() only: synchronous
             self._apply_commits(work, self.verifier.verify(work, self.kv), self._events)
         else:
-            self._canonical_in_flight = launch(work, self.kv)
-            num_rows = getattr(self._canonical_in_flight.result, "num_rows", None) or num_rows
+            launched = launch(work, self.kv)
+            num_rows = getattr(launched.result, "num_rows", None) or num_rows
             for w in work:
                 req = running[w.segment.rid]
-                req.is_verifying = True
-                if not w.is_prefill:  # its window's positions are the pass's to write, even with drafts ahead
+                req.num_passes += 1
+                if w.is_prefill:
+                    req.num_prefill_launched = w.segment.end
+                else:  # its window's positions are the pass's to write, even with drafts ahead
                     self.decode_state.set_protect(req.slot, w.segment.end)
         self.stats["canonical_passes"] += 1
         self.stats["canonical_rows"] += num_rows
         self.stats["canonical_rows_used"] += sum(len(w.segment.tokens) for w in work)
+        return launched
 
     def _finish_canonical(self, events: dict[int, list[int]]) -> None:
-        launched, self._canonical_in_flight = self._canonical_in_flight, None
+        """Apply the oldest canonical pass in flight (waiting for it); a pass chained behind it becomes the oldest."""
+        launched, self._canonical_in_flight = self._canonical_in_flight, self._canonical_chained
+        self._canonical_chained = None
         running = self._pool.running
         try:
             commits = (self.verifier.finish(launched, self.kv, truncate=False) if self._draft_ahead
                        else self.verifier.finish(launched, self.kv))
+        except BaseException:
+            self._drop_chained(launched)
+            raise
         finally:
             for w in launched.work:
-                running[w.segment.rid].is_verifying = False
+                running[w.segment.rid].num_passes -= 1
         self._apply_commits(launched.work, commits, events, truncate=self._draft_ahead)
+
+    def _drop_chained(self, failed: LaunchedPass) -> None:
+        """A pass failed: its prompt chunks are launched again from their requests' committed prefill, and a pass
+        chained behind it (which read their K/V) is waited for and dropped the same way, nothing of it applied."""
+        chained, dropped = self._canonical_in_flight, [failed]
+        if chained is not None and chained is not failed:
+            self._canonical_in_flight = None
+            dropped.append(chained)
+            try:
+                chained.result.wait()  # it writes K/V: let it land before anything reuses the blocks
+            except Exception:  # noqa: BLE001 - dropped either way; the first pass's error is the one raised
+                pass
+            for w in chained.work:
+                self._pool.running[w.segment.rid].num_passes -= 1
+        for launched in dropped:
+            for w in launched.work:
+                req = self._pool.running[w.segment.rid]
+                req.num_prefill_launched = req.num_prefilled
 
     def _apply_commits(self, work: list[CanonicalWork], commits: list[Commit], events: dict[int, list[int]], *,
                        truncate: bool = False) -> None:

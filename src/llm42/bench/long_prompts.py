@@ -91,7 +91,7 @@ def _prompt(rng: random.Random, model: BenchModel, n: int) -> list[int]:
     return [rng.randrange(3, model.cfg.vocab_size) for _ in range(n)]
 
 
-def _first_token_s(gen: DVRGenerator, prompt: list[int], *, deterministic: bool) -> float:
+def first_token_s(gen: DVRGenerator, prompt: list[int], *, deterministic: bool) -> float:
     """Seconds from submitting ``prompt`` alone to its one committed token."""
     device = gen.device
     synchronize(device)
@@ -109,13 +109,13 @@ def ttft_phase(run: Run, gen: DVRGenerator, model: BenchModel, config: LongPromp
     rng = random.Random(config.seed)
     rows = run.results["ttft"] = []
     for deterministic in (False, True):  # warm-up: graphs captured, kernels compiled
-        _first_token_s(gen, _prompt(rng, model, min(config.lengths)), deterministic=deterministic)
+        first_token_s(gen, _prompt(rng, model, min(config.lengths)), deterministic=deterministic)
     for n in sorted(config.lengths):
         for deterministic in (False, True):
             if time.perf_counter() > deadline:
                 run.results["ttft_cut_at"] = n
                 return
-            times = [_first_token_s(gen, _prompt(rng, model, n), deterministic=deterministic)
+            times = [first_token_s(gen, _prompt(rng, model, n), deterministic=deterministic)
                      for _ in range(config.reps)]
             ttft = sorted(times)[len(times) // 2]
             bound = prefill_roofline_s(model, n, ceilings["matmul_TFLOPs"])

@@ -40,12 +40,15 @@ class Request:
     candidates: list[int] = field(default_factory=list)
     num_pending: int = 0  # fast-path tokens launched but not yet read back
     num_discard: int = 0  # of those, how many a rollback made void: dropped when read back
-    is_verifying: bool = False  # in a canonical pass that has not been applied yet
+    num_passes: int = 0  # canonical passes in flight that hold rows of this request (at most two: chained chunks)
     num_in_pass: int = 0  # while verifying: the leading candidates in the pass's window (the rest are ahead)
     # the token a pass committed after a whole window, which the first live fast token in flight (the draft
     # ahead at that position) must equal for the drafts after it to stand; None: no such check pending
     ahead_check: int | None = None
     num_prefilled: int = 0
+    # the end of the prompt positions handed to canonical passes (committed or in flight); the next chunk of a
+    # deterministic prompt starts here. Only a chained pass launches a chunk before the one before it commits
+    num_prefill_launched: int = 0
     num_rollbacks: int = 0
     num_recomputed: int = 0
     finish_reason: str | None = None
@@ -63,6 +66,21 @@ class Request:
     @property
     def is_prefill(self) -> bool:
         return self.num_prefilled < self.num_prompt_tokens
+
+    @property
+    def is_verifying(self) -> bool:
+        """Whether a canonical pass that has not been applied yet holds rows of this request."""
+        return self.num_passes > 0
+
+    @property
+    def prefill_frontier(self) -> int:
+        """Where this request's next prompt chunk starts: past the committed chunks and any in flight."""
+        return max(self.num_prefilled, self.num_prefill_launched)
+
+    def is_chainable(self) -> bool:
+        """In flight with prompt chunks only, more of the prompt to go: its next chunk may go in a pass chained
+        behind (the chunk's K/V reads wait for the earlier chunks' writes on the device, not on the host)."""
+        return self.is_deterministic and self.is_verifying and self.prefill_frontier < self.num_prompt_tokens
 
     @property
     def num_committed(self) -> int:
@@ -134,7 +152,7 @@ class Request:
 
     def view(self, window: int) -> RequestView:
         if self.is_deterministic:  # candidates drafted ahead of a due window are not the scheduler's to count
-            return RequestView(self.rid, True, self.num_prompt_tokens, self.num_prefilled, len(self.token_ids),
+            return RequestView(self.rid, True, self.num_prompt_tokens, self.prefill_frontier, len(self.token_ids),
                                min(self.num_candidates, self.window_depth(window)), self.num_speculable(window),
                                self.arrival)
         return RequestView(self.rid, False, self.num_prompt_tokens, self.num_prefilled,
@@ -181,6 +199,9 @@ class RequestPool:
         self.stats: dict[str, int] = dict.fromkeys(STAT_NAMES, 0)
         self._num_arrivals = 0
         self._free_slots = list(range(max_num_seqs - 1, -1, -1))
+        # whether the scheduler sees a deterministic prompt whose chunk is in a pass (``is_chainable``): the
+        # engine sets it where its verifier chains passes (CUDA: each pass's staging waits on the device)
+        self.chain_prefill = False
 
     def enqueue(self, req: Request) -> None:
         self.waiting.append(req)
@@ -222,8 +243,9 @@ class RequestPool:
     def views(self) -> tuple[RequestView, ...]:
         """What the scheduler may see: schedulable running requests, oldest first (dicts keep admission order)."""
         window = self.window
+        chain = self.chain_prefill
         return tuple(r.view(window) for r in self.running.values()
-                     if not r.is_verifying and r.num_generated < r.max_new_tokens)
+                     if (not r.is_verifying or (chain and r.is_chainable())) and r.num_generated < r.max_new_tokens)
 
     def apply_fast(self, req: Request, token: int, logprob: float, events: dict[int, list[int]],
                    top_logprobs: dict[int, float] | None = None) -> bool:
@@ -285,7 +307,7 @@ class RequestPool:
             if self.adaptive_draft:
                 req.adapt_draft_limit(commit, self.window)
         req.num_in_pass = 0
-        if truncate and not keeps:
+        if truncate and not keeps and not commit.is_prefill:  # a chunk's K/V stands (a chained chunk's past it)
             kv.truncate(req.rid, commit.num_kv_valid)
         # index the now-canonical full blocks before the request may finish and release them
         kv.publish(req.rid, req.prompt + req.token_ids + list(commit.token_ids))

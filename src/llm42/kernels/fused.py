@@ -2,7 +2,8 @@
 
 - ``add_rms_norm``: residual add + RMSNorm, returning the normed rows and the new residual.
 - ``rope_and_store``: optional per-head q/k RMSNorm (Qwen3), rotate-half RoPE on q and k,
-  and the K/V writes into the flat paged cache, for every row and head in one launch.
+  and the K/V writes into the flat paged cache, for every row and head in one launch (without
+  the norm a program takes a whole row, all its heads; with it, one head).
 - ``swiglu``: SiLU(gate) * up from the fused [gate; up] GEMM output.
 
 Each computes what the unfused torch composition computes (``llm42.policies.base.TorchRowOps``),
@@ -22,6 +23,9 @@ import triton
 import triton.language as tl
 
 SWIGLU_BLOCK = 1024
+# rope_and_store without a q/k norm: True, one program per row (all its heads); False, one per (row, head), the
+# launch before round 22 (the same bits: elementwise; kept for side-by-side timing)
+ROPE_ROW_PROGRAMS = True
 
 
 @triton.jit
@@ -95,6 +99,54 @@ def _rope_and_store_kernel(
         v = tl.load(v_ptr + row * stride_v_row + kv_head * stride_v_head + offs, mask=mask, other=0.0)
         tl.store(v_cache_ptr + slot * stride_vc_slot + kv_head * stride_vc_head + offs,
                  v.to(v_cache_ptr.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def _rope_tile(src_ptr, dst_ptr, stride_src_head, stride_dst_head, cos, sin, num_heads,
+               HEAD_DIM: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_D: tl.constexpr):
+    # _rope_head without the norm, for all of a row's ``num_heads`` heads as one [BLOCK_H, BLOCK_D] tile:
+    # element for element the same operations in the same order
+    heads = tl.arange(0, BLOCK_H)[:, None]
+    offs = tl.arange(0, BLOCK_D)[None, :]
+    mask = (heads < num_heads) & (offs < HEAD_DIM)
+    is_first_half = offs < HEAD_DIM // 2
+    offs_rot = tl.where(is_first_half, offs + HEAD_DIM // 2, offs - HEAD_DIM // 2)
+    sign = tl.where(is_first_half, -1.0, 1.0)
+    x = tl.load(src_ptr + heads * stride_src_head + offs, mask=mask, other=0.0)
+    partner = tl.load(src_ptr + heads * stride_src_head + offs_rot, mask=mask, other=0.0)
+    dtype = x.dtype
+    rotated = partner.to(tl.float32) * sign
+    a = (x.to(tl.float32) * cos).to(dtype)
+    b = (rotated * sin).to(dtype)
+    out = (a.to(tl.float32) + b.to(tl.float32)).to(dtype)
+    tl.store(dst_ptr + heads * stride_dst_head + offs, out.to(dst_ptr.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def _rope_rows_kernel(
+    q_ptr, k_ptr, v_ptr, cos_ptr, sin_ptr, q_out_ptr, k_cache_ptr, v_cache_ptr, slot_ptr,
+    stride_q_row, stride_q_head, stride_k_row, stride_k_head, stride_v_row, stride_v_head, stride_cos, stride_sin,
+    stride_qo_row, stride_qo_head, stride_kc_slot, stride_kc_head, stride_vc_slot, stride_vc_head,
+    NUM_HEADS: tl.constexpr, NUM_KV_HEADS: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr,
+    BLOCK_HQ: tl.constexpr, BLOCK_HKV: tl.constexpr,
+):
+    # program (row): every query and kv head of one row (no q/k norm). A program per (row, head) moved 128
+    # elements each: 2,048-row prompt chunks of the 8B shape ran at ~1/4 of the copy bandwidth (round 22)
+    row = tl.program_id(0)
+    offs = tl.arange(0, BLOCK_D)[None, :]
+    d_mask = offs < HEAD_DIM
+    cos = tl.load(cos_ptr + row * stride_cos + offs, mask=d_mask, other=0.0).to(tl.float32)
+    sin = tl.load(sin_ptr + row * stride_sin + offs, mask=d_mask, other=0.0).to(tl.float32)
+    _rope_tile(q_ptr + row * stride_q_row, q_out_ptr + row * stride_qo_row, stride_q_head, stride_qo_head,
+               cos, sin, NUM_HEADS, HEAD_DIM, BLOCK_HQ, BLOCK_D)
+    slot = tl.load(slot_ptr + row)
+    _rope_tile(k_ptr + row * stride_k_row, k_cache_ptr + slot * stride_kc_slot, stride_k_head, stride_kc_head,
+               cos, sin, NUM_KV_HEADS, HEAD_DIM, BLOCK_HKV, BLOCK_D)
+    heads = tl.arange(0, BLOCK_HKV)[:, None]
+    kv_mask = (heads < NUM_KV_HEADS) & d_mask
+    v = tl.load(v_ptr + row * stride_v_row + heads * stride_v_head + offs, mask=kv_mask, other=0.0)
+    tl.store(v_cache_ptr + slot * stride_vc_slot + heads * stride_vc_head + offs,
+             v.to(v_cache_ptr.dtype.element_ty), mask=kv_mask)
 
 
 @triton.jit
@@ -191,6 +243,18 @@ def rope_and_store(
         return q_out
     has_norm = q_norm is not None
     block_d = triton.next_power_of_2(head_dim)
+    if not has_norm and ROPE_ROW_PROGRAMS:  # elementwise only: one program per row takes all its heads
+        block_hq = triton.next_power_of_2(num_heads)
+        _rope_rows_kernel[(num_rows,)](
+            q, k, v, cos, sin, q_out, k_cache, v_cache, slot_mapping,
+            q.stride(0), q.stride(1), k.stride(0), k.stride(1), v.stride(0), v.stride(1), cos.stride(0),
+            sin.stride(0), q_out.stride(0), q_out.stride(1), k_cache.stride(0), k_cache.stride(1),
+            v_cache.stride(0), v_cache.stride(1),
+            NUM_HEADS=num_heads, NUM_KV_HEADS=num_kv_heads, HEAD_DIM=head_dim, BLOCK_D=block_d,
+            BLOCK_HQ=block_hq, BLOCK_HKV=triton.next_power_of_2(num_kv_heads),
+            num_warps=max(1, min(8, block_hq * block_d // 512)), enable_fp_fusion=False,
+        )
+        return q_out
     _rope_and_store_kernel[(num_rows, num_heads + num_kv_heads)](
         q, k, v, cos, sin, q_norm if has_norm else q, k_norm if has_norm else k, q_out, k_cache, v_cache,
         slot_mapping,

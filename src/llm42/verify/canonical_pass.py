@@ -308,9 +308,20 @@ class CanonicalPass:
                                if is_cuda and self.gemm_streams > 1 and max_rows > num_rows else [])
         self._use_thread = use_thread and not is_cuda  # a CUDA pass is already asynchronous: the device runs it
         self._worker: ThreadPoolExecutor | None = None  # started by the first threaded launch
-        self._host_tokens = torch.zeros(max_rows, dtype=torch.int64, pin_memory=is_cuda)
-        self._host_logprobs = torch.zeros(max_rows, dtype=torch.float32, pin_memory=is_cuda)
+        # pinned result rows, two sets used in turn: a pass chained behind another copies its results out
+        # before the host has read the other's
+        self._host_out = [(torch.zeros(max_rows, dtype=torch.int64, pin_memory=is_cuda),
+                           torch.zeros(max_rows, dtype=torch.float32, pin_memory=is_cuda)) for _ in range(2)]
+        self._num_launched = 0
         self._pending: PassResult | None = None
+
+    @property
+    def chains(self) -> bool:
+        """Whether ``launch`` may stage a pass while the one before it runs: on CUDA every write of the static
+        buffers (``Staging`` copies, the rows' table copies) is queued on the stream behind the pass before, and
+        the result rows alternate between two pinned buffers, so at most two passes may be in flight (the
+        caller applies the older one before launching a third). On the CPU a launch waits for the pass before."""
+        return self.device.type == "cuda"
 
     def bucket_for(self, num_real: int) -> int:
         """The rows a pass of ``num_real`` real rows computes."""
@@ -514,8 +525,9 @@ class CanonicalPass:
         ``targets``: tokens to take the log-probs of, one per leading real row, instead of the sampled ones
         (passes of at most R rows). ``wanted``: as ``stage``'s.
         """
-        if self._pending is not None and not self._pending.is_ready():
+        if self._pending is not None and not self.chains and not self._pending.is_ready():
             self._pending.wait()  # the static buffers are still in use by the previous pass
+        self._num_launched += 1
         if targets is not None and sum(len(seg.tokens) for seg in segments) > self.num_rows:
             raise ValueError(f"scoring targets need a pass of at most R = {self.num_rows} rows")
         if targets is not None and wanted is not None:
@@ -552,14 +564,17 @@ class CanonicalPass:
 
     def _copy_out(self, tokens: torch.Tensor, logprobs: torch.Tensor) -> torch.cuda.Event:
         """Queue the result rows' copy to pinned host memory; the event marks its end."""
-        self._host_tokens[: self._results].copy_(tokens, non_blocking=True)
-        self._host_logprobs[: self._results].copy_(logprobs, non_blocking=True)
+        host_tokens, host_logprobs = self._host_results()
+        host_tokens.copy_(tokens, non_blocking=True)
+        host_logprobs.copy_(logprobs, non_blocking=True)
         event = torch.cuda.Event()
         event.record()
         return event
 
     def _host_results(self) -> tuple[torch.Tensor, torch.Tensor]:
-        return self._host_tokens[: self._results], self._host_logprobs[: self._results]
+        """This launch's pinned result rows (the two sets in turn)."""
+        host_tokens, host_logprobs = self._host_out[self._num_launched % 2]
+        return host_tokens[: self._results], host_logprobs[: self._results]
 
     def _result_rows(self) -> dict:
         return {"wanted": self._wanted, "num_rows": self._bucket}

@@ -71,6 +71,11 @@ class Verifier:
     def is_graphed(self) -> bool:
         return self.canonical_pass.is_graphed
 
+    @property
+    def chains(self) -> bool:
+        """Whether a pass may be launched while the one before it is in flight (``CanonicalPass.chains``)."""
+        return self.canonical_pass.chains
+
     def launch(self, work: list[CanonicalWork], kv) -> LaunchedPass:
         segments = [w.segment for w in work]
         for seg in segments:
@@ -105,7 +110,7 @@ class Verifier:
                                 tuple(top[-1:]) if last and top is not None else ())
             else:
                 commit = commit_window(seg, sampled, lps, top)
-            if truncate:
+            if truncate and not w.is_prefill:  # a chunk's K/V stands, and a chained chunk's after it
                 kv.truncate(seg.rid, commit.num_kv_valid)
             kv.mark_canonical(seg.rid, commit.num_kv_valid)
             commits.append(commit)
