@@ -567,16 +567,13 @@ class DVRGenerator:
                     and all(self._pool.running[c.rid].is_verifying for c in plan.canonical_prefill)):
                 # only the next chunks of prompts already in flight: chained behind the pass in flight (at most
                 # two in flight). Other plans keep the rules below (a new prompt joins a later pass's windows)
-                if self._canonical_chained is not None:
+                if self._canonical_chained is not None:  # the oldest applied: the chained one is the oldest now
                     self._finish_canonical(events)
-                if self._canonical_in_flight is None:
-                    self._canonical_in_flight = self._launch_canonical(plan)
-                else:
-                    self._canonical_chained = self._launch_canonical(plan)
+                self._canonical_chained = self._launch_canonical(plan)
                 return
             if (in_flight is not None and self._draft_ahead and fast.in_flight is not None
                     and not in_flight.is_ready()):
-                # one pass at a time (its static buffers are shared), but the loop does not wait for it: this
+                # windows and new prompts: one pass at a time, but the loop does not wait for it: this
                 # step's windows and prompt chunks go to a later pass, their requests draft ahead meanwhile
                 self.stats["deferred_passes"] += 1
                 return
