@@ -12,11 +12,17 @@ stage the same passes in one process (the tiny model: staging does not depend on
 on the host clock (``llm42.bench.devicetime.median_ms``), median of ``--reps`` after 3 warm-ups; the staged
 buffers are checked equal.
 Host time only: what it saves on a GPU run is not measured here.
+
+Round 23 adds the sampling rows of a pass (``CanonicalPass._stage_sampling``): round 22 built five Python lists
+of a 2,048-row verify pass's per-row (params, seed, position) and converted each; round 23 writes each run of rows
+that share a request's params and seed with ``np.repeat`` (``legacy_stage_sampling`` below is round 22's). Both
+stage the same sampled 64-window pass; the staged host rows (and the sampler variant) are checked equal.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 from pathlib import Path
@@ -69,6 +75,56 @@ class LegacyRows(StaticRows):
         return max(positions, default=0) + 1
 
 
+def legacy_stage_sampling(cp, per_row, num_results: int) -> None:
+    """``CanonicalPass._stage_sampling`` as it was in round 22: a Python list per field, one conversion each."""
+    from llm42.cuda_graphs import host_int64
+    from llm42.sampler import sampling_variant
+
+    pad = num_results - len(per_row)
+    ints, floats = cp._staging_ints.host(), cp._staging_floats.host()
+    ints[0, :num_results] = host_int64([p.top_k for p, _, _ in per_row] + [0] * pad)
+    ints[1, :num_results] = host_int64([s for _, s, _ in per_row] + [0] * pad)
+    ints[2, :num_results] = host_int64([q for _, _, q in per_row] + [0] * pad)
+    floats[0, :num_results] = torch.tensor([p.temperature for p, _, _ in per_row] + [0.0] * pad)
+    floats[1, :num_results] = torch.tensor([p.top_p for p, _, _ in per_row] + [1.0] * pad)
+    cp._staging_ints.copy()
+    cp._staging_floats.copy()
+    cp._variant = sampling_variant(p for p, _, _ in per_row)
+
+
+def sampling_case(gen, kv, reps: int) -> dict:
+    """Round 22's and round 23's sampling rows of one sampled 64-window verify pass (each window its own
+    request's params and seed), median host ms of each, and whether they stage the same rows."""
+    cfg = gen.cfg
+    segments = [dataclasses.replace(seg, params=SamplingParams(deterministic=True, temperature=0.5 + i / 128, top_p=0.9,
+                                                   top_k=i % 3 * 20), seed=1000 + i)
+                for i, seg in enumerate(canonical_segments(cfg, window=WINDOW, group=NUM_SEQS,
+                                                           context=CONTEXT + WINDOW,
+                                                           params=SamplingParams(deterministic=True)))]
+    per_row = [(seg.params, seg.seed, pos + 1) for seg in segments for pos in range(seg.start, seg.end)]
+    cp = gen.verifier.canonical_pass
+    staged = {}
+    times = {}
+    for label, stage in (("round22", lambda: legacy_stage_sampling(cp, per_row, 2048)),
+                         ("round23", lambda: cp._stage_sampling(per_row, 2048))):
+        times[label] = median_ms(stage, gen.device, warmup=3, reps=reps)
+        cp._staging_ints.host().fill_(-1)
+        cp._staging_floats.host().fill_(-1.0)
+        stage()
+        staged[label] = (cp._staging_ints.host()[:, :2048].clone(), cp._staging_floats.host()[:, :2048].clone(),
+                         cp._variant)
+    (i22, f22, v22), (i23, f23, v23) = staged["round22"], staged["round23"]
+    same = torch.equal(i22, i23) and torch.equal(f22, f23) and v22 == v23
+    full = median_ms(lambda: cp.stage(segments, kv, per_row, wanted=list(range(len(per_row)))), gen.device,
+                     warmup=3, reps=reps)
+    print(f"sampling rows, 2,048 rows: round 22 {times['round22']:.3f} ms, round 23 {times['round23']:.3f} ms "
+          f"(x{times['round23'] / times['round22']:.2f}), rows equal: {same}; the whole stage() now "
+          f"{full:.3f} ms", flush=True)
+    return {"round22_ms": round(times["round22"], 4), "round23_ms": round(times["round23"], 4),
+            "ratio": round(times["round23"] / times["round22"], 3), "rows_equal": same,
+            "stage_round23_ms": round(full, 4)}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default=str(REPO / "benchmarks/results/cpu_staging.json"))
@@ -111,6 +167,7 @@ def main() -> None:
                                  "ratio": round(rows["round14"] / rows["legacy"], 3), "buffers_equal": same}
         print(f"{name}: legacy {rows['legacy']:.3f} ms, round 14 {rows['round14']:.3f} ms "
               f"(x{rows['round14'] / rows['legacy']:.2f}), buffers equal: {same}", flush=True)
+    result["cases"]["sampling_rows_64_sampled_windows_2048_rows"] = sampling_case(gen, kv, args.reps)
     gen.close()
     Path(args.out).write_text(json.dumps(result, indent=1) + "\n")
 

@@ -125,6 +125,16 @@ VARIANTS = {
     # and the long-prompt canonical config: the Triton GEMM (its 8B tiles on TMA since round 18) with 128-row tiles
     # (other committed bits than the default's): what it costs deterministic requests' narrow verify passes
     "triton_tile128": {"canonical_gemm": "triton", "canonical_tile_m": 128},
+    # round 23: which passes go behind a pass in flight (DVRGenerator(chain_passes=...)): round 22's rule (only a
+    # long prompt's next chunks; "prompts"), every plan, none (round 21); and partial windows verified while the
+    # canonical stream idles and the drafting deterministic requests fit one R-row pass (DefaultScheduler(
+    # eager_verify=True)). Round 23's calls B and D ran with "all" as the tree's default then: their "default"
+    # and "eager" variants chained every plan ("chain_all" and "eager_chain_all" here)
+    "chain_prompts": {"chain_passes": "prompts"},
+    "chain_all": {"chain_passes": "all"},
+    "chain_off": {"chain_passes": "off"},
+    "eager": {"eager_verify": True},
+    "eager_chain_all": {"eager_verify": True, "chain_passes": "all"},
 }
 
 

@@ -154,6 +154,7 @@ class DVRGenerator:
         prioritize_fast: bool = False,
         canonical_gemm_streams: int = 1,
         graph_bucket_step: int | None = None,
+        chain_passes: str = "prompts",
     ):
         self.canonical_config = CanonicalConfig(window=window, group=group)
         self.config = EngineConfig(
@@ -164,6 +165,7 @@ class DVRGenerator:
             canonical_stream=canonical_stream, mixed_steps=mixed_steps, draft_ahead=draft_ahead,
             wide_verify=wide_verify, prioritize_fast=prioritize_fast,
             canonical_gemm_streams=canonical_gemm_streams, graph_bucket_step=graph_bucket_step,
+            chain_passes=chain_passes,
         )
         num_canonical_tokens = self.config.canonical_tokens(self.canonical_config.num_rows)
         scratch = getattr(kv_store, "num_scratch_slots", None)  # an injected store: a pass's padding rows write there
@@ -275,10 +277,12 @@ class DVRGenerator:
         self._num_steps = 0
         self._events: dict[int, list[int]] = {}
         self._canonical_in_flight: LaunchedPass | None = None  # the oldest canonical pass in flight
-        # a pass of prompt chunks launched behind it without waiting (its staging waits on the device): a long
-        # deterministic prompt's chunks follow each other without the host's turn between them
+        # a pass launched behind it without waiting (its staging waits on the device, EngineConfig.chain_passes):
+        # the canonical stream goes from one pass to the next without the host's turn between them
         self._canonical_chained: LaunchedPass | None = None
-        self._pool.chain_prefill = bool(getattr(self.verifier, "chains", False))
+        # whether the verifier can chain passes at all; the scheduler then sees prompts whose chunk is in a pass
+        self._pool.chain_prefill = (bool(getattr(self.verifier, "chains", False))
+                                    and self.config.chain_passes != "off")
         self._lock = threading.RLock()
         self._is_closed = False
         self._owners: dict[int, _Owner] = {}  # rid -> the generate()/stream() call that submitted it
@@ -537,7 +541,8 @@ class DVRGenerator:
             self._finish_canonical(events)
         state = SchedulerState(self._pool.views(), self.canonical_config.window, self.canonical_config.group,
                                self.config.max_fast_tokens, self._num_steps, self.max_canonical_tokens,
-                               self._max_canonical_results)
+                               self._max_canonical_results,
+                               (self._canonical_in_flight is not None) + (self._canonical_chained is not None))
         plan = self.scheduler.schedule(state)
         validate_plan(plan, state)
         plan = self._with_drafts_ahead(plan)
@@ -563,18 +568,22 @@ class DVRGenerator:
                 self._finish_canonical(events)
         if plan.has_canonical_pass:
             in_flight = self._canonical_in_flight
-            if (in_flight is not None and self._pool.chain_prefill and not plan.verify and not in_flight.is_ready()
-                    and all(self._pool.running[c.rid].is_verifying for c in plan.canonical_prefill)):
-                # only the next chunks of prompts already in flight: chained behind the pass in flight (at most
-                # two in flight). Other plans keep the rules below (a new prompt joins a later pass's windows)
-                if self._canonical_chained is not None:  # the oldest applied: the chained one is the oldest now
+            if in_flight is not None and self._pool.chain_prefill and not in_flight.is_ready():
+                # behind the pass in flight (at most two in flight): the plan's windows belong to requests in no
+                # pass (the scheduler sees no other), its prompt chunks to new prompts or follow chunks in flight
+                is_next_chunks = not plan.verify and all(self._pool.running[c.rid].is_verifying
+                                                         for c in plan.canonical_prefill)
+                if self._canonical_chained is None and (is_next_chunks or self.config.chain_passes == "all"):
+                    self._canonical_chained = self._launch_canonical(plan)
+                    return
+                if is_next_chunks:  # a long prompt's next chunk: the oldest applied, the chained one is the oldest
                     self._finish_canonical(events)
-                self._canonical_chained = self._launch_canonical(plan)
-                return
+                    self._canonical_chained = self._launch_canonical(plan)
+                    return
             if (in_flight is not None and self._draft_ahead and fast.in_flight is not None
                     and not in_flight.is_ready()):
-                # windows and new prompts: one pass at a time, but the loop does not wait for it: this
-                # step's windows and prompt chunks go to a later pass, their requests draft ahead meanwhile
+                # two passes in flight (one, unchained): the loop does not wait for them: this step's windows and
+                # prompt chunks go to a later pass, their requests draft ahead meanwhile
                 self.stats["deferred_passes"] += 1
                 return
             while self._canonical_in_flight is not None:  # windows wait for what the passes in flight commit

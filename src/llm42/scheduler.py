@@ -66,6 +66,8 @@ class SchedulerState:
     max_canonical_tokens: int | None = None
     # rows of one canonical pass that may need results (None: R); at most max_canonical_rows
     max_canonical_results: int | None = None
+    # canonical passes launched and not yet applied (0: the canonical pass's device work has run dry)
+    num_passes_in_flight: int = 0
 
     @property
     def num_canonical_rows(self) -> int:
@@ -233,16 +235,36 @@ class DefaultScheduler:
     rows that windows leave to them (at most the rows those prompts still need); 0 (the default) gives
     windows every row they can use. It helps where pass rows are the limit (tests/test_prompt_share.py);
     on the H200 serving benchmark it changed nothing, since there the passes' rate is the limit
-    (docs/benchmarks.md, round 12). Scheduling never changes a committed bit.
+    (docs/benchmarks.md, round 12).
+
+    ``eager_verify``: when no canonical pass is in flight and every deterministic request drafting a window
+    fits one pass of R rows (at most G of them: the tail of a run, or light deterministic traffic), verify
+    their partial windows now instead of waiting for a full one. A rollback then throws away the few tokens
+    drafted since the last pass rather than up to a window's worth; the pass it costs runs where the canonical
+    stream would idle. Scheduling never changes a committed bit.
     """
 
-    prompt_share: float = 0.0  # a class default too: subclasses that skip __init__ keep working
+    prompt_share: float = 0.0  # class defaults too: subclasses that skip __init__ keep working
+    eager_verify: bool = False
 
-    def __init__(self, *, prompt_share: float = 0.0):
+    def __init__(self, *, prompt_share: float = 0.0, eager_verify: bool = False):
         if isinstance(prompt_share, bool) or not isinstance(prompt_share, (int, float)) or not (
                 0.0 <= prompt_share <= 1.0):
             raise ValueError(f"DefaultScheduler prompt_share must be a number in [0, 1], got {prompt_share!r}")
+        if not isinstance(eager_verify, bool):
+            raise TypeError(f"DefaultScheduler eager_verify must be a bool, got {type(eager_verify).__name__} "
+                            f"{eager_verify!r}")
         self.prompt_share = float(prompt_share)
+        self.eager_verify = eager_verify
+
+    def _is_eager(self, state: SchedulerState) -> bool:
+        """Whether to verify partial windows now: the canonical stream idle and every drafting deterministic
+        request's window in one R-row pass."""
+        if not self.eager_verify or state.num_passes_in_flight:
+            return False
+        drafting = [v for v in state.requests if v.is_deterministic and not v.is_prefill and v.num_candidates]
+        return 0 < len(drafting) <= state.group and sum(1 + v.num_candidates for v in drafting) <= (
+            state.num_canonical_rows)
 
     def schedule(self, state: SchedulerState) -> Plan:
         reqs = state.requests
@@ -251,7 +273,7 @@ class DefaultScheduler:
         rows = 0  # the windows' rows
         due = [v for v in reqs if v.is_ready_to_verify]
         det_prefill = [v for v in reqs if v.is_deterministic and v.is_prefill]
-        if due or det_prefill:
+        if due or det_prefill or self._is_eager(state):
             window_rows = state.max_result_rows
             if det_prefill and self.prompt_share:
                 reserve = min(sum(v.num_prompt_remaining for v in det_prefill),

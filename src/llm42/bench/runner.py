@@ -110,6 +110,8 @@ class Engine:
     prioritize_fast: bool = False  # DVRGenerator's knob: each step's work on a high-priority CUDA stream
     canonical_gemm_streams: int = 1  # DVRGenerator's knob: a wide pass's R-row GEMM blocks side by side
     graph_bucket_step: int | None = None  # DVRGenerator's knob: the fast path's graph row ladder (None: the model's)
+    chain_passes: str = "prompts"  # DVRGenerator's knob: which canonical passes go behind a pass in flight
+    eager_verify: bool = False  # DefaultScheduler's knob: partial windows verified while the canonical stream idles
 
     def generator(self, mode: Mode, *, window: int | None = None, group: int | None = None,
                   ) -> tuple[DVRGenerator, list[str]]:
@@ -128,8 +130,9 @@ class Engine:
             use_cuda_graphs=self.use_cuda_graphs, overlap=mode.is_overlapped,
             max_canonical_tokens=self.max_canonical_tokens, canonical_stream=self.canonical_stream,
             draft_ahead=self.draft_ahead, wide_verify=self.wide_verify, adaptive_draft=self.adaptive_draft,
-            scheduler=DefaultScheduler(prompt_share=self.prompt_share), prioritize_fast=self.prioritize_fast,
-            canonical_gemm_streams=self.canonical_gemm_streams, graph_bucket_step=self.graph_bucket_step,
+            scheduler=DefaultScheduler(prompt_share=self.prompt_share, eager_verify=self.eager_verify),
+            prioritize_fast=self.prioritize_fast, canonical_gemm_streams=self.canonical_gemm_streams,
+            graph_bucket_step=self.graph_bucket_step, chain_passes=self.chain_passes,
         )
         notes = []
         if self.use_cuda_graphs and gen.device.type == "cuda":

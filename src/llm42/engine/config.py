@@ -29,6 +29,9 @@ def strict_bool(owner: str, name: str, value: object) -> bool:
 # canonical config (``FixedShapePolicy(tile_m=)``, ``llm42.kernels.tiled_attention``)
 CANONICAL_TILE_HEIGHTS = (64, 128)
 
+# which canonical passes the engine launches behind a pass still in flight (``EngineConfig.chain_passes``)
+CHAIN_MODES = ("off", "prompts", "all")
+
 
 def check_tile_m(owner: str, name: str, tile_m: object) -> int:
     """A canonical tile height: one of ``CANONICAL_TILE_HEIGHTS`` (bools are not integers here)."""
@@ -104,6 +107,15 @@ class EngineConfig:
     step pads its rows up to the next bucket, and on a compute-bound model a padding row costs a real row's GEMM
     FLOPs; a finer ladder pads less but captures more graphs. ``None`` (default): ``default_graph_bucket_step``
     of the model. A multiple of 16. Never changes a committed bit (the canonical pass does not use it).
+    ``chain_passes``: where the verifier can stage a pass while the one before it runs (llm42's on CUDA,
+    ``CanonicalPass.chains``), which plans go behind a pass in flight instead of waiting for it (at most two
+    passes in flight): ``"prompts"`` (default) only plans made of the next chunks of deterministic prompts already
+    in flight (round 22: a long prompt's chunks follow each other on the device); ``"all"`` any plan (its windows
+    belong to requests in no pass, its prompt chunks to new prompts or follow chunks in flight); ``"off"`` none:
+    windows and prompts wait for the pass in flight, drafting ahead meanwhile. Measured on the H200 (round 23,
+    docs/benchmarks.md): ``"all"`` cut the real SmolLM2's dvr@50 steps 6-9 % and its rollbacks, but each step
+    took longer and free requests' online gaps grew, for no throughput gained; so not the default. Committed
+    output is unchanged (only when a pass runs changes).
     """
 
     max_num_seqs: int = 256
@@ -125,6 +137,7 @@ class EngineConfig:
     prioritize_fast: bool = False
     canonical_gemm_streams: int = 1
     graph_bucket_step: int | None = None
+    chain_passes: str = "prompts"
 
     def __post_init__(self) -> None:
         owner = "DVRGenerator"
@@ -141,6 +154,8 @@ class EngineConfig:
                 strict_bool(owner, name, getattr(self, name))
         if self.graph_bucket_step is not None and self.graph_bucket_step % 16:
             raise ValueError(f"{owner} graph_bucket_step must be a multiple of 16, got {self.graph_bucket_step}")
+        if self.chain_passes not in CHAIN_MODES:
+            raise ValueError(f"{owner} chain_passes must be one of {CHAIN_MODES}, got {self.chain_passes!r}")
         if not isinstance(self.seed, int) or isinstance(self.seed, bool):
             raise TypeError(f"{owner} seed must be an int, got {type(self.seed).__name__} {self.seed!r}")
 

@@ -42,9 +42,10 @@ import dataclasses
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
 
+import numpy as np
 import torch
 
-from llm42.cuda_graphs import StaticRows, Staging, capture_graph, host_int64, lend_streams, resolve_use_graph
+from llm42.cuda_graphs import StaticRows, Staging, capture_graph, lend_streams, resolve_use_graph
 from llm42.inputs import StepInputs
 from llm42.model.config import ModelConfig
 from llm42.model.forward import forward
@@ -451,12 +452,16 @@ class CanonicalPass:
             results = self.num_rows
         else:
             wanted = lasts if wanted is None else list(wanted)
-            if len(wanted) > num_real or len(set(wanted)) < len(wanted) or any(not 0 <= r < num_real for r in wanted):
+            rows = np.array(wanted, dtype=np.int64)
+            if rows.size > num_real or (rows.size and (rows.min() < 0 or rows.max() >= num_real
+                                                       or np.unique(rows).size < rows.size)):
                 raise ValueError(f"a wide canonical pass computes results for distinct rows among its {num_real} "
                                  f"real rows, got {len(wanted)} wanted rows")
             results = self.results_for(bucket, len(wanted))
             # rows past the result rows are never read: only the first ``results`` are gathered
-            self._select_staging.host()[:results] = host_int64(wanted + [0] * (results - len(wanted)))
+            select = self._select_staging.host()
+            select[: rows.size] = torch.from_numpy(rows)
+            select[rows.size: results] = 0
             self._select_staging.copy()
             per_row = [per_row[r] for r in wanted] if per_row else []
             self._wanted = wanted
@@ -466,17 +471,34 @@ class CanonicalPass:
 
     def _stage_sampling(self, per_row, num_results: int) -> None:
         """The sampling rows of the pass's ``num_results`` result rows (padding: greedy); rows past them
-        keep stale values nobody reads (the sampler reads the first ``num_results``)."""
-        pad = num_results - len(per_row)
+        keep stale values nobody reads (the sampler reads the first ``num_results``).
+
+        A window's or a chunk's rows share one request's params and seed: those are written per run of rows
+        (``np.repeat``), only the positions per row (a Python loop per field over 2,048 rows cost 1.5 ms of host
+        time per pass, ``benchmarks/cpu_staging.py``)."""
+        n = len(per_row)
         ints, floats = self._staging_ints.host(), self._staging_floats.host()
-        ints[0, :num_results] = host_int64([p.top_k for p, _, _ in per_row] + [0] * pad)
-        ints[1, :num_results] = host_int64([s for _, s, _ in per_row] + [0] * pad)
-        ints[2, :num_results] = host_int64([q for _, _, q in per_row] + [0] * pad)
-        floats[0, :num_results] = torch.tensor([p.temperature for p, _, _ in per_row] + [0.0] * pad)
-        floats[1, :num_results] = torch.tensor([p.top_p for p, _, _ in per_row] + [1.0] * pad)
+        ints[:, n:num_results] = 0
+        floats[0, n:num_results] = 0.0
+        floats[1, n:num_results] = 1.0
+        runs: list[int] = []  # the first row of each run of rows with the same params and seed
+        params, seed = None, None
+        for i, (p, s, _) in enumerate(per_row):
+            if p is not params or s != seed:
+                runs.append(i)
+                params, seed = p, s
+        if n:
+            lengths = np.diff(np.array(runs + [n], dtype=np.int64))
+            heads = [per_row[i] for i in runs]
+            ints[0, :n] = torch.from_numpy(np.repeat(np.array([p.top_k for p, _, _ in heads], np.int64), lengths))
+            ints[1, :n] = torch.from_numpy(np.repeat(np.array([s for _, s, _ in heads], np.int64), lengths))
+            ints[2, :n] = torch.from_numpy(np.fromiter((q for _, _, q in per_row), np.int64, n))
+            # float64 -> float32 rounds to nearest, as torch.tensor on the Python floats does
+            floats[0, :n] = torch.from_numpy(np.repeat(np.array([p.temperature for p, _, _ in heads]), lengths))
+            floats[1, :n] = torch.from_numpy(np.repeat(np.array([p.top_p for p, _, _ in heads]), lengths))
         self._staging_ints.copy()
         self._staging_floats.copy()
-        self._variant = sampling_variant(p for p, _, _ in per_row)
+        self._variant = sampling_variant(per_row[i][0] for i in runs)
 
     def run(self, inputs: StepInputs) -> tuple[torch.Tensor, torch.Tensor]:
         """Forward + sampler on the staged pass; returns (tokens, log-probs): per row of an R-row pass
