@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import warnings
 from collections import deque
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from llm42.params import Completion, SamplingParams
@@ -310,7 +311,7 @@ class RequestPool:
         if truncate and not keeps and not commit.is_prefill:  # a chunk's K/V stands (a chained chunk's past it)
             kv.truncate(req.rid, commit.num_kv_valid)
         # index the now-canonical full blocks before the request may finish and release them
-        kv.publish(req.rid, req.prompt + req.token_ids + list(commit.token_ids))
+        kv.publish(req.rid, _Joined(req.prompt, req.token_ids, commit.token_ids))
         if commit.token_ids:
             return self.commit_tokens(req, list(commit.token_ids), list(commit.logprobs), events,
                                       list(commit.top_logprobs)), keeps
@@ -349,21 +350,25 @@ class RequestPool:
 
     def commit_tokens(self, req: Request, tokens: list[int], logprobs: list[float],
                       events: dict[int, list[int]], top_logprobs: list[dict[int, float]] | None = None) -> bool:
-        """Append committed tokens, deciding stops on committed tokens only. True if the request finished."""
-        accepted: list[int] = []
-        for i, (token, logprob) in enumerate(zip(tokens, logprobs)):
-            req.token_ids.append(token)
-            req.logprobs.append(logprob)
-            if top_logprobs:
-                req.top_logprobs.append(top_logprobs[i])
-            accepted.append(token)
-            if token in req.stop_ids:
-                req.finish_reason = "stop"
-                break
-            if len(req.token_ids) >= req.max_new_tokens:
-                req.finish_reason = "length"
-                break
-        self.stats["committed_tokens"] += len(accepted)
+        """Append committed tokens, deciding stops on committed tokens only. True if the request finished.
+
+        The tokens up to and including the first stop token, or up to ``max_new_tokens`` (a stop token that
+        is also the last one allowed finishes as "stop"); appended in one go (a window's worth per commit)."""
+        num = min(len(tokens), len(logprobs))
+        room = max(1, req.max_new_tokens - len(req.token_ids))  # a request still running takes at least one
+        stop_at = None
+        if not req.stop_ids.isdisjoint(tokens[:num]):
+            stop_at = next(i for i in range(num) if tokens[i] in req.stop_ids)
+        if stop_at is not None and stop_at < min(room, num):
+            num, req.finish_reason = stop_at + 1, "stop"
+        elif room <= num:
+            num, req.finish_reason = max(room, 0), "length"
+        accepted = tokens[:num]
+        req.token_ids += accepted
+        req.logprobs += logprobs[:num]
+        if top_logprobs:
+            req.top_logprobs += top_logprobs[:num]
+        self.stats["committed_tokens"] += num
         events.setdefault(req.rid, []).extend(accepted)
         return req.finish_reason is not None
 
@@ -402,6 +407,42 @@ class RequestPool:
             except Exception:
                 continue
             self.unfreed.discard(rid)
+
+
+class _Joined(Sequence):
+    """Sequences read as one, without copying them (``kv.publish`` reads only the blocks it indexes, while a
+    commit's prompt + output tokens may be thousands long)."""
+
+    __slots__ = ("_parts", "_len")
+
+    def __init__(self, *parts: Sequence[int]):
+        self._parts = parts
+        self._len = sum(len(p) for p in parts)
+
+    def __len__(self) -> int:
+        return self._len
+
+    def __getitem__(self, index):
+        if isinstance(index, slice):
+            start, stop, step = index.indices(self._len)
+            if step != 1:
+                return list(self)[index]
+            out: list[int] = []
+            for part in self._parts:
+                n = len(part)
+                if start < n and stop > 0:
+                    out += part[max(start, 0): min(stop, n)]
+                start, stop = start - n, stop - n
+                if stop <= 0:
+                    break
+            return out
+        if index < 0:
+            index += self._len
+        for part in self._parts:
+            if 0 <= index < len(part):
+                return part[index]
+            index -= len(part)
+        raise IndexError("_Joined index out of range")
 
 
 def _decoded_text(tokenizer, req: Request) -> str | None:
