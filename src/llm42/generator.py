@@ -582,8 +582,8 @@ class DVRGenerator:
                     return
             if (in_flight is not None and self._draft_ahead and fast.in_flight is not None
                     and not in_flight.is_ready()):
-                # two passes in flight (one, unchained): the loop does not wait for them: this step's windows and
-                # prompt chunks go to a later pass, their requests draft ahead meanwhile
+                # the pass in flight (or two, one chained behind the other) still running: the loop does not wait
+                # for it: this step's windows and prompt chunks go to a later pass, their requests draft ahead
                 self.stats["deferred_passes"] += 1
                 return
             while self._canonical_in_flight is not None:  # windows wait for what the passes in flight commit

@@ -362,7 +362,7 @@ class RequestPool:
         if stop_at is not None and stop_at < min(room, num):
             num, req.finish_reason = stop_at + 1, "stop"
         elif room <= num:
-            num, req.finish_reason = max(room, 0), "length"
+            num, req.finish_reason = room, "length"
         accepted = tokens[:num]
         req.token_ids += accepted
         req.logprobs += logprobs[:num]
