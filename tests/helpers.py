@@ -77,14 +77,35 @@ def lag_passes(gen, lag: int):
     return gen
 
 
-def count_windows(gen) -> list[int]:
-    """Wrap ``gen``'s verifier so each canonical pass's verify-window count is recorded (the returned list)."""
-    counts: list[int] = []
+def record_launches(gen, record) -> list:
+    """Wrap ``gen``'s verifier so ``record(work)`` of each canonical pass, taken as it is launched (a pass before
+    it may still be in flight), goes to the returned list."""
+    records: list = []
     launch = gen.verifier.launch
 
-    def counting(work, kv):
-        counts.append(sum(not w.is_prefill for w in work))
+    def recording(work, kv):
+        records.append(record(work))
         return launch(work, kv)
 
-    gen.verifier.launch = counting
-    return counts
+    gen.verifier.launch = recording
+    return records
+
+
+def count_windows(gen) -> list[int]:
+    """Wrap ``gen``'s verifier so each canonical pass's verify-window count is recorded (the returned list)."""
+    return record_launches(gen, lambda work: sum(not w.is_prefill for w in work))
+
+
+def serve(gen, prompts, params_list, *, max_steps: int = 2000) -> list:
+    """Submit every prompt, step ``gen`` until all are finished (pytest.fail after ``max_steps``); the
+    Completions in prompt order."""
+    import pytest
+
+    rids = [gen.submit(p, params) for p, params in zip(prompts, params_list)]
+    for _ in range(max_steps):
+        if not gen.has_unfinished():
+            break
+        gen.step()
+    else:
+        pytest.fail(f"{max_steps} steps and still unfinished")
+    return [gen.result(rid) for rid in rids]

@@ -11,11 +11,10 @@ turn, staging behind the pass) is ``tests/gpu/test_chained_prefill_cuda.py``.
 
 from __future__ import annotations
 
-import pytest
 
 from llm42 import DVRGenerator, SamplingParams
 from llm42.model.weights import random_weights
-from tests.helpers import lag_passes, tiny_config
+from tests.helpers import lag_passes, record_launches, serve, tiny_config
 
 CFG = tiny_config(max_position_embeddings=256)
 WEIGHTS = random_weights(CFG, seed=11)
@@ -26,30 +25,14 @@ def _generator(*, chained: bool, polls: int = 5) -> tuple[DVRGenerator, list[int
                        max_canonical_tokens=16)
     launches_behind = []  # per launch: 1 if another pass was in flight then
     if chained:
-        launch = lag_passes(gen, polls).verifier.launch
-
-        def counted_launch(work, kv):
-            launches_behind.append(int(gen._canonical_in_flight is not None))
-            return launch(work, kv)
-
-        gen.verifier.launch = counted_launch
+        lag_passes(gen, polls)
+        launches_behind = record_launches(gen, lambda work: int(gen._canonical_in_flight is not None))
         gen._pool.chain_prefill = True  # what a verifier whose passes wait on the device says (chains)
     return gen, launches_behind
 
 
 def _run(gen: DVRGenerator, prompts, params_list) -> dict:
-    rids = [gen.submit(p, params) for p, params in zip(prompts, params_list)]
-    for _ in range(2000):
-        if not gen.has_unfinished():
-            break
-        gen.step()
-    else:
-        pytest.fail("2,000 steps and still unfinished")
-    out = {}
-    for rid in rids:
-        c = gen.result(rid)
-        out[rid] = (c.token_ids, c.logprobs)
-    return out
+    return {c.request_id: (c.token_ids, c.logprobs) for c in serve(gen, prompts, params_list)}
 
 
 def _case():

@@ -18,7 +18,7 @@ from llm42.model.weights import random_weights
 from llm42.policies import NoisyFastPolicy
 from llm42.scheduler import DefaultScheduler, RequestView, validate_plan
 from llm42.testing import strategies as ls
-from tests.helpers import lag_passes
+from tests.helpers import lag_passes, record_launches, serve
 
 CFG = ls.wide_model_config(vocab_size=256, max_position_embeddings=128)  # CPU GEMMs drift with the batch here
 WEIGHTS = random_weights(CFG, seed=5)
@@ -37,15 +37,8 @@ def _generator(*, chain: str, lag: int = 0, eager: bool = False, noisy: bool = T
 
 def _count_launches(gen: DVRGenerator) -> list[tuple[int, int]]:
     """Per launch: (1 if another pass was in flight then, the number of verify windows in it)."""
-    launches = []
-    launch = gen.verifier.launch
-
-    def counted(work, kv):
-        launches.append((int(gen._canonical_in_flight is not None), sum(not w.is_prefill for w in work)))
-        return launch(work, kv)
-
-    gen.verifier.launch = counted
-    return launches
+    return record_launches(gen, lambda work: (int(gen._canonical_in_flight is not None),
+                                              sum(not w.is_prefill for w in work)))
 
 
 def _case():
@@ -58,19 +51,12 @@ def _case():
 
 
 def _run(gen: DVRGenerator, prompts, params) -> dict:
-    rids = [gen.submit(p, sp) for p, sp in zip(prompts, params)]
-    for _ in range(3000):
-        if not gen.has_unfinished():
-            break
-        gen.step()
-    else:
-        pytest.fail("3,000 steps and still unfinished")
+    """The deterministic requests' (tokens, log-probs) by request id; every request ran to its length."""
     out = {}
-    for rid, sp in zip(rids, params):
-        c = gen.result(rid)
-        if sp.deterministic:
-            out[rid] = (c.token_ids, c.logprobs)
+    for c, sp in zip(serve(gen, prompts, params, max_steps=3000), params):
         assert len(c.token_ids) == sp.max_new_tokens
+        if sp.deterministic:
+            out[c.request_id] = (c.token_ids, c.logprobs)
     return out
 
 
