@@ -54,6 +54,21 @@ def run_checks(device: str, vocab: int = 5003, num_rows: int = 9) -> None:
     # negative control: different keys give different draws (the noise is there)
     assert not torch.equal(gumbel_argmax(logits, None, keys + 1), gumbel_argmax(logits, None, keys))
 
+    # the runner-up (the fast path's draft margins): the second largest value, the winner's bits unchanged
+    argmax2, row_max2, sumexp2, second = row_stats(logits, runner_up=True)
+    assert all(torch.equal(a, b) for a, b in zip((argmax, row_max, sumexp), (argmax2, row_max2, sumexp2)))
+    masked = logits.cpu().scatter(1, argmax.cpu()[:, None], float("-inf"))
+    assert torch.equal(second.cpu(), masked.amax(-1))
+    assert float(second[3]) == 1e4 and float(second[5]) == 0.0  # a tie: the runner-up is the max again
+    drawn2, best, second_draw = gumbel_argmax(logits, threshold, keys, runner_up=True)
+    assert torch.equal(drawn2, drawn)
+    scores = logits.cpu() - torch.log(-torch.log(_uniforms(keys.cpu(), vocab)))
+    scores = torch.where(logits.cpu() >= threshold.cpu()[:, None], scores, float("-inf"))
+    assert torch.allclose(best.cpu(), scores.gather(1, drawn.cpu()[:, None]).squeeze(1), rtol=0, atol=1e-4)
+    runner = scores.scatter(1, drawn.cpu()[:, None], float("-inf")).amax(-1)
+    assert torch.allclose(second_draw.cpu(), runner, rtol=0, atol=1e-4)
+    assert bool((best >= second_draw).all())
+
     # Gumbel-max draws follow the softmax: one row of 8 tokens, 1,500 keys
     small = torch.tensor([[2.0, 1.0, 0.5, 0.0, -1.0, -1.0, -2.0, -3.0]], device=device).repeat(1500, 1)
     counts = torch.bincount(gumbel_argmax(small, None, noise_keys(torch.arange(1500, device=device),
@@ -61,6 +76,15 @@ def run_checks(device: str, vocab: int = 5003, num_rows: int = 9) -> None:
                             minlength=8).double()
     expected = torch.softmax(small[0].cpu().double(), -1) * 1500
     assert float(((counts - expected) ** 2 / expected).sum()) < 30.0  # chi-square, 7 dof: p < 1e-4 beyond 30
+
+
+def _uniforms(keys: torch.Tensor, vocab: int) -> torch.Tensor:
+    """The kernel's u per (row, vocab id), in float32 as the kernel computes it (a torch mirror of its hash)."""
+    from llm42.sampler import _mix32
+
+    vocab_ids = torch.arange(vocab, dtype=torch.int64)
+    bits = _mix32(_mix32(keys[:, None] ^ (vocab_ids[None, :] * 0x27D4EB2F & 0xFFFFFFFF)) ^ 0x165667B1)
+    return ((bits >> 9).to(torch.float32) * 2.0 + 1.0) * (1.0 / (1 << 24))
 
 
 @pytest.mark.gpu

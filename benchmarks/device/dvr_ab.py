@@ -68,6 +68,7 @@ from llm42.bench.modes import deterministic_order, mode_by_name  # noqa: E402
 from llm42.bench import runner as runner_module  # noqa: E402
 from llm42.bench.figures import HeadBasis, with_head  # noqa: E402
 from llm42.bench.runner import run_offline, run_online  # noqa: E402
+from llm42.engine.requests import MARGIN_STATS  # noqa: E402
 from llm42.bench.workloads import poisson_arrivals  # noqa: E402
 from llm42.bench.serving import (  # noqa: E402
     ServingConfig, _engine, _max_positions, build_workload, prepare_checkpoint, serving_summary,
@@ -135,6 +136,16 @@ VARIANTS = {
     "chain_off": {"chain_passes": "off"},
     "eager": {"eager_verify": True},
     "eager_chain_all": {"eager_verify": True, "chain_passes": "all"},
+    # round 24: a deterministic draft whose margin (how far, in logits, the fast path's choice was from another
+    # token) is under risk_margin ends its window (DVRGenerator(risk_margin=...)); the default never does. "risk_*":
+    # such a window is due at once (DefaultScheduler(risky_windows="due"); calls B and D ran these); "ride_*": it
+    # joins the next pass formed for other work, first among partial windows (risky_windows="ride")
+    "risk_0.06": {"risk_margin": 0.0625, "risky_windows": "due"},
+    "risk_0.125": {"risk_margin": 0.125, "risky_windows": "due"},
+    "risk_0.25": {"risk_margin": 0.25, "risky_windows": "due"},
+    "risk_0.125_all": {"risk_margin": 0.125, "risky_windows": "due", "chain_passes": "all"},
+    "ride_0.125": {"risk_margin": 0.125},
+    "ride_0.25": {"risk_margin": 0.25},
 }
 
 
@@ -327,6 +338,9 @@ def main() -> None:
                 "ahead_tokens_kept": stats.get("ahead_tokens_kept"),
                 "ahead_tokens_dropped": stats.get("ahead_tokens_dropped"),
                 "deferred_passes": stats.get("deferred_passes"),
+                "risky_drafts": stats.get("risky_drafts"), "risky_rollbacks": stats.get("risky_rollbacks"),
+                "rollbacks": stats.get("rollbacks"),
+                "margins": {k: stats.get(k) for k in MARGIN_STATS},
                 "free_itl_s": summary["latency_nondeterministic"]["itl_s"],
                 "deterministic_tpot_s": summary["latency_deterministic"]["tpot_s"],
                 "e2e_s_p99": summary["latency"]["e2e_s"]["p99"],
@@ -338,7 +352,9 @@ def main() -> None:
                     if rec.is_deterministic and rec.finish_s is not None}
             r = out["runs"][v][mode_name]
             print(f"[dvr_ab]   {r['output_tokens_per_s']:,.0f} tok/s  x{r['ratio_to_nondet'] or 0:.3f}  "
-                  f"steps {r['steps']}  passes {r['canonical_passes']}  complete {r['is_complete']}", flush=True)
+                  f"steps {r['steps']}  passes {r['canonical_passes']}  rollbacks {r['rollbacks']} "
+                  f"(risky drafts {r['risky_drafts']}, at one {r['risky_rollbacks']})  complete {r['is_complete']}",
+                  flush=True)
             Path(args.out).write_text(json.dumps(out, indent=1))
     first = variants[0]
     checks = {}

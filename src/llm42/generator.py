@@ -155,6 +155,7 @@ class DVRGenerator:
         canonical_gemm_streams: int = 1,
         graph_bucket_step: int | None = None,
         chain_passes: str = "prompts",
+        risk_margin: float = 0.0,
     ):
         self.canonical_config = CanonicalConfig(window=window, group=group)
         self.config = EngineConfig(
@@ -165,7 +166,7 @@ class DVRGenerator:
             canonical_stream=canonical_stream, mixed_steps=mixed_steps, draft_ahead=draft_ahead,
             wide_verify=wide_verify, prioritize_fast=prioritize_fast,
             canonical_gemm_streams=canonical_gemm_streams, graph_bucket_step=graph_bucket_step,
-            chain_passes=chain_passes,
+            chain_passes=chain_passes, risk_margin=risk_margin,
         )
         num_canonical_tokens = self.config.canonical_tokens(self.canonical_config.num_rows)
         scratch = getattr(kv_store, "num_scratch_slots", None)  # an injected store: a pass's padding rows write there
@@ -265,7 +266,8 @@ class DVRGenerator:
                                    max_model_len=self.max_model_len, bucket_step=self.config.bucket_step(cfg))
         self._rng = random.Random(seed)  # seeds for non-deterministic requests that give none
         self._num_ids = 0
-        self._pool = RequestPool(max_num_seqs=max_num_seqs, window=window, adaptive_draft=adaptive_draft)
+        self._pool = RequestPool(max_num_seqs=max_num_seqs, window=window, adaptive_draft=adaptive_draft,
+                                 risk_margin=float(risk_margin))
         self.stats = self._pool.stats
         is_mixed = is_fast_graphed if mixed_steps is None else mixed_steps
         mixed = (MixedStep(self.decode_state, fast_prefill, decode_graphs, use_graph=is_fast_graphed,

@@ -116,28 +116,46 @@ def _filter_threshold(scaled: torch.Tensor, top_k: torch.Tensor, top_p: torch.Te
     return torch.where(is_filtered[:, None], threshold, float("-inf"))
 
 
-def _greedy_and_logprob_parts(logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(argmax [N], row max [N], log of the sum of exp(x - max) [N]): the raw log-prob is (x - max) - that."""
+def _greedy_and_logprob_parts(logits: torch.Tensor, *, runner_up: bool = False):
+    """(argmax [N], row max [N], log of the sum of exp(x - max) [N]): the raw log-prob is (x - max) - that.
+
+    ``runner_up=True`` adds a fourth: each row's second largest logit (float32 [N])."""
     if logits.is_cuda:
         from llm42.kernels.sampling import row_stats
 
+        if runner_up:
+            greedy, row_max, sumexp, second = row_stats(logits, runner_up=True)
+            return greedy, row_max, torch.log(sumexp), second
         greedy, row_max, sumexp = row_stats(logits)
         return greedy, row_max, torch.log(sumexp)
     x64 = logits.double()
     row_max = x64.amax(-1, keepdim=True)
     log_sum = exact._log64_of_positive(exact._row_sum_(exact.exp64(x64 - row_max)))
-    return torch.argmax(logits, dim=-1), row_max.squeeze(-1), log_sum
+    greedy = torch.argmax(logits, dim=-1)
+    if runner_up:
+        return greedy, row_max.squeeze(-1), log_sum, _second(logits, greedy)
+    return greedy, row_max.squeeze(-1), log_sum
 
 
-def _draw(scaled: torch.Tensor, threshold: torch.Tensor | None, rows: SamplingRows) -> torch.Tensor:
-    """Gumbel-max over the kept tokens of each row."""
+def _second(values: torch.Tensor, winner: torch.Tensor) -> torch.Tensor:
+    """Each row's largest value at an index other than ``winner`` (float32 [N]; -inf for a row of one)."""
+    others = values.float().scatter(1, winner[:, None], float("-inf"))
+    return others.amax(-1)
+
+
+def _draw(scaled: torch.Tensor, threshold: torch.Tensor | None, rows: SamplingRows, *, runner_up: bool = False):
+    """Gumbel-max over the kept tokens of each row; ``runner_up=True``: (tokens, winning score, runner-up)."""
     if scaled.is_cuda:
         from llm42.kernels.sampling import gumbel_argmax
 
-        return gumbel_argmax(scaled, threshold, noise_keys(rows.seeds, rows.positions))
+        return gumbel_argmax(scaled, threshold, noise_keys(rows.seeds, rows.positions), runner_up=runner_up)
     if threshold is not None:
         scaled = torch.where(scaled >= threshold, scaled, float("-inf"))
-    return torch.argmax(scaled + gumbel_noise(rows.seeds, rows.positions, scaled.shape[-1]), dim=-1)
+    scores = scaled + gumbel_noise(rows.seeds, rows.positions, scaled.shape[-1])
+    tokens = torch.argmax(scores, dim=-1)
+    if runner_up:
+        return tokens, scores.gather(1, tokens[:, None]).squeeze(1).float(), _second(scores, tokens)
+    return tokens
 
 
 def _scaled(logits: torch.Tensor, rows: SamplingRows, row_max: torch.Tensor) -> torch.Tensor:
@@ -172,23 +190,49 @@ def sample(logits: torch.Tensor, rows: SamplingRows) -> tuple[torch.Tensor, torc
     CPU in float64 from exact primitives, rounded once (the value of
     ``exact.log_softmax``); on CUDA from the row-statistics kernel, in float32.
     """
+    tokens, logprobs, _ = _sample(logits, rows, with_margins=False)
+    return tokens, logprobs
+
+
+def sample_with_margins(logits: torch.Tensor, rows: SamplingRows
+                        ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``sample``'s (tokens, log-probs), the same bits, and each row's *margin* (float32 [N]).
+
+    The margin is how far the choice was from going to another token, in logits: a greedy row's
+    largest logit minus its second largest; a sampled row's winning Gumbel-max score minus the
+    runner-up's, times the temperature (a logit moved by d moves a score by d / T). Numerics that
+    move every logit by less than half the margin cannot change the token; so a fast-path draft
+    with a small margin is the one the canonical pass is likely to reject. (A top-k / top-p row's
+    margin is taken over its kept tokens: a change of the kept set is not measured.)
+    """
+    return _sample(logits, rows, with_margins=True)
+
+
+def _sample(logits: torch.Tensor, rows: SamplingRows, *, with_margins: bool):
     logits = logits.float()
-    greedy, row_max, log_sum = _greedy_and_logprob_parts(logits)
+    parts = _greedy_and_logprob_parts(logits, runner_up=with_margins)
+    greedy, row_max, log_sum = parts[:3]
     is_sampled = rows.temperature > 0
     is_any_sampled = rows.is_any_sampled if rows.is_any_sampled is not None else bool(is_sampled.any())
+    margins = (row_max.float() - parts[3]) if with_margins else None
     if is_any_sampled:
         scaled = _scaled(logits, rows, row_max)
         is_any_filtered = rows.is_any_filtered
         if is_any_filtered is None:
             is_any_filtered = bool(((rows.top_k > 0) | (rows.top_p < 1.0)).any())
         threshold = _filter_threshold(scaled, rows.top_k, rows.top_p) if is_any_filtered else None
-        tokens = torch.where(is_sampled, _draw(scaled, threshold, rows), greedy)
+        if with_margins:
+            drawn, best, second = _draw(scaled, threshold, rows, runner_up=True)
+            margins = torch.where(is_sampled, (best - second) * rows.temperature, margins)
+        else:
+            drawn = _draw(scaled, threshold, rows)
+        tokens = torch.where(is_sampled, drawn, greedy)
     else:
         tokens = greedy
     chosen = logits.gather(1, tokens[:, None]).squeeze(1)
     if logits.is_cuda:
-        return tokens, (chosen - row_max) - log_sum
-    return tokens, ((chosen.double() - row_max) - log_sum).float()
+        return tokens, (chosen - row_max) - log_sum, margins
+    return tokens, ((chosen.double() - row_max) - log_sum).float(), margins
 
 
 def logprob_details(logits: torch.Tensor, tokens: torch.Tensor, rows: SamplingRows, is_processed: torch.Tensor | None,

@@ -31,6 +31,9 @@ class RequestView(NamedTuple):
     num_candidates: int  # fast-path tokens awaiting verification (deterministic only)
     num_speculable: int  # further candidates the fast path may still draft before it must verify
     arrival: int  # admission order, smaller = older
+    # its window (``num_candidates``) ends at a draft whose margin is under the engine's ``risk_margin``: the
+    # draft a canonical pass is likely to reject (``DVRGenerator(risk_margin=)``); False with no such draft
+    is_risky: bool = False
 
     @property
     def is_prefill(self) -> bool:
@@ -219,6 +222,9 @@ def fast_prefill_chunks(state: SchedulerState, budget: int) -> list[PrefillChunk
     return chunks
 
 
+RISKY_WINDOWS = ("ride", "due", "off")
+
+
 class DefaultScheduler:
     """Continuous batching that never makes a non-deterministic request wait for verification.
 
@@ -242,20 +248,30 @@ class DefaultScheduler:
     their partial windows now instead of waiting for a full one. A rollback then throws away the few tokens
     drafted since the last pass rather than up to a window's worth; the pass it costs runs where the canonical
     stream would idle. Scheduling never changes a committed bit.
+
+    ``risky_windows``: what a window that ends at a risky draft (``RequestView.is_risky``: the engine's
+    ``risk_margin``) does. ``"ride"`` (default): it never forms a pass of its own, but joins the next pass formed
+    for other windows or prompts, ahead of other partial windows and in any of the pass's window rows (not only
+    the rows its due windows leave free). ``"due"``: it is due, as a full window is (a pass forms for it).
+    ``"off"``: it is a partial window like any other.
     """
 
     prompt_share: float = 0.0  # class defaults too: subclasses that skip __init__ keep working
     eager_verify: bool = False
+    risky_windows: str = "ride"
 
-    def __init__(self, *, prompt_share: float = 0.0, eager_verify: bool = False):
+    def __init__(self, *, prompt_share: float = 0.0, eager_verify: bool = False, risky_windows: str = "ride"):
         if isinstance(prompt_share, bool) or not isinstance(prompt_share, (int, float)) or not (
                 0.0 <= prompt_share <= 1.0):
             raise ValueError(f"DefaultScheduler prompt_share must be a number in [0, 1], got {prompt_share!r}")
         if not isinstance(eager_verify, bool):
             raise TypeError(f"DefaultScheduler eager_verify must be a bool, got {type(eager_verify).__name__} "
                             f"{eager_verify!r}")
+        if risky_windows not in RISKY_WINDOWS:
+            raise ValueError(f"DefaultScheduler risky_windows must be one of {RISKY_WINDOWS}, got {risky_windows!r}")
         self.prompt_share = float(prompt_share)
         self.eager_verify = eager_verify
+        self.risky_windows = risky_windows
 
     def _is_eager(self, state: SchedulerState) -> bool:
         """Whether to verify partial windows now: the canonical stream idle and every drafting deterministic
@@ -271,7 +287,9 @@ class DefaultScheduler:
         r, max_windows = state.num_canonical_rows, state.max_windows
         verify: list[int] = []
         rows = 0  # the windows' rows
-        due = [v for v in reqs if v.is_ready_to_verify]
+        risky_mode = self.risky_windows
+        due = [v for v in reqs if v.is_ready_to_verify or (
+            risky_mode == "due" and v.is_risky and v.is_deterministic and not v.is_prefill)]
         det_prefill = [v for v in reqs if v.is_deterministic and v.is_prefill]
         if due or det_prefill or self._is_eager(state):
             window_rows = state.max_result_rows
@@ -283,10 +301,19 @@ class DefaultScheduler:
                 if len(verify) < max_windows and rows + 1 + v.num_candidates <= window_rows:
                     verify.append(v.rid)
                     rows += 1 + v.num_candidates
+            if risky_mode == "ride":  # windows likely rejected ride along first, in any of the pass's window rows
+                chosen = set(verify)
+                for v in reqs:
+                    if (v.is_risky and v.rid not in chosen and not v.is_prefill and len(verify) < max_windows
+                            and rows + 1 + v.num_candidates <= window_rows):
+                        verify.append(v.rid)
+                        rows += 1 + v.num_candidates
             # partial windows only in the rows the due ones leave in their blocks of R (at least R): free rows
             fill = min(window_rows, max(r, -(-rows // r) * r))
+            chosen = set(verify)
             for v in reqs:
-                if (v.is_deterministic and not v.is_prefill and not v.is_ready_to_verify and v.num_candidates > 0
+                if (v.is_deterministic and not v.is_prefill and not v.is_ready_to_verify and v.rid not in chosen
+                        and v.num_candidates > 0
                         and len(verify) < max_windows and rows + 1 + v.num_candidates <= fill):
                     verify.append(v.rid)
                     rows += 1 + v.num_candidates

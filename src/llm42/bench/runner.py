@@ -112,6 +112,8 @@ class Engine:
     graph_bucket_step: int | None = None  # DVRGenerator's knob: the fast path's graph row ladder (None: the model's)
     chain_passes: str = "prompts"  # DVRGenerator's knob: which canonical passes go behind a pass in flight
     eager_verify: bool = False  # DefaultScheduler's knob: partial windows verified while the canonical stream idles
+    risk_margin: float = 0.0  # DVRGenerator's knob: a draft of smaller margin (logits) closes its window
+    risky_windows: str = "ride"  # DefaultScheduler's knob: what a window closed at a risky draft does
 
     def generator(self, mode: Mode, *, window: int | None = None, group: int | None = None,
                   ) -> tuple[DVRGenerator, list[str]]:
@@ -130,9 +132,10 @@ class Engine:
             use_cuda_graphs=self.use_cuda_graphs, overlap=mode.is_overlapped,
             max_canonical_tokens=self.max_canonical_tokens, canonical_stream=self.canonical_stream,
             draft_ahead=self.draft_ahead, wide_verify=self.wide_verify, adaptive_draft=self.adaptive_draft,
-            scheduler=DefaultScheduler(prompt_share=self.prompt_share, eager_verify=self.eager_verify),
+            scheduler=DefaultScheduler(prompt_share=self.prompt_share, eager_verify=self.eager_verify,
+                                       risky_windows=self.risky_windows),
             prioritize_fast=self.prioritize_fast, canonical_gemm_streams=self.canonical_gemm_streams,
-            graph_bucket_step=self.graph_bucket_step, chain_passes=self.chain_passes,
+            graph_bucket_step=self.graph_bucket_step, chain_passes=self.chain_passes, risk_margin=self.risk_margin,
         )
         notes = []
         if self.use_cuda_graphs and gen.device.type == "cuda":

@@ -116,6 +116,13 @@ class EngineConfig:
     docs/benchmarks.md): ``"all"`` cut the real SmolLM2's dvr@50 steps 6-9 % and its rollbacks, but each step
     took longer and free requests' online gaps grew, for no throughput gained; so not the default. Committed
     output is unchanged (only when a pass runs changes).
+    ``risk_margin``: a deterministic request's draft whose margin (``llm42.sampler.sample_with_margins``: how
+    far, in logits, the fast path's choice was from another token) is under this closes its window: the window
+    is due at once, ending with that draft, and the drafts after it wait in the next window. Numerics move a
+    logit by little, so a small-margin draft is the one a pass is likely to reject; verified sooner, its
+    rollback throws away fewer drafts. ``0`` (default) never closes a window early. Committed output is
+    unchanged (only when a window is verified changes). The engine counts drafts by margin as passes verify
+    them (``stats``: ``verified_margin_*`` / ``rejected_margin_*``), the data to set it from.
     """
 
     max_num_seqs: int = 256
@@ -138,6 +145,7 @@ class EngineConfig:
     canonical_gemm_streams: int = 1
     graph_bucket_step: int | None = None
     chain_passes: str = "prompts"
+    risk_margin: float = 0.0
 
     def __post_init__(self) -> None:
         owner = "DVRGenerator"
@@ -158,6 +166,11 @@ class EngineConfig:
             raise ValueError(f"{owner} chain_passes must be one of {CHAIN_MODES}, got {self.chain_passes!r}")
         if not isinstance(self.seed, int) or isinstance(self.seed, bool):
             raise TypeError(f"{owner} seed must be an int, got {type(self.seed).__name__} {self.seed!r}")
+        if isinstance(self.risk_margin, bool) or not isinstance(self.risk_margin, (int, float)):
+            raise TypeError(f"{owner} risk_margin must be a number, got {type(self.risk_margin).__name__} "
+                            f"{self.risk_margin!r}")
+        if not 0.0 <= self.risk_margin < float("inf"):
+            raise ValueError(f"{owner} risk_margin must be a finite number >= 0, got {self.risk_margin!r}")
 
     @classmethod
     def of_knobs(cls, kwargs: Mapping[str, object]) -> EngineConfig:

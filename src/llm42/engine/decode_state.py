@@ -21,7 +21,7 @@ from llm42.model.config import ModelConfig
 from llm42.model.forward import forward
 from llm42.model.weights import Weights
 from llm42.policies.base import ReductionPolicy
-from llm42.sampler import SamplingRows, logprob_details, sample, sampling_variant
+from llm42.sampler import SamplingRows, logprob_details, sample_with_margins, sampling_variant
 
 
 class DecodeState:
@@ -158,11 +158,18 @@ class DecodeState:
     # -- the decode step (graph-capturable: no host syncs) -----------------------------------------
     def decode(self, num_rows: int, *, variant: tuple[bool, bool], max_context_len: int | None
                ) -> tuple[torch.Tensor, torch.Tensor]:
-        """One decode row per staged slot; returns (tokens [num_rows], log-probs [num_rows])."""
+        """One decode row per staged slot; returns (tokens [num_rows], values [num_rows]): a free row's value is
+        its log-prob, a deterministic row's its draft margin (``draft_values``)."""
         idx, positions, logits, rows = self._forward(num_rows, variant, max_context_len)
-        new_tokens, logprobs = sample(logits, rows)
+        new_tokens, logprobs, margins = sample_with_margins(logits, rows)
         self.advance(idx, positions, new_tokens)
-        return new_tokens, logprobs
+        return new_tokens, self.draft_values(idx, logprobs, margins)
+
+    def draft_values(self, idx: torch.Tensor, logprobs: torch.Tensor, margins: torch.Tensor) -> torch.Tensor:
+        """The value each decode row reads back beside its token: a free row's log-prob (committed with it), a
+        deterministic row's margin (``llm42.sampler.sample_with_margins``; its fast log-prob is never
+        committed, the canonical pass's is). The host closes a window early at a draft of small margin."""
+        return torch.where(self.is_deterministic[idx].bool(), margins, logprobs)
 
     def decode_with_details(self, num_rows: int, *, variant: tuple[bool, bool], max_context_len: int | None,
                             is_processed: torch.Tensor, num_top: int
@@ -170,10 +177,10 @@ class DecodeState:
         """``decode`` with log-probs in each row's mode (``is_processed`` [num_rows] bool) and the top
         ``num_top`` alternatives ((ids, log-probs) [num_rows, num_top], None for 0); eager only."""
         idx, positions, logits, rows = self._forward(num_rows, variant, max_context_len)
-        new_tokens, _ = sample(logits, rows)
+        new_tokens, _, margins = sample_with_margins(logits, rows)
         logprobs, top_ids, top_logprobs = logprob_details(logits, new_tokens, rows, is_processed, num_top)
         self.advance(idx, positions, new_tokens)
-        return new_tokens, logprobs, (top_ids, top_logprobs) if num_top else None
+        return new_tokens, self.draft_values(idx, logprobs, margins), (top_ids, top_logprobs) if num_top else None
 
     def _forward(self, num_rows: int, variant: tuple[bool, bool], max_context_len: int | None):
         idx, positions, inputs = self.decode_inputs(num_rows, max_context_len)

@@ -24,7 +24,7 @@ from llm42.engine.decode_state import DecodeState
 from llm42.engine.prefill import FastPrefill
 from llm42.inputs import StepInputs
 from llm42.model.forward import forward
-from llm42.sampler import SamplingRows, sample
+from llm42.sampler import SamplingRows, sample_with_margins
 
 
 class MixedStep:
@@ -74,8 +74,8 @@ class MixedStep:
             ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
         """The decode batch (staged, ``decode_bucket(num_decode)`` rows) and ``segments`` (appended in ``kv``).
 
-        Returns (decode tokens [num_decode], their log-probs, each segment's sampled token [s], its log-prob),
-        on the device; the decode state is advanced as by a decode step.
+        Returns (decode tokens [num_decode], their values (``DecodeState.draft_values``), each segment's sampled
+        token [s], its log-prob), on the device; the decode state is advanced as by a decode step.
         """
         bucket, prompt_variant, prompt_max_context_len = self.prefill.stage(segments, kv)
         variant = self.variant(decode_variant, prompt_variant)
@@ -106,6 +106,7 @@ class MixedStep:
             positions=torch.cat([decode_rows.positions, prompt_rows.positions]),
             is_any_sampled=variant[0], is_any_filtered=variant[1],
         )
-        tokens, logprobs = sample(logits, rows)
+        tokens, logprobs, margins = sample_with_margins(logits, rows)
         state.advance(idx, positions, tokens[:num_decode])
-        return tokens[:num_decode], logprobs[:num_decode], tokens[num_decode:], logprobs[num_decode:]
+        values = state.draft_values(idx, logprobs[:num_decode], margins[:num_decode])
+        return tokens[:num_decode], values, tokens[num_decode:], logprobs[num_decode:]

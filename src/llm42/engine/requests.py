@@ -9,6 +9,7 @@ request run past its reservation.
 
 from __future__ import annotations
 
+import bisect
 import warnings
 from collections import deque
 from collections.abc import Sequence
@@ -22,8 +23,15 @@ STAT_NAMES = (
     "steps", "fast_steps", "mixed_steps", "fast_tokens", "canonical_passes", "canonical_rows", "canonical_rows_used",
     "committed_tokens", "accepted_tokens", "rollbacks", "recomputed_tokens", "prefix_cached_tokens",
     "score_passes", "scored_tokens", "ahead_tokens_kept", "ahead_tokens_dropped",
-    "deferred_passes",
+    "deferred_passes", "risky_drafts", "risky_rollbacks",
 )
+# Draft margins (``llm42.sampler.sample_with_margins``, in logits) are counted per bucket when a canonical pass
+# verifies them: ``verified_margin_<edge>`` (drafts under that edge and at or over the one before; ``_inf`` the
+# rest) and ``rejected_margin_<edge>`` (the rejected draft of a rollback). Their ratio per bucket is the rate at
+# which drafts of that margin flip: what ``risk_margin`` is calibrated from.
+MARGIN_EDGES = (0.03125, 0.0625, 0.125, 0.25, 0.5, 1.0, 2.0, float("inf"))
+_MARGIN_KEYS = tuple(f"_margin_{'inf' if edge == float('inf') else format(edge, 'g')}" for edge in MARGIN_EDGES)
+MARGIN_STATS = tuple(kind + key for kind in ("verified", "rejected") for key in _MARGIN_KEYS)
 
 
 @dataclass
@@ -39,6 +47,9 @@ class Request:
     logprobs: list[float] = field(default_factory=list)
     top_logprobs: list[dict[int, float]] = field(default_factory=list)  # with logprobs=N only
     candidates: list[int] = field(default_factory=list)
+    candidate_margins: list[float] = field(default_factory=list)  # each candidate's draft margin
+    risky: list[int] = field(default_factory=list)  # indices of candidates with a margin under risk_margin
+    risk_margin: float = 0.0  # a draft with a smaller margin closes its window (0: never); set on admission
     num_pending: int = 0  # fast-path tokens launched but not yet read back
     num_discard: int = 0  # of those, how many a rollback made void: dropped when read back
     num_passes: int = 0  # canonical passes in flight that hold rows of this request (at most two: chained chunks)
@@ -121,9 +132,39 @@ class Request:
     def committed_token(self, position: int) -> int:
         return self.prompt[position] if position < len(self.prompt) else self.token_ids[position - len(self.prompt)]
 
-    def window_depth(self, window: int) -> int:
-        """The most candidates one verify window of this request holds."""
+    def add_candidate(self, token: int, margin: float) -> None:
+        """A draft read back, with its margin: a risky one (margin under ``risk_margin``) ends its window."""
+        if margin < self.risk_margin:
+            self.risky.append(len(self.candidates))
+        self.candidates.append(token)
+        self.candidate_margins.append(margin)
+
+    def drop_leading_candidates(self, num: int) -> None:
+        """Forget the first ``num`` candidates (a pass committed their positions)."""
+        del self.candidates[:num], self.candidate_margins[:num]
+        if self.risky:
+            self.risky = [i - num for i in self.risky if i >= num]
+
+    def clear_candidates(self) -> None:
+        self.candidates.clear()
+        self.candidate_margins.clear()
+        self.risky.clear()
+
+    def _full_depth(self, window: int) -> int:
         return window - 1 if self.draft_limit is None else min(window - 1, self.draft_limit)
+
+    def _depth_from(self, window: int, start: int) -> int:
+        """The depth of the window whose first candidate is ``start``: the full depth, or up to and including
+        its first risky candidate."""
+        depth = self._full_depth(window)
+        for i in self.risky:
+            if i >= start:
+                return min(depth, i - start + 1)
+        return depth
+
+    def window_depth(self, window: int) -> int:
+        """The most candidates the next verify window of this request holds (cut at a risky draft)."""
+        return self._depth_from(window, 0)
 
     def num_speculable(self, window: int) -> int:
         """Further candidates the scheduler may have the fast path draft before the window is due."""
@@ -132,7 +173,8 @@ class Request:
         if self.candidates and self.num_live_pending == 0 and self.candidates[-1] in self.stop_ids:
             return 0
         remaining = self.max_new_tokens - len(self.token_ids)
-        return max(0, min(self.window_depth(window), remaining - 1) - self.num_candidates)
+        # a risky draft ends the window but makes it due only if the scheduler says so (RequestView.is_risky)
+        return max(0, min(self._full_depth(window), remaining - 1) - self.num_candidates)
 
     def num_draftable_ahead(self, window: int) -> int:
         """Candidates the engine may still draft *ahead* of a window that is due or in a canonical pass.
@@ -142,20 +184,23 @@ class Request:
         """
         if not self.is_deterministic or self.is_prefill:
             return 0
-        depth = self.window_depth(window)
-        in_window = self.num_in_pass if self.is_verifying else depth
-        if not self.is_verifying and self.num_candidates < depth:
+        in_window = self.num_in_pass if self.is_verifying else self.window_depth(window)
+        if not self.is_verifying and self.num_candidates < in_window:
             return 0  # not due: the scheduler's to draft
         if self.candidates and self.num_live_pending == 0 and self.candidates[-1] in self.stop_ids:
             return 0
         remaining = self.max_new_tokens - len(self.token_ids)
+        # a next window's worth, risky drafts or not: a risky draft ends the window it falls in, it never stops
+        # the drafting (its pass may accept it)
+        depth = self._full_depth(window)
         return max(0, min(in_window + depth + 1, remaining - 1) - self.num_candidates)
 
     def view(self, window: int) -> RequestView:
         if self.is_deterministic:  # candidates drafted ahead of a due window are not the scheduler's to count
+            depth = self.window_depth(window)
             return RequestView(self.rid, True, self.num_prompt_tokens, self.prefill_frontier, len(self.token_ids),
-                               min(self.num_candidates, self.window_depth(window)), self.num_speculable(window),
-                               self.arrival)
+                               min(self.num_candidates, depth), self.num_speculable(window), self.arrival,
+                               bool(self.risky) and self.risky[0] < depth)
         return RequestView(self.rid, False, self.num_prompt_tokens, self.num_prefilled,
                            len(self.token_ids) + self.num_pending, 0, 0, self.arrival)
 
@@ -189,15 +234,16 @@ class RequestPool:
     store passed in, device state through the caller.
     """
 
-    def __init__(self, *, max_num_seqs: int, window: int, adaptive_draft: bool):
+    def __init__(self, *, max_num_seqs: int, window: int, adaptive_draft: bool, risk_margin: float = 0.0):
         self.max_num_seqs = max_num_seqs
         self.window = window
         self.adaptive_draft = adaptive_draft
+        self.risk_margin = risk_margin
         self.waiting: deque[Request] = deque()
         self.running: dict[int, Request] = {}
         self.finished: dict[int, Completion] = {}  # until handed over (result, abort, generate, stream)
         self.unfreed: set[int] = set()  # finished requests whose kv.free raised
-        self.stats: dict[str, int] = dict.fromkeys(STAT_NAMES, 0)
+        self.stats: dict[str, int] = dict.fromkeys(STAT_NAMES + MARGIN_STATS, 0)
         self._num_arrivals = 0
         self._free_slots = list(range(max_num_seqs - 1, -1, -1))
         # whether the scheduler sees a deterministic prompt whose chunk is in a pass (``is_chainable``): the
@@ -237,6 +283,7 @@ class RequestPool:
             req.arrival = self._num_arrivals
             self._num_arrivals += 1
             req.slot = self._free_slots.pop()
+            req.risk_margin = self.risk_margin
             self.running[req.rid] = req
             admitted.append(req)
         return admitted
@@ -248,16 +295,21 @@ class RequestPool:
         return tuple(r.view(window) for r in self.running.values()
                      if (not r.is_verifying or (chain and r.is_chainable())) and r.num_generated < r.max_new_tokens)
 
-    def apply_fast(self, req: Request, token: int, logprob: float, events: dict[int, list[int]],
+    def apply_fast(self, req: Request, token: int, value: float, events: dict[int, list[int]],
                    top_logprobs: dict[int, float] | None = None) -> bool:
-        """One fast-path token read back: a candidate (deterministic) or committed (free). True if it finished."""
+        """One fast-path token read back: a candidate (deterministic) or committed (free). True if it finished.
+
+        ``value``: a free request's log-prob, a deterministic request's draft margin
+        (``DecodeState.draft_values``)."""
         stats = self.stats
         stats["fast_tokens"] += 1
         if req.is_deterministic:
-            req.candidates.append(token)
+            if value < req.risk_margin:
+                stats["risky_drafts"] += 1
+            req.add_candidate(token, value)
             return False
         req.token_ids.append(token)
-        req.logprobs.append(logprob)
+        req.logprobs.append(value)
         if top_logprobs is not None:
             req.top_logprobs.append(top_logprobs)
         stats["committed_tokens"] += 1
@@ -287,19 +339,21 @@ class RequestPool:
         else:
             stats = self.stats
             stats["accepted_tokens"] += commit.num_accepted
+            self._count_margins(req, commit)
             if commit.num_rejected:
                 req.num_rollbacks += 1
                 req.num_recomputed += commit.num_rejected
                 stats["rollbacks"] += 1
                 stats["recomputed_tokens"] += commit.num_rejected
-            ahead = req.candidates[req.num_in_pass:]  # drafted while the pass ran
+            num_in_pass = req.num_in_pass
+            ahead = req.candidates[num_in_pass:]  # drafted while the pass ran
             if not commit.num_rejected and (ahead or req.num_live_pending):
                 if ahead:  # the draft at the committed token's position guessed it, or the drafts fall
                     keeps = ahead[0] == commit.token_ids[-1]
-                    req.candidates = ahead[1:]
+                    req.drop_leading_candidates(num_in_pass + 1)
                 else:  # that draft is still in flight: ``check_ahead`` compares it when it is read back
                     keeps = True
-                    req.candidates = []
+                    req.clear_candidates()
                     req.ahead_check = commit.token_ids[-1]
             if keeps:
                 stats["ahead_tokens_kept"] += len(ahead)
@@ -323,7 +377,19 @@ class RequestPool:
         self.stats["ahead_tokens_dropped"] += num_read + req.num_live_pending
         req.num_discard = req.num_pending
         req.ahead_check = None
-        req.candidates.clear()
+        req.clear_candidates()
+
+    def _count_margins(self, req: Request, commit: Commit) -> None:
+        """The margin buckets of the window's verified drafts (the accepted ones and the rejected one)."""
+        stats, margins = self.stats, req.candidate_margins
+        num_verified = min(len(margins), commit.num_accepted + (1 if commit.num_rejected else 0))
+        for i in range(num_verified):
+            bucket = _MARGIN_KEYS[min(bisect.bisect_right(MARGIN_EDGES, margins[i]), len(MARGIN_EDGES) - 1)]
+            stats["verified" + bucket] += 1
+            if i == commit.num_accepted:  # the rejected draft
+                stats["rejected" + bucket] += 1
+                if margins[i] < req.risk_margin:
+                    stats["risky_rollbacks"] += 1
 
     def check_ahead(self, req: Request, token: int) -> bool:
         """The draft ahead at the position of the token a pass committed, read back: True if it is that token

@@ -20,6 +20,11 @@ of the canonical config).
   tokens with ``scaled >= threshold``, g = -log(-log(u)) and u from the same
   counter-based hash of (row key, vocab id) as ``llm42.sampler.gumbel_noise``
   (23 random bits here, so that u is exact in float32).
+
+Either sweep can also return each row's *runner-up* (``runner_up=True``): the
+second largest value it took the maximum over (the max itself again on a tie).
+The fast path's sampler reads a draft's margin off it (``llm42.sampler``); the
+winner and every other output are the same bits with or without it.
 """
 
 from __future__ import annotations
@@ -34,18 +39,30 @@ NUM_WARPS = 8
 
 
 @triton.jit
-def _row_stats_kernel(x_ptr, stride_x, vocab: tl.constexpr, argmax_ptr, max_ptr, sumexp_ptr, BLOCK: tl.constexpr):
+def _top_two(second, m, vals, idx, block_max, block_arg):
+    """The runner-up after merging a block into a running (max ``m``, runner-up ``second``): the block's own
+    runner-up is its largest value at an index other than its argmax."""
+    block_second = tl.max(tl.where(idx == block_arg, float("-inf"), vals), 0)
+    return tl.maximum(tl.maximum(second, block_second), tl.minimum(m, block_max))
+
+
+@triton.jit
+def _row_stats_kernel(x_ptr, stride_x, vocab: tl.constexpr, argmax_ptr, max_ptr, sumexp_ptr, second_ptr,
+                      RUNNER_UP: tl.constexpr, BLOCK: tl.constexpr):
     row = tl.program_id(0).to(tl.int64)
     base = x_ptr + row * stride_x
     offs = tl.arange(0, BLOCK)
     m = tl.full((), float("-inf"), tl.float32)
     s = tl.zeros((), tl.float32)
+    second = tl.full((), float("-inf"), tl.float32)
     best = tl.zeros((), tl.int32)
     for start in range(0, vocab, BLOCK):
         idx = start + offs
         x = tl.load(base + idx, mask=idx < vocab, other=float("-inf")).to(tl.float32)
         block_max = tl.max(x, 0)
         block_arg = tl.argmax(x, 0, tie_break_left=True).to(tl.int32) + start
+        if RUNNER_UP:
+            second = _top_two(second, m, x, idx, block_max, block_arg)
         best = tl.where(block_max > m, block_arg, best)  # strict: the first index of the max wins
         m_new = tl.maximum(m, block_max)
         m_sub = tl.where(m_new == float("-inf"), 0.0, m_new)  # a row of -inf so far: subtract 0, not -inf
@@ -54,6 +71,8 @@ def _row_stats_kernel(x_ptr, stride_x, vocab: tl.constexpr, argmax_ptr, max_ptr,
     tl.store(argmax_ptr + row, best.to(tl.int64))
     tl.store(max_ptr + row, m)
     tl.store(sumexp_ptr + row, s)
+    if RUNNER_UP:
+        tl.store(second_ptr + row, second)
 
 
 @triton.jit
@@ -64,8 +83,8 @@ def _mix32(x):
 
 
 @triton.jit
-def _gumbel_argmax_kernel(x_ptr, stride_x, vocab: tl.constexpr, threshold_ptr, key_ptr, out_ptr,
-                          HAS_THRESHOLD: tl.constexpr, BLOCK: tl.constexpr):
+def _gumbel_argmax_kernel(x_ptr, stride_x, vocab: tl.constexpr, threshold_ptr, key_ptr, out_ptr, best_ptr, second_ptr,
+                          HAS_THRESHOLD: tl.constexpr, RUNNER_UP: tl.constexpr, BLOCK: tl.constexpr):
     row = tl.program_id(0).to(tl.int64)
     base = x_ptr + row * stride_x
     offs = tl.arange(0, BLOCK)
@@ -73,6 +92,7 @@ def _gumbel_argmax_kernel(x_ptr, stride_x, vocab: tl.constexpr, threshold_ptr, k
     if HAS_THRESHOLD:
         threshold = tl.load(threshold_ptr + row)
     best_val = tl.full((), float("-inf"), tl.float32)
+    second = tl.full((), float("-inf"), tl.float32)
     best = tl.zeros((), tl.int32)
     for start in range(0, vocab, BLOCK):
         idx = start + offs
@@ -87,9 +107,14 @@ def _gumbel_argmax_kernel(x_ptr, stride_x, vocab: tl.constexpr, threshold_ptr, k
         val = tl.where(keep, val, float("-inf"))
         block_max = tl.max(val, 0)
         block_arg = tl.argmax(val, 0, tie_break_left=True).to(tl.int32) + start
+        if RUNNER_UP:
+            second = _top_two(second, best_val, val, idx, block_max, block_arg)
         best = tl.where(block_max > best_val, block_arg, best)
         best_val = tl.maximum(best_val, block_max)
     tl.store(out_ptr + row, best.to(tl.int64))
+    if RUNNER_UP:
+        tl.store(best_ptr + row, best_val)
+        tl.store(second_ptr + row, second)
 
 
 def _rows(logits: torch.Tensor) -> torch.Tensor:
@@ -98,27 +123,35 @@ def _rows(logits: torch.Tensor) -> torch.Tensor:
     return logits if logits.stride(-1) == 1 else logits.contiguous()
 
 
-def row_stats(logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(argmax int64 [N], max float32 [N], sum of exp(x - max) float32 [N]) of ``logits`` [N, V]."""
+def row_stats(logits: torch.Tensor, *, runner_up: bool = False):
+    """(argmax int64 [N], max float32 [N], sum of exp(x - max) float32 [N]) of ``logits`` [N, V], and with
+    ``runner_up=True`` a fourth: each row's second largest logit (float32 [N])."""
     x = _rows(logits)
     num_rows, vocab = x.shape
     argmax = torch.empty(num_rows, dtype=torch.int64, device=x.device)
     row_max = torch.empty(num_rows, dtype=torch.float32, device=x.device)
     sumexp = torch.empty(num_rows, dtype=torch.float32, device=x.device)
+    second = torch.empty(num_rows, dtype=torch.float32, device=x.device) if runner_up else row_max
     if num_rows:
-        _row_stats_kernel[(num_rows,)](x, x.stride(0), vocab, argmax, row_max, sumexp,
-                                       BLOCK=BLOCK_V, num_warps=NUM_WARPS)
-    return argmax, row_max, sumexp
+        _row_stats_kernel[(num_rows,)](x, x.stride(0), vocab, argmax, row_max, sumexp, second,
+                                       RUNNER_UP=runner_up, BLOCK=BLOCK_V, num_warps=NUM_WARPS)
+    return (argmax, row_max, sumexp, second) if runner_up else (argmax, row_max, sumexp)
 
 
-def gumbel_argmax(scaled: torch.Tensor, threshold: torch.Tensor | None, keys: torch.Tensor) -> torch.Tensor:
-    """argmax over v of scaled[i, v] + g(keys[i], v), among v with scaled[i, v] >= threshold[i] (if given)."""
+def gumbel_argmax(scaled: torch.Tensor, threshold: torch.Tensor | None, keys: torch.Tensor, *,
+                  runner_up: bool = False):
+    """argmax over v of scaled[i, v] + g(keys[i], v), among v with scaled[i, v] >= threshold[i] (if given).
+
+    With ``runner_up=True``: (argmax, the winning value, the second largest value) per row."""
     x = _rows(scaled)
     num_rows, vocab = x.shape
     out = torch.empty(num_rows, dtype=torch.int64, device=x.device)
+    best = torch.empty(num_rows, dtype=torch.float32, device=x.device) if runner_up else None
+    second = torch.empty(num_rows, dtype=torch.float32, device=x.device) if runner_up else None
     if num_rows:
         thr = threshold.reshape(num_rows).float().contiguous() if threshold is not None else x
         _gumbel_argmax_kernel[(num_rows,)](x, x.stride(0), vocab, thr, keys.contiguous(), out,
-                                           HAS_THRESHOLD=threshold is not None, BLOCK=BLOCK_V,
-                                           num_warps=NUM_WARPS)
-    return out
+                                           best if runner_up else out, second if runner_up else out,
+                                           HAS_THRESHOLD=threshold is not None, RUNNER_UP=runner_up,
+                                           BLOCK=BLOCK_V, num_warps=NUM_WARPS)
+    return (out, best, second) if runner_up else out
