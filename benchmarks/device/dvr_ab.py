@@ -27,7 +27,8 @@ captured, comes before and is not in it); a run cut by it says so (``is_complete
 Before the timed runs, every variant runs every mode (or ``--warmup-modes``) on ``--warmup-requests`` requests,
 untimed (kernels compile).
 Reported per run: output tok/s and its ratio to the same variant's nondet, engine steps, ms per step,
-canonical passes and rows, rollbacks and recompute of deterministic requests, drafts ahead kept/dropped, where
+canonical passes and rows, rollbacks and recompute of deterministic requests, drafts ahead kept/dropped, the
+verified and rejected drafts by margin (``margins``; ``risky_drafts`` / ``risky_rollbacks`` with a risk margin), where
 the run's length comes from (``tail``: first-token and per-token times of free and deterministic requests, the
 last requests to finish, the length had deterministic requests decoded at the free ones' rate); and
 whether each variant's deterministic outputs equal those of the first variant with the same canonical config
