@@ -132,12 +132,15 @@ class Request:
     def committed_token(self, position: int) -> int:
         return self.prompt[position] if position < len(self.prompt) else self.token_ids[position - len(self.prompt)]
 
-    def add_candidate(self, token: int, margin: float) -> None:
-        """A draft read back, with its margin: a risky one (margin under ``risk_margin``) ends its window."""
-        if margin < self.risk_margin:
+    def add_candidate(self, token: int, margin: float) -> bool:
+        """A draft read back, with its margin; True if it is risky (margin under ``risk_margin``: it ends its
+        window)."""
+        is_risky = margin < self.risk_margin
+        if is_risky:
             self.risky.append(len(self.candidates))
         self.candidates.append(token)
         self.candidate_margins.append(margin)
+        return is_risky
 
     def drop_leading_candidates(self, num: int) -> None:
         """Forget the first ``num`` candidates (a pass committed their positions)."""
@@ -304,9 +307,8 @@ class RequestPool:
         stats = self.stats
         stats["fast_tokens"] += 1
         if req.is_deterministic:
-            if value < req.risk_margin:
+            if req.add_candidate(token, value):
                 stats["risky_drafts"] += 1
-            req.add_candidate(token, value)
             return False
         req.token_ids.append(token)
         req.logprobs.append(value)
