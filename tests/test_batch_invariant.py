@@ -487,6 +487,40 @@ def test_pinned_schedules_keep_round_18s_bits():
         assert not torch.equal(halves.to(torch.bfloat16), bim.matmul(x, weight))
 
 
+# round 14's tiles for SmolLM2's weights (the bf16 default where none was pinned): the bits its Triton GEMM committed
+_ROUND14_SMOLLM2 = {
+    (960, 576): dict(BLOCK_M=128, BLOCK_N=128, num_stages=3, num_warps=8),
+    (576, 576): dict(BLOCK_M=128, BLOCK_N=128, num_stages=3, num_warps=8),
+    (3072, 576): dict(BLOCK_M=128, BLOCK_N=128, num_stages=3, num_warps=8),
+    (576, 1536): dict(BLOCK_M=64, BLOCK_N=128, num_stages=4, num_warps=4, PROGRAMS_PER_SM=2),
+    (49152, 576): dict(BLOCK_M=128, BLOCK_N=256, num_stages=4, num_warps=8),
+}
+
+
+@pytest.mark.gpu
+def test_round_25s_smollm2_pins_keep_round_14s_bits():
+    """Round 25 pinned SmolLM2's weights to the TMA kernel with tiles from a sweep timed inside CUDA graphs: every
+    output of 2,048, 256 and 7 rows has the bits of round 14's pointer-kernel tiles, so no committed bit of the
+    Triton canonical config moved. Negative control: the same products summed in another association (two halves
+    of K, each rounded) differ, so the comparison can fail."""
+    pytest.importorskip("triton")
+    from llm42.kernels import batch_invariant_matmul as bim
+
+    gen = torch.Generator(device="cuda").manual_seed(25)
+    for (n, k), old in _ROUND14_SMOLLM2.items():
+        old = dict(old, BLOCK_K=64, GROUP_M=8)
+        assert bim.config_for(torch.bfloat16, n, k).get("TMA")  # pinned to the TMA kernel now
+        weight = (torch.randn(n, k, generator=gen, device="cuda") / k ** 0.5).to(torch.bfloat16)
+        x = torch.randn(2048, k, generator=gen, device="cuda").to(torch.bfloat16)
+        for m in (2048, 256, 7):
+            rows = x[:m].clone()
+            assert torch.equal(bim.matmul(rows, weight), bim.matmul(rows, weight, config=old)), (n, k, m)
+        half = k // 2
+        halves = (bim.matmul(x[:, :half].contiguous(), weight[:, :half].contiguous()).float()
+                  + bim.matmul(x[:, half:].contiguous(), weight[:, half:].contiguous()).float())
+        assert not torch.equal(halves.to(torch.bfloat16), bim.matmul(x, weight))
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("config", [
     dict(BLOCK_M=128, BLOCK_N=256, BLOCK_K=64, GROUP_M=8, num_stages=4, num_warps=8, TMA=True),

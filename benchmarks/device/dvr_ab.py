@@ -104,6 +104,8 @@ VARIANTS = {
     # round 13: the canonical GEMM as the batch-invariant Triton matmul (FixedShapePolicy(gemm="triton"): other
     # committed bits), a wide pass's GEMMs in one launch over all its rows instead of one cuBLAS call per R rows
     "triton_gemm": {"canonical_gemm": "triton"},
+    # round 25: the Triton canonical GEMM in passes of up to 4,096 rows (one launch per linear over all of them)
+    "triton_gemm_4096": {"canonical_gemm": "triton", "max_canonical_tokens": 4096},
     # round 14: each step's work on a high-priority stream, the canonical passes' stream on the lowest
     # (DVRGenerator(prioritize_fast=True)): free requests' steps first when both have blocks waiting
     "priority": {"prioritize_fast": True},
@@ -147,6 +149,16 @@ VARIANTS = {
     "risk_0.125_all": {"risk_margin": 0.125, "risky_windows": "due", "chain_passes": "all"},
     "ride_0.125": {"risk_margin": 0.125},
     "ride_0.25": {"risk_margin": 0.25},
+    # round 25: the canonical pass's kernels confined to a green context of that many SMs (DVRGenerator(canonical_sms=))
+    "sms_32": {"canonical_sms": 32},
+    "sms_48": {"canonical_sms": 48},
+    "sms_64": {"canonical_sms": 64},
+    "sms_96": {"canonical_sms": 96},
+    # round 25: the Triton canonical GEMM with SmolLM2's layer weights on 64 x 64 tiles, 2 programs per SM (the
+    # graph sweep's fastest at 256 rows, a quarter of the default tiles' shared memory: does a pass that leaves
+    # room on each SM disturb the fast steps less?); the same bits as the tree's pins on the H200 (the sweep)
+    "triton_small": {"canonical_gemm": "triton", "gemm_pins": {
+        "960,576": "small", "576,576": "small", "3072,576": "small", "576,1536": "small"}},
 }
 
 
@@ -176,6 +188,36 @@ class SegmentTiles:
             canonical_pass.SEGMENT_TILES = saved
 
 
+SMALL_TILES = dict(BLOCK_M=64, BLOCK_N=64, BLOCK_K=64, GROUP_M=8, num_stages=3, num_warps=4, PROGRAMS_PER_SM=2,
+                   TMA=True)
+
+
+class PinnedTiles:
+    """An Engine whose generators run the Triton canonical GEMM with the tree's pins (``_SHAPE_CONFIGS``) plus a
+    variant's (``gemm_pins``: "N,K" -> "small" for ``SMALL_TILES`` or a config), set when a generator is built and
+    kept until the next variant's build sets its own: a run builds its generator, then serves with it."""
+
+    _tree = None
+
+    def __init__(self, engine, pins: dict):
+        self._engine, self._pins = engine, pins
+
+    def __getattr__(self, name: str):
+        return getattr(self._engine, name)
+
+    def generator(self, *args, **kwargs):
+        from llm42.kernels import batch_invariant_matmul as bim
+
+        if PinnedTiles._tree is None:
+            PinnedTiles._tree = dict(bim._SHAPE_CONFIGS)
+        bim._SHAPE_CONFIGS.clear()
+        bim._SHAPE_CONFIGS.update(PinnedTiles._tree)
+        for key, config in self._pins.items():
+            n, k = (int(v) for v in key.split(","))
+            bim._SHAPE_CONFIGS[(torch.bfloat16, n, k)] = dict(SMALL_TILES if config == "small" else config)
+        return self._engine.generator(*args, **kwargs)
+
+
 def engine_variant(base, knobs: dict):
     """``base`` (the benchmarks' Engine) with a variant's knobs; ``fast_decode_kernel`` names the fast path's
     ``FastPolicy(decode_kernel=...)``, ``segment_tiles`` the canonical pass's tile tables (``SegmentTiles``)."""
@@ -188,7 +230,10 @@ def engine_variant(base, knobs: dict):
         from llm42.policies import FastPolicy
 
         knobs["fast_policy"] = FastPolicy(decode_kernel=kernel, canonical_key_chunk=chunk, canonical_tile_m=tile_m)
+    pins = knobs.pop("gemm_pins", None)
     engine = dataclasses.replace(base, **knobs)
+    if engine.canonical_gemm == "triton":  # every Triton variant sets its pins (the tree's, or the tree's + its own)
+        engine = PinnedTiles(engine, pins or {})
     return engine if tiles is None else SegmentTiles(engine, tiles)
 
 

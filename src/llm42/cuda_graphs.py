@@ -40,10 +40,39 @@ def _warmup_stream() -> torch.cuda.Stream:
     return _WARMUP_STREAMS[device]
 
 
-_FREE_STREAMS: dict[tuple[int, int], list[torch.cuda.Stream]] = {}
+_FREE_STREAMS: dict[tuple[int, int, int | None], list[torch.cuda.Stream]] = {}
+# the green context behind each green stream (by the stream's id), alive as long as the process: its stream is pooled
+_GREEN_CONTEXTS: dict[int, object] = {}
 
 
-def lend_streams(owner: object, device: torch.device, count: int, *, priority: int = 0) -> list[torch.cuda.Stream]:
+def green_contexts_supported() -> bool:
+    """Whether this torch can confine a stream's kernels to a share of the SMs: CUDA green contexts with a stream
+    of their own (``torch.cuda.green_contexts.GreenContext.Stream``; torch 2.11+ built with CUDA 12.8+)."""
+    try:
+        from torch.cuda import green_contexts
+    except ImportError:
+        return False
+    return bool(getattr(green_contexts, "SUPPORTED", False)) and hasattr(green_contexts.GreenContext, "Stream")
+
+
+def _green_stream(index: int, num_sms: int) -> torch.cuda.Stream:
+    """A stream of a new green context holding ``num_sms`` SMs of device ``index`` (the driver rounds the count
+    up to its SM group size: 8 on the H200). Every kernel launched on it, or replayed from a graph captured on it,
+    runs on those SMs only; the rest of the device stays the other streams' (which may also use these)."""
+    if not green_contexts_supported():
+        raise RuntimeError("confining the canonical pass to a share of the SMs needs CUDA green contexts with a "
+                           "stream of their own (torch.cuda.green_contexts.GreenContext.Stream: torch >= 2.11 "
+                           f"built with CUDA >= 12.8); this torch {torch.__version__} has none")
+    from torch.cuda.green_contexts import GreenContext
+
+    context = GreenContext.create(num_sms=num_sms, device_id=index)
+    stream = context.Stream()
+    _GREEN_CONTEXTS[id(stream)] = context
+    return stream
+
+
+def lend_streams(owner: object, device: torch.device, count: int, *, priority: int = 0,
+                 num_sms: int | None = None) -> list[torch.cuda.Stream]:
     """``count`` side streams of ``device`` that are ``owner``'s alone while it lives, then go back to a pool.
 
     A graph captured on a stream keeps that stream's cuBLAS workspace, so two objects whose graphs
@@ -52,10 +81,17 @@ def lend_streams(owner: object, device: torch.device, count: int, *, priority: i
     ``owner`` lives, reused by the next owner after it. On the H200 (round 15) a generator's own canonical
     stream, made fresh per generator, grew device memory by one 32 MiB workspace per generator built
     (tests/test_close.py). ``priority``: CUDA's stream priority (lower is higher), pooled apart.
+    ``num_sms``: streams of green contexts of that many SMs (``_green_stream``; pooled apart, each its own
+    context), whose kernels never take more of the device than that; ``priority`` does not apply to them.
     """
     index = device.index if device.index is not None else torch.cuda.current_device()
-    free = _FREE_STREAMS.setdefault((index, priority), [])
-    streams = [free.pop() if free else torch.cuda.Stream(index, priority=priority) for _ in range(count)]
+    key = (index, priority if num_sms is None else 0, num_sms)
+    free = _FREE_STREAMS.setdefault(key, [])
+
+    def fresh() -> torch.cuda.Stream:
+        return torch.cuda.Stream(index, priority=priority) if num_sms is None else _green_stream(index, num_sms)
+
+    streams = [free.pop() if free else fresh() for _ in range(count)]
     weakref.finalize(owner, free.extend, list(streams))
     return streams
 

@@ -156,6 +156,7 @@ class DVRGenerator:
         graph_bucket_step: int | None = None,
         chain_passes: str = "prompts",
         risk_margin: float = 0.0,
+        canonical_sms: int | None = None,
     ):
         self.canonical_config = CanonicalConfig(window=window, group=group)
         self.config = EngineConfig(
@@ -166,7 +167,7 @@ class DVRGenerator:
             canonical_stream=canonical_stream, mixed_steps=mixed_steps, draft_ahead=draft_ahead,
             wide_verify=wide_verify, prioritize_fast=prioritize_fast,
             canonical_gemm_streams=canonical_gemm_streams, graph_bucket_step=graph_bucket_step,
-            chain_passes=chain_passes, risk_margin=risk_margin,
+            chain_passes=chain_passes, risk_margin=risk_margin, canonical_sms=canonical_sms,
         )
         num_canonical_tokens = self.config.canonical_tokens(self.canonical_config.num_rows)
         scratch = getattr(kv_store, "num_scratch_slots", None)  # an injected store: a pass's padding rows write there
@@ -191,6 +192,9 @@ class DVRGenerator:
             if canonical_stream:
                 raise ValueError("pass canonical_stream or verifier, not both: a verifier runs its own passes "
                                  "(Verifier(..., use_stream=True))")
+            if canonical_sms is not None:
+                raise ValueError("pass canonical_sms or verifier, not both: a verifier runs its own passes "
+                                 "(Verifier(..., use_stream=True, num_sms=...))")
         if kv_store is not None:
             kv_capacity = kv_store.num_blocks * kv_store.block_size
         else:
@@ -211,6 +215,14 @@ class DVRGenerator:
         is_cuda = self.device.type == "cuda"
         if canonical_stream is None:  # on CUDA the default: fast steps run beside the passes (round 9)
             canonical_stream = is_cuda and verifier is None
+        if is_cuda and self.config.canonical_sms is not None:
+            if not canonical_stream:
+                raise ValueError("DVRGenerator canonical_sms confines the canonical pass's own stream: it needs "
+                                 "canonical_stream (True or None), got canonical_stream=False")
+            total = torch.cuda.get_device_properties(self.device).multi_processor_count
+            if self.config.canonical_sms > total:
+                raise ValueError(f"DVRGenerator canonical_sms ({self.config.canonical_sms}) exceeds the device's "
+                                 f"{total} SMs")
         # prioritize_fast: each step's work on a high-priority stream (CUDA's priorities: lower is higher; -1 is
         # in every device's range), the canonical pass's stream keeping the default, lowest priority
         self._step_stream = (lend_streams(self, self.device, 1, priority=-1)[0] if is_cuda and prioritize_fast
@@ -221,7 +233,8 @@ class DVRGenerator:
             verifier = Verifier(self.runner, self.canonical_policy, self.canonical_config,
                                 use_graph=None if is_graphed else False, use_thread=canonical_thread,
                                 max_model_len=self.max_model_len, max_rows=num_canonical_tokens,
-                                use_stream=canonical_stream, gemm_streams=self.config.canonical_gemm_streams)
+                                use_stream=canonical_stream, gemm_streams=self.config.canonical_gemm_streams,
+                                num_sms=self.config.canonical_sms)
         else:
             self.canonical_policy = getattr(verifier, "policy", self.canonical_policy)
             own = getattr(verifier, "max_rows", self.canonical_config.num_rows)  # a user's verifier: R rows

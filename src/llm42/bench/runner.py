@@ -114,6 +114,7 @@ class Engine:
     eager_verify: bool = False  # DefaultScheduler's knob: partial windows verified while the canonical stream idles
     risk_margin: float = 0.0  # DVRGenerator's knob: a draft of smaller margin (logits) closes its window
     risky_windows: str = "ride"  # DefaultScheduler's knob: what a window closed at a risky draft does
+    canonical_sms: int | None = None  # DVRGenerator's knob: the canonical pass's kernels on that many SMs (CUDA)
 
     def generator(self, mode: Mode, *, window: int | None = None, group: int | None = None,
                   ) -> tuple[DVRGenerator, list[str]]:
@@ -136,6 +137,7 @@ class Engine:
                                        risky_windows=self.risky_windows),
             prioritize_fast=self.prioritize_fast, canonical_gemm_streams=self.canonical_gemm_streams,
             graph_bucket_step=self.graph_bucket_step, chain_passes=self.chain_passes, risk_margin=self.risk_margin,
+            canonical_sms=self.canonical_sms,
         )
         notes = []
         if self.use_cuda_graphs and gen.device.type == "cuda":

@@ -123,6 +123,13 @@ class EngineConfig:
     rollback throws away fewer drafts. ``0`` (default) never closes a window early. Committed output is
     unchanged (only when a window is verified changes). The engine counts drafts by margin as passes verify
     them (``stats``: ``verified_margin_*`` / ``rejected_margin_*``), the data to set it from.
+    ``canonical_sms``: on CUDA, the canonical pass's stream belongs to a green context of this many SMs
+    (``torch.cuda.green_contexts``; the driver rounds up to its SM group, 8 on the H200): its kernels, captured
+    there, never hold more of the device than that, so a pass beside a fast step leaves the rest of the SMs to
+    it (the fast steps may still use these SMs too). ``None`` (default): every SM. Needs the pass on its own
+    stream (``canonical_stream``) and a torch with green-context streams (2.11+, CUDA 12.8+); no effect on the
+    CPU. Committed output is unchanged: a kernel's grid and each program's work do not depend on which SMs run
+    it (tests/gpu/test_canonical_sms_cuda.py compares the bits).
     """
 
     max_num_seqs: int = 256
@@ -146,12 +153,14 @@ class EngineConfig:
     graph_bucket_step: int | None = None
     chain_passes: str = "prompts"
     risk_margin: float = 0.0
+    canonical_sms: int | None = None
 
     def __post_init__(self) -> None:
         owner = "DVRGenerator"
         for name in ("max_num_seqs", "max_fast_tokens", "block_size", "canonical_gemm_streams"):
             positive_int(owner, name, getattr(self, name))
-        for name in ("kv_cache_tokens", "max_model_len", "max_canonical_tokens", "graph_bucket_step"):
+        for name in ("kv_cache_tokens", "max_model_len", "max_canonical_tokens", "graph_bucket_step",
+                     "canonical_sms"):
             if getattr(self, name) is not None:
                 positive_int(owner, name, getattr(self, name))
         for name in ("prefix_cache", "use_cuda_graphs", "adaptive_draft", "overlap", "canonical_thread",

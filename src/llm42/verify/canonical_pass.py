@@ -263,12 +263,16 @@ class CanonicalPass:
     ``segment_tiles`` (CUDA; default ``SEGMENT_TILES``): stage a tile table with each pass so that the tiled
     canonical attention cuts each sequence's rows into tiles of their own (the same bits as its fixed tiling,
     whose tiles straddle two windows: two key sweeps one after the other in one program).
+    ``num_sms`` (CUDA, with ``use_stream``): the pass's streams belong to green contexts of that many SMs
+    (``llm42.cuda_graphs.lend_streams``), so its kernels, captured there, never hold more of the device than
+    that while fast steps run beside them; ``None``: every SM. A kernel's grid and what each of its programs
+    computes do not depend on which SMs run it: the same bits (tests/gpu/test_canonical_sms_cuda.py).
     """
 
     def __init__(self, weights: Weights, cfg: ModelConfig, policy: ReductionPolicy, num_rows: int, *,
                  max_rows: int | None = None, use_graph: bool | None = None, use_stream: bool = False,
                  use_thread: bool = False, max_model_len: int | None = None, gemm_streams: int | None = None,
-                 segment_tiles: bool | None = None):
+                 segment_tiles: bool | None = None, num_sms: int | None = None):
         self.weights = weights
         self.cfg = cfg
         self.max_model_len = cfg.max_position_embeddings if max_model_len is None else max_model_len
@@ -300,12 +304,16 @@ class CanonicalPass:
         # capture stream, so the pass's GEMMs and the fast steps' shared one cuBLAS workspace (capture_graph).
         # The pass's graphs are now captured on its own stream (its own workspace); on the H200 that is
         # not verified yet, so by default a pass still shares the caller's stream
-        self._stream = lend_streams(self, self.device, 1)[0] if is_cuda and use_stream else None
+        self.num_sms = None if num_sms is None else positive_int("CanonicalPass", "num_sms", num_sms)
+        if self.num_sms is not None and is_cuda and not use_stream:
+            raise ValueError("CanonicalPass num_sms confines the pass's own stream: it needs use_stream=True")
+        sms = self.num_sms if is_cuda else None
+        self._stream = lend_streams(self, self.device, 1, num_sms=sms)[0] if is_cuda and use_stream else None
         self.segment_tiles = SEGMENT_TILES if segment_tiles is None else segment_tiles
         self.gemm_streams = positive_int("CanonicalPass", "gemm_streams",
                                          GEMM_BLOCK_STREAMS if gemm_streams is None else gemm_streams)
         # the pass's own while it lives (never another live pass's: a captured GEMM keeps its stream's workspace)
-        self._block_streams = (lend_streams(self, self.device, self.gemm_streams)
+        self._block_streams = (lend_streams(self, self.device, self.gemm_streams, num_sms=sms)
                                if is_cuda and self.gemm_streams > 1 and max_rows > num_rows else [])
         self._use_thread = use_thread and not is_cuda  # a CUDA pass is already asynchronous: the device runs it
         self._worker: ThreadPoolExecutor | None = None  # started by the first threaded launch

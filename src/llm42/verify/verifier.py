@@ -45,11 +45,13 @@ class Verifier:
     same static-buffer pass eagerly elsewhere; ``use_thread=True`` runs it there on a worker thread
     (``CanonicalPass``). ``max_model_len``: the longest sequence a
     pass's row may belong to (default: the model's context; ``DVRGenerator`` passes its own).
+    ``num_sms`` (CUDA, with ``use_stream``): the passes' kernels run on that many SMs (``CanonicalPass``).
     """
 
     def __init__(self, runner: ModelRunner, policy: ReductionPolicy, config: CanonicalConfig, *,
                  use_graph: bool | None = None, use_thread: bool = False, max_model_len: int | None = None,
-                 max_rows: int | None = None, use_stream: bool = False, gemm_streams: int | None = None):
+                 max_rows: int | None = None, use_stream: bool = False, gemm_streams: int | None = None,
+                 num_sms: int | None = None):
         if not getattr(policy, "is_shape_closed", False):
             raise ValueError(f"canonical_policy {policy!r} is not shape-closed (is_shape_closed is not True)")
         if use_graph and not getattr(policy, "is_graph_safe", False):
@@ -60,7 +62,8 @@ class Verifier:
         self.config = config
         self.canonical_pass = CanonicalPass(runner.weights, runner.cfg, policy, config.num_rows, max_rows=max_rows,
                                             use_graph=use_graph, use_stream=use_stream, use_thread=use_thread,
-                                            max_model_len=max_model_len, gemm_streams=gemm_streams)
+                                            max_model_len=max_model_len, gemm_streams=gemm_streams,
+                                            num_sms=num_sms)
 
     @property
     def max_rows(self) -> int:
