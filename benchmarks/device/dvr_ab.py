@@ -2,6 +2,7 @@
 
     PYTHONPATH=src python3 benchmarks/device/dvr_ab.py --model PATH_OR_8B --out ab.json [--modes nondet,dvr@10,dvr@50]
         [--variants default,wide_verify,round7] [--num-requests 1000] [--max-num-seqs 1024] [--budget-s 400]
+        [--repeats 1]
 
 Variants (``DVRGenerator`` knobs): ``default`` (the engine's defaults: on CUDA since round 9 drafting ahead, wide
 verify passes, each pass on its own stream), ``det_rows`` (``FastPolicy(decode_kernel="deterministic")``:
@@ -35,6 +36,14 @@ whether each variant's deterministic outputs equal those of the first variant wi
 (they must: the contract; another canonical attention or GEMM commits other bits). Each dvr run also records a
 digest per finished deterministic request (``deterministic_digests``: request index -> SHA-256 of its token ids,
 16 hex digits), so two processes' runs of one canonical config can be compared (``--compare A.json B.json``).
+
+``--repeats N`` (round 25: a one-run ratio moved by +-0.05, and the variant run second in a mode tended to score
+higher): every (variant, mode) runs N times, the variants' order reversed on every other repeat (ABBA), each run a
+share of the budget. ``runs`` keeps the first repeat's full record (as with one repeat); ``repeats[v][mode]`` every
+repeat's figures (ratio against that repeat's nondet of the variant, position in its mode, steps, passes, the free
+and deterministic requests' last token); ``repeat_summary`` the median, least and largest ratio over the complete
+repeats (``n``; ``n_cut`` cut by the budget); ``repeats_identical`` each repeat's deterministic outputs against the
+first's (the contract across repeats).
 
 ``--lm-head-std S --lm-head-bias-scale B`` (random models): the output head of ``llm42.bench.figures.HeadBasis``
 at that point, e.g. round 5's head calibrated to SmolLM2's flip rate on the 8B shape (S 0.2, B 26.9).
@@ -316,6 +325,9 @@ def main() -> None:
     p.add_argument("--warmup-s", type=float, default=60.0, help="deadline of each warm-up run")
     p.add_argument("--warmup-modes", default=None,
                    help="the modes each variant warms up on (default: --modes; a dvr mode runs every kernel)")
+    p.add_argument("--repeats", type=int, default=1,
+                   help="offline runs of every (variant, mode), the variants' order reversed on every other repeat "
+                   "(ABBA); runs[...] keeps the first, repeats[...] every one, repeat_summary the medians")
     p.add_argument("--profile-mode", default=None)
     p.add_argument("--profile-budget-s", type=float, default=60.0)
     args = p.parse_args()
@@ -359,57 +371,48 @@ def main() -> None:
             run_offline(engines[v], warm, mode_by_name(mode_name), det_order=warm_order,
                         deadline=time.perf_counter() + args.warmup_s + BUILD_ALLOWANCE_S, budget_s=args.warmup_s)
             print(f"[dvr_ab] warm-up {v} {mode_name}: {time.perf_counter() - t0:.1f} s", flush=True)
-    share = args.budget_s / (len(modes) * len(variants))
+    if args.repeats < 1:
+        raise SystemExit("--repeats must be at least 1")
+    share = args.budget_s / (len(modes) * len(variants) * args.repeats)
     out: dict = {"model": model.summary(), "device": torch.cuda.get_device_name() if device.type == "cuda" else "cpu",
                  "torch": torch.__version__, "args": {k: str(v) for k, v in vars(args).items()},
                  "workload": workload.summary(), "variants": {v: VARIANTS[v] for v in variants}, "runs": {}}
-    results: dict[str, dict] = {v: {} for v in variants}
-    for mode_name in modes:
-        for v in variants:
-            print(f"[dvr_ab] {v} {mode_name}", flush=True)
-            result = run_offline(engines[v], workload, mode_by_name(mode_name), det_order=det_order,
-                                 deadline=time.perf_counter() + share + BUILD_ALLOWANCE_S, budget_s=share)
-            results[v][mode_name] = result
-            summary = serving_summary(result, nondet=results[v].get("nondet"))
-            stats = result.stats
-            out["runs"].setdefault(v, {})[mode_name] = {
-                "is_complete": result.is_complete,
-                "output_tokens_per_s": summary["output_tokens_per_s"],
-                "ratio_to_nondet": summary["ratio_to_nondet"],
-                "steps": stats.get("steps"), "ms_per_step": summary["engine"].get("ms_per_step"),
-                "canonical_passes": stats.get("canonical_passes"), "canonical_rows": stats.get("canonical_rows"),
-                "canonical_rows_used": stats.get("canonical_rows_used"),
-                "rollbacks_per_deterministic_request": summary["rollbacks_per_deterministic_request"],
-                "recompute_share_deterministic": summary["recompute_share_deterministic"],
-                "ahead_tokens_kept": stats.get("ahead_tokens_kept"),
-                "ahead_tokens_dropped": stats.get("ahead_tokens_dropped"),
-                "deferred_passes": stats.get("deferred_passes"),
-                "risky_drafts": stats.get("risky_drafts"), "risky_rollbacks": stats.get("risky_rollbacks"),
-                "rollbacks": stats.get("rollbacks"),
-                "margins": {k: stats.get(k) for k in MARGIN_STATS},
-                "free_itl_s": summary["latency_nondeterministic"]["itl_s"],
-                "deterministic_tpot_s": summary["latency_deterministic"]["tpot_s"],
-                "e2e_s_p99": summary["latency"]["e2e_s"]["p99"],
-                "tail": tail_summary(result, workload),
-            }
-            if mode_name.startswith("dvr@"):
-                out["runs"][v][mode_name]["deterministic_digests"] = {
-                    str(rec.index): token_digest(rec.token_ids) for rec in result.records
-                    if rec.is_deterministic and rec.finish_s is not None}
-            r = out["runs"][v][mode_name]
-            print(f"[dvr_ab]   {r['output_tokens_per_s']:,.0f} tok/s  x{r['ratio_to_nondet'] or 0:.3f}  "
-                  f"steps {r['steps']}  passes {r['canonical_passes']}  rollbacks {r['rollbacks']} "
-                  f"(risky drafts {r['risky_drafts']}, at one {r['risky_rollbacks']})  complete {r['is_complete']}",
-                  flush=True)
-            Path(args.out).write_text(json.dumps(out, indent=1))
+    results: dict[str, dict] = {v: {} for v in variants}  # the first repeat's
+    for rep in range(args.repeats):
+        order = variants if rep % 2 == 0 else variants[::-1]
+        rep_results: dict[str, dict] = {v: {} for v in variants}
+        for mode_name in modes:
+            for position, v in enumerate(order):
+                print(f"[dvr_ab] {v} {mode_name}" + (f" (repeat {rep + 1})" if args.repeats > 1 else ""), flush=True)
+                result = run_offline(engines[v], workload, mode_by_name(mode_name), det_order=det_order,
+                                     deadline=time.perf_counter() + share + BUILD_ALLOWANCE_S, budget_s=share)
+                rep_results[v][mode_name] = result
+                if rep == 0:
+                    results[v][mode_name] = result
+                    _record_run(out, v, mode_name, result, rep_results[v].get("nondet"), workload)
+                _record_repeat(out, v, mode_name, result, rep_results[v].get("nondet"), workload, rep, position)
+                Path(args.out).write_text(json.dumps(out, indent=1))
+        if rep:  # the contract across repeats: a variant commits its first repeat's deterministic outputs
+            for v in variants:
+                for mode_name in (m for m in modes if m.startswith("dvr@")):
+                    out.setdefault("repeats_identical", {})[f"{v}_{mode_name}_repeat{rep + 1}"] = _same_outputs(
+                        results[v][mode_name], rep_results[v][mode_name])
+    if args.repeats > 1:
+        out["repeat_summary"] = _repeat_summary(out["repeats"])
+        for v, by_mode in out["repeat_summary"].items():
+            for mode_name, row in by_mode.items():
+                print(f"[dvr_ab] {v} {mode_name}: ratio median {row['ratio_median']}  (min {row['ratio_min']}, max "
+                      f"{row['ratio_max']}, n {row['n']}, cut {row['n_cut']})  tok/s median {row['tok_s_median']}",
+                      flush=True)
+        print(json.dumps(out.get("repeats_identical", {})), flush=True)
+        Path(args.out).write_text(json.dumps(out, indent=1))
     first = variants[0]
     checks = {}
     for mode_name in modes:
         if not mode_name.startswith("dvr@"):
             continue
         def finished(variant):  # a run cut by its deadline leaves requests half done: those are not compared
-            return {rec.index: rec.token_ids for rec in results[variant][mode_name].records
-                    if rec.is_deterministic and rec.finish_s is not None}
+            return _finished_outputs(results[variant][mode_name])
 
         # a variant's deterministic outputs equal those of the first variant with the same canonical config (the
         # contract); another canonical attention commits other bits, so it is compared within its own kind only
@@ -429,9 +432,90 @@ def main() -> None:
     out["deterministic_outputs_identical"] = checks
     Path(args.out).write_text(json.dumps(out, indent=1))
     print(json.dumps(checks), flush=True)
+    _online_and_profile(args, out, engines, workload, results[first], det_order, config)
+
+
+def _finished_outputs(result) -> dict:
+    """Deterministic requests a run finished (a run cut by its deadline leaves some half done): index -> tokens."""
+    return {rec.index: rec.token_ids for rec in result.records if rec.is_deterministic and rec.finish_s is not None}
+
+
+def _same_outputs(a, b) -> dict:
+    ref, got = _finished_outputs(a), _finished_outputs(b)
+    common = set(ref) & set(got)
+    return {"num_checked": len(common), "num_identical": sum(ref[i] == got[i] for i in common)}
+
+
+def _record_repeat(out: dict, v: str, mode_name: str, result, nondet, workload, rep: int, position: int) -> None:
+    """One repeat's figures (``repeats[v][mode]``): the ratio against the same repeat's nondet of ``v``."""
+    summary = serving_summary(result, nondet=nondet)
+    tail = tail_summary(result, workload)
+    out.setdefault("repeats", {}).setdefault(v, {}).setdefault(mode_name, []).append({
+        "repeat": rep + 1, "position_in_mode": position, "is_complete": result.is_complete,
+        "output_tokens_per_s": summary["output_tokens_per_s"], "ratio_to_nondet": summary["ratio_to_nondet"],
+        "steps": result.stats.get("steps"), "ms_per_step": summary["engine"].get("ms_per_step"),
+        "canonical_passes": result.stats.get("canonical_passes"), "deferred_passes": result.stats.get("deferred_passes"),
+        "free_last_finish_s": tail["free"]["last_finish_s"],
+        "deterministic_last_finish_s": tail["deterministic"]["last_finish_s"], "elapsed_s": result.elapsed_s})
+
+
+def _repeat_summary(repeats: dict) -> dict:
+    """Per (variant, mode): the median, least and largest ratio to nondet and the median tok/s over complete repeats."""
+    import statistics
+
+    summary: dict = {}
+    for v, by_mode in repeats.items():
+        for mode_name, rows in by_mode.items():
+            done = [r for r in rows if r["is_complete"]]
+            ratios = [r["ratio_to_nondet"] for r in done if r["ratio_to_nondet"] is not None]
+            summary.setdefault(v, {})[mode_name] = {
+                "n": len(ratios), "n_cut": len(rows) - len(done),  # a run cut by its budget is no figure
+                "ratio_median": round(statistics.median(ratios), 4) if ratios else None,
+                "ratio_min": round(min(ratios), 4) if ratios else None,
+                "ratio_max": round(max(ratios), 4) if ratios else None,
+                "tok_s_median": statistics.median(r["output_tokens_per_s"] for r in done) if done else None}
+    return summary
+
+
+def _record_run(out: dict, v: str, mode_name: str, result, nondet, workload) -> None:
+    """The first repeat's full record of one run (``runs[v][mode]``), printed as it lands."""
+    summary = serving_summary(result, nondet=nondet)
+    stats = result.stats
+    r = out["runs"].setdefault(v, {})[mode_name] = {
+        "is_complete": result.is_complete,
+        "output_tokens_per_s": summary["output_tokens_per_s"],
+        "ratio_to_nondet": summary["ratio_to_nondet"],
+        "steps": stats.get("steps"), "ms_per_step": summary["engine"].get("ms_per_step"),
+        "canonical_passes": stats.get("canonical_passes"), "canonical_rows": stats.get("canonical_rows"),
+        "canonical_rows_used": stats.get("canonical_rows_used"),
+        "rollbacks_per_deterministic_request": summary["rollbacks_per_deterministic_request"],
+        "recompute_share_deterministic": summary["recompute_share_deterministic"],
+        "ahead_tokens_kept": stats.get("ahead_tokens_kept"),
+        "ahead_tokens_dropped": stats.get("ahead_tokens_dropped"),
+        "deferred_passes": stats.get("deferred_passes"),
+        "risky_drafts": stats.get("risky_drafts"), "risky_rollbacks": stats.get("risky_rollbacks"),
+        "rollbacks": stats.get("rollbacks"),
+        "margins": {k: stats.get(k) for k in MARGIN_STATS},
+        "free_itl_s": summary["latency_nondeterministic"]["itl_s"],
+        "deterministic_tpot_s": summary["latency_deterministic"]["tpot_s"],
+        "e2e_s_p99": summary["latency"]["e2e_s"]["p99"],
+        "tail": tail_summary(result, workload),
+    }
+    if mode_name.startswith("dvr@"):
+        r["deterministic_digests"] = {str(rec.index): token_digest(rec.token_ids) for rec in result.records
+                                      if rec.is_deterministic and rec.finish_s is not None}
+    print(f"[dvr_ab]   {r['output_tokens_per_s']:,.0f} tok/s  x{r['ratio_to_nondet'] or 0:.3f}  "
+          f"steps {r['steps']}  passes {r['canonical_passes']}  rollbacks {r['rollbacks']} "
+          f"(risky drafts {r['risky_drafts']}, at one {r['risky_rollbacks']})  complete {r['is_complete']}",
+          flush=True)
+
+
+def _online_and_profile(args, out: dict, engines: dict, workload, first_results: dict, det_order: list[int],
+                        config) -> None:
+    """The online phase (``--online-load``: capacity from the first variant's offline nondet) and the host profile
+    (``--profile-mode``), each written to ``--out`` as it lands."""
     if args.online_load is not None:
-        nondet = results[first]["nondet"]
-        capacity = workload.num_requests / nondet.elapsed_s
+        capacity = workload.num_requests / first_results["nondet"].elapsed_s
         out["online"] = online_runs(engines, workload.head(min(args.online_requests, workload.num_requests)),
                                     [m for m in args.online_modes.split(",") if m], det_order=det_order,
                                     rate=args.online_load * capacity, budget_s=args.online_budget_s,
@@ -439,9 +523,9 @@ def main() -> None:
         out["online"].update(load=args.online_load, capacity_rps=capacity)
         Path(args.out).write_text(json.dumps(out, indent=1))
     if args.profile_mode:
-        share = args.profile_budget_s / len(variants)
-        out["host_profile"] = {v: host_profile(engines[v], workload, mode_by_name(args.profile_mode),
-                                               det_order=det_order, budget_s=share) for v in variants}
+        share = args.profile_budget_s / len(engines)
+        out["host_profile"] = {v: host_profile(engine, workload, mode_by_name(args.profile_mode),
+                                               det_order=det_order, budget_s=share) for v, engine in engines.items()}
         out["host_profile"]["mode"] = args.profile_mode
         Path(args.out).write_text(json.dumps(out, indent=1))
 

@@ -1,0 +1,41 @@
+"""benchmarks/device/dvr_ab.py's ``--repeats``: every (variant, mode) served again with the variants' order reversed
+on every other repeat (ABBA), each repeat's ratio against that repeat's nondet, the medians over complete repeats,
+and the contract across repeats (a variant commits its first repeat's deterministic outputs). A CPU run of the
+script on the tiny model: the order alternates, every repeat is recorded, the summary counts them, and the outputs
+of every repeat were compared (some requests finished in each, so the check is not vacuous).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "device" / "dvr_ab.py"
+
+
+def test_repeats_alternate_the_order_and_agree_on_committed_outputs(tmp_path, monkeypatch):
+    spec = importlib.util.spec_from_file_location("dvr_ab_script", SCRIPT)
+    dvr_ab = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(dvr_ab)
+    out = tmp_path / "ab.json"
+    monkeypatch.setattr(sys, "argv", [
+        "dvr_ab.py", "--model", "tiny", "--out", str(out), "--variants", "default,w16", "--modes", "nondet,dvr@50",
+        "--num-requests", "6", "--max-num-seqs", "16", "--max-fast-tokens", "64", "--budget-s", "400",
+        "--warmup-requests", "0", "--repeats", "2"])
+    dvr_ab.main()
+    got = json.loads(out.read_text())
+    for v in ("default", "w16"):
+        rows = got["repeats"][v]["dvr@50"]
+        assert [r["repeat"] for r in rows] == [1, 2]
+        summary = got["repeat_summary"][v]["dvr@50"]
+        assert summary["n"] + summary["n_cut"] == 2
+    # ABBA: the first variant runs first in repeat 1 and last in repeat 2
+    assert [r["position_in_mode"] for r in got["repeats"]["default"]["nondet"]] == [0, 1]
+    assert [r["position_in_mode"] for r in got["repeats"]["w16"]["nondet"]] == [1, 0]
+    checks = got["repeats_identical"]
+    assert set(checks) == {"default_dvr@50_repeat2", "w16_dvr@50_repeat2"}
+    for check in checks.values():
+        assert check["num_checked"] > 0 and check["num_identical"] == check["num_checked"]
+    assert got["runs"]["default"]["dvr@50"]["deterministic_digests"]  # the first repeat keeps the full record
