@@ -72,6 +72,7 @@ import torch
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "src"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # batched_passes.py beside it
 
 from llm42.bench.models import build_model  # noqa: E402
 from llm42.bench.modes import deterministic_order, mode_by_name  # noqa: E402
@@ -166,6 +167,9 @@ VARIANTS = {
     # round 25: the Triton canonical GEMM with SmolLM2's layer weights on 64 x 64 tiles, 2 programs per SM (the
     # graph sweep's fastest at 256 rows, a quarter of the default tiles' shared memory: does a pass that leaves
     # room on each SM disturb the fast steps less?); the same bits as the tree's pins on the H200 (the sweep)
+    # round 25 (not run on the H200 yet): verify-only passes held until their windows fill 512 rows or a due window
+    # has waited 8 steps (benchmarks/device/batched_passes.py: against the many-narrow-passes regime)
+    "batched": {"scheduler": "batched_512_8"},
     "triton_small": {"canonical_gemm": "triton", "gemm_pins": {
         "960,576": "small", "576,576": "small", "3072,576": "small", "576,1536": "small"}},
 }
@@ -240,6 +244,12 @@ def engine_variant(base, knobs: dict):
 
         knobs["fast_policy"] = FastPolicy(decode_kernel=kernel, canonical_key_chunk=chunk, canonical_tile_m=tile_m)
     pins = knobs.pop("gemm_pins", None)
+    scheduler = knobs.pop("scheduler", None)
+    if scheduler is not None:  # "batched_<min_rows>_<max_wait>"
+        from batched_passes import batched
+
+        _, min_rows, max_wait = scheduler.split("_")
+        knobs["scheduler_class"] = batched(int(min_rows), int(max_wait))
     engine = dataclasses.replace(base, **knobs)
     if engine.canonical_gemm == "triton":  # every Triton variant sets its pins (the tree's, or the tree's + its own)
         engine = PinnedTiles(engine, pins or {})

@@ -115,6 +115,8 @@ class Engine:
     risk_margin: float = 0.0  # DVRGenerator's knob: a draft of smaller margin (logits) closes its window
     risky_windows: str = "ride"  # DefaultScheduler's knob: what a window closed at a risky draft does
     canonical_sms: int | None = None  # DVRGenerator's knob: the canonical pass's kernels on that many SMs (CUDA)
+    # the scheduler's class: DefaultScheduler or a subclass taking its keywords (an A/B of a scheduling rule)
+    scheduler_class: type = DefaultScheduler
 
     def generator(self, mode: Mode, *, window: int | None = None, group: int | None = None,
                   ) -> tuple[DVRGenerator, list[str]]:
@@ -133,8 +135,8 @@ class Engine:
             use_cuda_graphs=self.use_cuda_graphs, overlap=mode.is_overlapped,
             max_canonical_tokens=self.max_canonical_tokens, canonical_stream=self.canonical_stream,
             draft_ahead=self.draft_ahead, wide_verify=self.wide_verify, adaptive_draft=self.adaptive_draft,
-            scheduler=DefaultScheduler(prompt_share=self.prompt_share, eager_verify=self.eager_verify,
-                                       risky_windows=self.risky_windows),
+            scheduler=self.scheduler_class(prompt_share=self.prompt_share, eager_verify=self.eager_verify,
+                                           risky_windows=self.risky_windows),
             prioritize_fast=self.prioritize_fast, canonical_gemm_streams=self.canonical_gemm_streams,
             graph_bucket_step=self.graph_bucket_step, chain_passes=self.chain_passes, risk_margin=self.risk_margin,
             canonical_sms=self.canonical_sms,
