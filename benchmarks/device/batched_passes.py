@@ -1,9 +1,9 @@
 """A scheduling rule to A/B (``dvr_ab.py --variants default,batched``): verify-only passes held until they are worth it.
 
-Round 25's table of every SmolLM2 dvr@50 run of rounds 23-25 (docs/benchmarks.md): runs whose passes were few and
-wide (<= 446 passes, >= 712 rows a pass, most plans deferred behind the pass in flight) reached 0.665-0.734 of
-nondet at 3.0-3.7 ms a step; runs with many narrow passes (>= 544, <= 582 rows a pass, few deferred) 0.466-0.701 at
-3.9-6.3 ms a step, among them the default engine twice, in processes whose steps were slow. A slow step lets each pass
+Round 25's table of the SmolLM2 dvr@50 runs of rounds 23-25 (docs/benchmarks.md, "Two regimes of dvr@50"): the runs
+with the fewest, widest passes (381-446 passes of 712-828 rows, most plans deferred behind the pass in flight)
+reached 0.665-0.734 of nondet at 3.0-3.7 ms a step; the runs with many narrow passes (544-590 of 536-582 rows, few
+deferred) 0.466-0.701 at 3.9-6.3 ms a step, among them the default engine twice, in slow processes. A slow step lets each pass
 finish before the next plan, so every step launches a pass of whatever windows are due: more passes, each with its
 fixed cost, slower steps again. ``BatchedPassScheduler`` breaks that loop: a pass that only verifies windows (no
 deterministic prompt waiting) is formed once its windows fill ``min_rows`` rows, or once a due window has waited
