@@ -3,14 +3,15 @@
 Round 25's table of the SmolLM2 dvr@50 runs of rounds 23-25 (docs/benchmarks.md, "Two regimes of dvr@50"): the runs
 with the fewest, widest passes (381-446 passes of 712-828 rows, most plans deferred behind the pass in flight)
 reached 0.665-0.734 of nondet at 3.0-3.7 ms a step; the runs with many narrow passes (544-590 of 536-582 rows, few
-deferred) 0.466-0.701 at 3.9-6.3 ms a step, among them the default engine twice, in slow processes. A slow step lets each pass
-finish before the next plan, so every step launches a pass of whatever windows are due: more passes, each with its
-fixed cost, slower steps again. ``BatchedPassScheduler`` breaks that loop: a pass that only verifies windows (no
-deterministic prompt waiting) is formed once its windows fill ``min_rows`` rows, or once a due window has waited
-``max_wait`` steps (the engine drafts ahead of a due window meanwhile: a window's worth, so a short wait stalls no
-request), or when every deterministic request drafting could not fill ``min_rows`` anyway (a run's tail). Otherwise
-the step runs without a pass, every request that may draft drafting. Scheduling never changes a committed bit
-(tests/test_dvr_ab_repeats.py runs it beside the default and compares).
+deferred) 0.466-0.701 at 3.9-6.3 ms a step, among them the default engine twice, in slow processes. A slow step
+lets each pass finish before the next plan, so every step launches a pass of whatever windows are due: more passes,
+each with its fixed cost, slower steps again. ``BatchedPassScheduler`` breaks that loop: a pass that only verifies
+windows (no deterministic prompt waiting) is formed once its windows fill ``min_rows`` rows, or once a due window has
+waited ``max_wait`` steps (the engine drafts ahead of a due window meanwhile: a window's worth, so a short wait stalls
+no request), or when every deterministic request drafting could not fill ``min_rows`` anyway (a run's tail), or when
+the step would have nothing else to run. Otherwise the step runs without a pass, every request that may draft
+drafting. Scheduling never changes a committed bit (tests/test_batched_passes.py runs it beside the default and
+compares).
 """
 
 from __future__ import annotations
@@ -46,10 +47,12 @@ class BatchedPassScheduler(DefaultScheduler):
             for rid in plan.verify:
                 self._due_since.pop(rid, None)
             return plan
-        self.num_held += 1
         fast_decode = [v.rid for v in state.requests if not v.is_prefill
                        and (not v.is_deterministic or v.num_speculable > 0)][: state.max_fast_tokens]
         fast_prefill = fast_prefill_chunks(state, state.max_fast_tokens - len(fast_decode))
+        if not fast_decode and not fast_prefill:  # nothing else to run: holding would only idle the step
+            return plan
+        self.num_held += 1
         return Plan(tuple(fast_decode), tuple(fast_prefill))
 
 
