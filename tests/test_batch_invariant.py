@@ -453,6 +453,15 @@ def test_tma_schedules_keep_the_tiles_bits():
         bim.matmul(x, weight, config={**plain, "STORE": "halves"})
 
 
+def _assert_another_association_differs(bim, x: torch.Tensor, weight: torch.Tensor) -> None:
+    """Negative control of a bits comparison: the same products summed in another association (two halves of K,
+    each rounded) differ from the matmul's, so an equality check against it can fail."""
+    half = weight.shape[1] // 2
+    halves = (bim.matmul(x[:, :half].contiguous(), weight[:, :half].contiguous()).float()
+              + bim.matmul(x[:, half:].contiguous(), weight[:, half:].contiguous()).float())
+    assert not torch.equal(halves.to(torch.bfloat16), bim.matmul(x, weight))
+
+
 # round 18's pins of the 8B shape's layer weights: the bits the canonical Triton GEMM has committed since then
 _ROUND18_PINS = {
     (6144, 4096): dict(BLOCK_M=128, BLOCK_N=128, num_stages=5, num_warps=4),
@@ -481,10 +490,7 @@ def test_pinned_schedules_keep_round_18s_bits():
         for m in (2048, 256, 7):
             rows = x[:m].clone()
             assert torch.equal(bim.matmul(rows, weight), bim.matmul(rows, weight, config=old)), (n, k, m)
-        half = k // 2
-        halves = (bim.matmul(x[:, :half].contiguous(), weight[:, :half].contiguous()).float()
-                  + bim.matmul(x[:, half:].contiguous(), weight[:, half:].contiguous()).float())
-        assert not torch.equal(halves.to(torch.bfloat16), bim.matmul(x, weight))
+        _assert_another_association_differs(bim, x, weight)
 
 
 # round 14's tiles for SmolLM2's weights (the bf16 default where none was pinned): the bits its Triton GEMM committed
@@ -515,10 +521,7 @@ def test_round_25s_smollm2_pins_keep_round_14s_bits():
         for m in (2048, 256, 7):
             rows = x[:m].clone()
             assert torch.equal(bim.matmul(rows, weight), bim.matmul(rows, weight, config=old)), (n, k, m)
-        half = k // 2
-        halves = (bim.matmul(x[:, :half].contiguous(), weight[:, :half].contiguous()).float()
-                  + bim.matmul(x[:, half:].contiguous(), weight[:, half:].contiguous()).float())
-        assert not torch.equal(halves.to(torch.bfloat16), bim.matmul(x, weight))
+        _assert_another_association_differs(bim, x, weight)
 
 
 @pytest.mark.gpu

@@ -35,16 +35,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import triton  # noqa: E402
 
-from gemm_config_sweep import SHAPES  # noqa: E402
+from gemm_config_sweep import SHAPES, _c  # noqa: E402
 from llm42.kernels.batch_invariant_matmul import config_for, matmul  # noqa: E402
-
-
-def _c(bm, bn, bk, stages, warps, per_sm=1, tma=False):
-    config = dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=8, num_stages=stages, num_warps=warps,
-                  PROGRAMS_PER_SM=per_sm)
-    if tma:
-        config["TMA"] = True
-    return config
 
 
 # small N and K (576-3,072 outputs, K 576 / 1,536): narrower tiles give more programs at M = 256, two to four

@@ -20,7 +20,8 @@ import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
 
 from llm42.cuda_graphs import green_contexts_supported  # noqa: E402
-from tests.gpu.test_engine_cuda import NEEDLES, make_generator, random_prompt, random_request, run_with_needles  # noqa: E402
+from tests.gpu.test_engine_cuda import (  # noqa: E402
+    NEEDLES, FastStepsBesidePasses, make_generator, random_prompt, random_request, run_with_needles)
 
 pytestmark = pytest.mark.gpu
 
@@ -74,16 +75,7 @@ def test_needles_are_bit_identical_with_the_pass_on_a_share_of_the_sms(llama8b, 
     assert ordinary > bound, "control: an ordinary stream should reach more SMs than the green context holds"
     assert eager <= bound and graphed <= bound, f"the pass's stream reached {eager} / {graphed} SMs, over {bound}"
 
-    launched_beside = 0
-    launch = gen.fast_step.launch
-
-    def counting_launch(plan):  # fast steps launched while a canonical pass is still running
-        nonlocal launched_beside
-        in_flight = gen._canonical_in_flight
-        launched_beside += bool(plan.fast_decode) and in_flight is not None and not in_flight.is_ready()
-        return launch(plan)
-
-    gen.fast_step.launch = counting_launch
+    beside = FastStepsBesidePasses(gen)  # fast steps launched while a canonical pass is still running
     fast_outputs = {alone["fast_only"][0]}
     for batch_size in BATCH_SIZES:
         others = [random_request(rng, cfg.vocab_size) for _ in range(batch_size - len(NEEDLES))]
@@ -91,8 +83,8 @@ def test_needles_are_bit_identical_with_the_pass_on_a_share_of_the_sms(llama8b, 
         for name in ("greedy", "sampled"):
             assert got[name] == alone[name], f"{name} needle differs at batch size {batch_size} on {NUM_SMS} SMs"
         fast_outputs.add(got["fast_only"][0])
-    report("canonical_sms_fast_steps_beside_a_pass", launched_beside)
+    report("canonical_sms_fast_steps_beside_a_pass", beside.count)
     report("canonical_sms_fast_only_distinct_outputs", len(fast_outputs))
-    assert launched_beside > 0, "no fast step ran beside a pass: the test did not exercise the overlap"
+    assert beside.count > 0, "no fast step ran beside a pass: the test did not exercise the overlap"
     assert len(fast_outputs) > 1  # negative control: unverified, the needle drifts with the batch
     gen.close()

@@ -18,7 +18,8 @@ import pytest
 
 pytest.importorskip("triton")
 
-from tests.gpu.test_engine_cuda import NEEDLES, make_generator, random_prompt, random_request, run_with_needles  # noqa: E402
+from tests.gpu.test_engine_cuda import (  # noqa: E402
+    NEEDLES, FastStepsBesidePasses, make_generator, random_prompt, random_request, run_with_needles)
 
 pytestmark = pytest.mark.gpu
 
@@ -41,16 +42,7 @@ def test_needles_are_bit_identical_with_the_pass_on_its_own_stream(llama8b, repo
     assert gen.verifier.canonical_pass._stream is not None and gen._max_canonical_results is not None
     if prioritize_fast:  # a stream of higher priority (lower number) than the pass's
         assert gen._step_stream.priority < gen.verifier.canonical_pass._stream.priority
-    launched_beside = 0
-    launch = gen.fast_step.launch
-
-    def counting_launch(plan):  # fast steps launched while a canonical pass is still running
-        nonlocal launched_beside
-        in_flight = gen._canonical_in_flight
-        launched_beside += bool(plan.fast_decode) and in_flight is not None and not in_flight.is_ready()
-        return launch(plan)
-
-    gen.fast_step.launch = counting_launch
+    beside = FastStepsBesidePasses(gen)  # fast steps launched while a canonical pass is still running
     fast_outputs = {alone["fast_only"][0]}
     for batch_size in BATCH_SIZES:
         others = [random_request(rng, cfg.vocab_size) for _ in range(batch_size - len(NEEDLES))]
@@ -58,8 +50,8 @@ def test_needles_are_bit_identical_with_the_pass_on_its_own_stream(llama8b, repo
         for name in ("greedy", "sampled"):
             assert got[name] == alone[name], f"{name} needle differs at batch size {batch_size}"
         fast_outputs.add(got["fast_only"][0])
-    report(f"side_stream_fast_steps_beside_a_pass_priority_{prioritize_fast}", launched_beside)
+    report(f"side_stream_fast_steps_beside_a_pass_priority_{prioritize_fast}", beside.count)
     report(f"side_stream_fast_only_distinct_outputs_priority_{prioritize_fast}", len(fast_outputs))
-    assert launched_beside > 0, "no fast step ran beside a pass: the test did not exercise the overlap"
+    assert beside.count > 0, "no fast step ran beside a pass: the test did not exercise the overlap"
     assert len(fast_outputs) > 1  # negative control: unverified, the needle drifts with the batch
     gen.close()

@@ -65,6 +65,22 @@ NEEDLES = {
 }
 
 
+class FastStepsBesidePasses:
+    """Counts the fast steps with decode rows that ``gen`` launches while a canonical pass is still running
+    (``count``): the overlap a side-stream pass test must have exercised."""
+
+    def __init__(self, gen: DVRGenerator):
+        self.count = 0
+        launch = gen.fast_step.launch
+
+        def counting_launch(plan):
+            in_flight = gen._canonical_in_flight
+            self.count += bool(plan.fast_decode) and in_flight is not None and not in_flight.is_ready()
+            return launch(plan)
+
+        gen.fast_step.launch = counting_launch
+
+
 def run_with_needles(gen: DVRGenerator, needle_prompt: list[int], others, rng: random.Random) -> dict:
     """Generate the needles at random places among ``others``; returns name -> (tokens, logprobs)."""
     requests = [(prompt, params, None) for prompt, params in others]
