@@ -5,7 +5,8 @@ device hung: every CUDA graph had been captured on torch's one default capture s
 pass's cuBLAS GEMMs and the fast steps' shared one workspace while they ran at the same time.
 The pass's graphs are now captured on its own stream. Here, on the Llama-3.1-8B shape: a
 greedy and a sampled deterministic needle alone on the caller's stream (the reference) and
-inside random batches with the side-stream pass, bit for bit; the pass really ran on its own
+inside random batches with the side-stream pass (its stream at equal, lower or higher priority than the
+fast steps'), bit for bit; the pass really ran on its own
 stream and fast steps were launched while passes were in flight. Negative control: the same
 needle on the fast path drifts across those batches.
 """
@@ -15,6 +16,7 @@ from __future__ import annotations
 import random
 
 import pytest
+import torch
 
 pytest.importorskip("triton")
 
@@ -26,9 +28,11 @@ pytestmark = pytest.mark.gpu
 BATCH_SIZES = (3, 16, 64, 128)
 
 
-@pytest.mark.parametrize("prioritize_fast", [False, True])
-def test_needles_are_bit_identical_with_the_pass_on_its_own_stream(llama8b, report, prioritize_fast):
-    # prioritize_fast: each step's work on a high-priority stream, the pass's on the lowest (round 14)
+@pytest.mark.parametrize("priority", ["equal", "fast", "canonical"])
+def test_needles_are_bit_identical_with_the_pass_on_its_own_stream(llama8b, report, priority):
+    # "fast" (prioritize_fast): each step's work on a high-priority stream, the pass's on the lowest (round 14);
+    # "canonical" (prioritize_canonical): the pass's stream on the highest, the steps' on the default (round 26)
+    prioritize_fast, prioritize_canonical = priority == "fast", priority == "canonical"
     cfg, _ = llama8b
     rng = random.Random(7)
     needle_prompt = random_prompt(rng, cfg.vocab_size, 300)
@@ -38,10 +42,13 @@ def test_needles_are_bit_identical_with_the_pass_on_its_own_stream(llama8b, repo
     reference.close()
 
     # on CUDA the default since round 9: passes on their own stream, wide verify
-    gen = make_generator(llama8b, prioritize_fast=prioritize_fast)
-    assert gen.verifier.canonical_pass._stream is not None and gen._max_canonical_results is not None
+    gen = make_generator(llama8b, prioritize_fast=prioritize_fast, prioritize_canonical=prioritize_canonical)
+    pass_stream = gen.verifier.canonical_pass._stream
+    assert pass_stream is not None and gen._max_canonical_results is not None
     if prioritize_fast:  # a stream of higher priority (lower number) than the pass's
-        assert gen._step_stream.priority < gen.verifier.canonical_pass._stream.priority
+        assert gen._step_stream.priority < pass_stream.priority
+    if prioritize_canonical:  # the pass's stream above the one the steps run on (the caller's, default priority)
+        assert gen._step_stream is None and pass_stream.priority < torch.cuda.current_stream().priority
     beside = FastStepsBesidePasses(gen)  # fast steps launched while a canonical pass is still running
     fast_outputs = {alone["fast_only"][0]}
     for batch_size in BATCH_SIZES:
@@ -50,8 +57,8 @@ def test_needles_are_bit_identical_with_the_pass_on_its_own_stream(llama8b, repo
         for name in ("greedy", "sampled"):
             assert got[name] == alone[name], f"{name} needle differs at batch size {batch_size}"
         fast_outputs.add(got["fast_only"][0])
-    report(f"side_stream_fast_steps_beside_a_pass_priority_{prioritize_fast}", beside.count)
-    report(f"side_stream_fast_only_distinct_outputs_priority_{prioritize_fast}", len(fast_outputs))
+    report(f"side_stream_fast_steps_beside_a_pass_priority_{priority}", beside.count)
+    report(f"side_stream_fast_only_distinct_outputs_priority_{priority}", len(fast_outputs))
     assert beside.count > 0, "no fast step ran beside a pass: the test did not exercise the overlap"
     assert len(fast_outputs) > 1  # negative control: unverified, the needle drifts with the batch
     gen.close()

@@ -97,6 +97,14 @@ class EngineConfig:
     yields the SMs to fast steps whenever both have blocks waiting. Measured on the H200 (round 14) it did not
     lower free requests' inter-token gaps online; off by default; no effect on the CPU. Committed output is
     unchanged (only the order in which the device runs independent work changes).
+    ``prioritize_canonical``: on CUDA, the canonical pass's own stream takes the device's highest priority
+    (``CanonicalPass(priority=-1)``), the fast steps keeping the default, lowest one: whenever both have blocks
+    waiting, the SMs go to the pass. Where deterministic requests are the run's tail (their prompts wait for
+    the canonical pass, their windows for verification) while free requests have time to spare, the pass's
+    share of the device is what sets when the last request finishes. Not with ``prioritize_fast`` (the
+    opposite order) nor ``canonical_sms`` (a green context's stream has no priority); needs the pass on its
+    own stream (``canonical_stream``). No effect on the CPU. Committed output is unchanged (only the order
+    in which the device runs independent work changes).
     ``canonical_gemm_streams``: on CUDA, the streams a wide canonical pass's R-row GEMM blocks run on side by
     side (each block the very call an R-row pass makes: the same bits); ``1`` (default) runs them in turn.
     Measured on the H200 (round 15): 4 streams make a SmolLM2 2,048-row pass alone 0.88x as long, but served
@@ -149,6 +157,7 @@ class EngineConfig:
     draft_ahead: bool = True
     wide_verify: bool | None = None
     prioritize_fast: bool = False
+    prioritize_canonical: bool = False
     canonical_gemm_streams: int = 1
     graph_bucket_step: int | None = None
     chain_passes: str = "prompts"
@@ -164,8 +173,13 @@ class EngineConfig:
             if getattr(self, name) is not None:
                 positive_int(owner, name, getattr(self, name))
         for name in ("prefix_cache", "use_cuda_graphs", "adaptive_draft", "overlap", "canonical_thread",
-                     "draft_ahead", "prioritize_fast"):
+                     "draft_ahead", "prioritize_fast", "prioritize_canonical"):
             strict_bool(owner, name, getattr(self, name))
+        if self.prioritize_canonical and self.prioritize_fast:
+            raise ValueError(f"{owner} prioritize_canonical and prioritize_fast ask for opposite orders: pass one")
+        if self.prioritize_canonical and self.canonical_sms is not None:
+            raise ValueError(f"{owner} prioritize_canonical does not apply to canonical_sms's green-context stream "
+                             f"(it has no priority): pass one")
         for name in ("mixed_steps", "canonical_stream", "wide_verify"):  # None: resolved by the device
             if getattr(self, name) is not None:
                 strict_bool(owner, name, getattr(self, name))

@@ -267,12 +267,16 @@ class CanonicalPass:
     (``llm42.cuda_graphs.lend_streams``), so its kernels, captured there, never hold more of the device than
     that while fast steps run beside them; ``None``: every SM. A kernel's grid and what each of its programs
     computes do not depend on which SMs run it: the same bits (tests/gpu/test_canonical_sms_cuda.py).
+    ``priority`` (CUDA, with ``use_stream``): the CUDA stream priority of the pass's streams (lower is higher;
+    0, the default, is the lowest, as a fast step's stream has by default; ``-1`` is in every device's range):
+    whenever the pass and a fast step both have blocks waiting, the SMs go to the higher. It only orders
+    independent work on the device: the same bits (tests/gpu/test_canonical_stream_cuda.py).
     """
 
     def __init__(self, weights: Weights, cfg: ModelConfig, policy: ReductionPolicy, num_rows: int, *,
                  max_rows: int | None = None, use_graph: bool | None = None, use_stream: bool = False,
                  use_thread: bool = False, max_model_len: int | None = None, gemm_streams: int | None = None,
-                 segment_tiles: bool | None = None, num_sms: int | None = None):
+                 segment_tiles: bool | None = None, num_sms: int | None = None, priority: int = 0):
         self.weights = weights
         self.cfg = cfg
         self.max_model_len = cfg.max_position_embeddings if max_model_len is None else max_model_len
@@ -307,13 +311,23 @@ class CanonicalPass:
         self.num_sms = None if num_sms is None else positive_int("CanonicalPass", "num_sms", num_sms)
         if self.num_sms is not None and is_cuda and not use_stream:
             raise ValueError("CanonicalPass num_sms confines the pass's own stream: it needs use_stream=True")
+        if isinstance(priority, bool) or not isinstance(priority, int) or priority > 0:
+            raise ValueError(f"CanonicalPass priority must be an int <= 0 (CUDA's stream priorities: lower is "
+                             f"higher), got {priority!r}")
+        if priority and self.num_sms is not None:
+            raise ValueError("CanonicalPass priority does not apply to green-context streams: pass priority or "
+                             "num_sms, not both")
+        if priority and is_cuda and not use_stream:
+            raise ValueError("CanonicalPass priority is the pass's own stream's: it needs use_stream=True")
+        self.priority = priority
         sms = self.num_sms if is_cuda else None
-        self._stream = lend_streams(self, self.device, 1, num_sms=sms)[0] if is_cuda and use_stream else None
+        self._stream = (lend_streams(self, self.device, 1, priority=priority, num_sms=sms)[0]
+                        if is_cuda and use_stream else None)
         self.segment_tiles = SEGMENT_TILES if segment_tiles is None else segment_tiles
         self.gemm_streams = positive_int("CanonicalPass", "gemm_streams",
                                          GEMM_BLOCK_STREAMS if gemm_streams is None else gemm_streams)
         # the pass's own while it lives (never another live pass's: a captured GEMM keeps its stream's workspace)
-        self._block_streams = (lend_streams(self, self.device, self.gemm_streams, num_sms=sms)
+        self._block_streams = (lend_streams(self, self.device, self.gemm_streams, priority=priority, num_sms=sms)
                                if is_cuda and self.gemm_streams > 1 and max_rows > num_rows else [])
         self._use_thread = use_thread and not is_cuda  # a CUDA pass is already asynchronous: the device runs it
         self._worker: ThreadPoolExecutor | None = None  # started by the first threaded launch

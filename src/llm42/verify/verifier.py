@@ -46,12 +46,13 @@ class Verifier:
     (``CanonicalPass``). ``max_model_len``: the longest sequence a
     pass's row may belong to (default: the model's context; ``DVRGenerator`` passes its own).
     ``num_sms`` (CUDA, with ``use_stream``): the passes' kernels run on that many SMs (``CanonicalPass``).
+    ``priority`` (CUDA, with ``use_stream``): the passes' stream priority (``CanonicalPass``; lower is higher).
     """
 
     def __init__(self, runner: ModelRunner, policy: ReductionPolicy, config: CanonicalConfig, *,
                  use_graph: bool | None = None, use_thread: bool = False, max_model_len: int | None = None,
                  max_rows: int | None = None, use_stream: bool = False, gemm_streams: int | None = None,
-                 num_sms: int | None = None):
+                 num_sms: int | None = None, priority: int = 0):
         if not getattr(policy, "is_shape_closed", False):
             raise ValueError(f"canonical_policy {policy!r} is not shape-closed (is_shape_closed is not True)")
         if use_graph and not getattr(policy, "is_graph_safe", False):
@@ -63,7 +64,7 @@ class Verifier:
         self.canonical_pass = CanonicalPass(runner.weights, runner.cfg, policy, config.num_rows, max_rows=max_rows,
                                             use_graph=use_graph, use_stream=use_stream, use_thread=use_thread,
                                             max_model_len=max_model_len, gemm_streams=gemm_streams,
-                                            num_sms=num_sms)
+                                            num_sms=num_sms, priority=priority)
 
     @property
     def max_rows(self) -> int:
