@@ -172,12 +172,14 @@ VARIANTS = {
     "batched": {"scheduler": "batched_512_8"},
     "triton_small": {"canonical_gemm": "triton", "gemm_pins": {
         "960,576": "small", "576,576": "small", "3072,576": "small", "576,1536": "small"}},
-    # round 26: the canonical pass's stream at the device's highest priority (DVRGenerator(prioritize_canonical=
-    # True)): at dvr@50 the free requests finish ~1 s before the deterministic ones, whose late first tokens
-    # (prompts waiting for passes) set the run's end; round 25's green contexts showed that less of the device
-    # for the pass made the deterministic requests later and the free ones no sooner
-    "canon_priority": {"prioritize_canonical": True},
-    "triton_small_priority": {"canonical_gemm": "triton", "prioritize_canonical": True, "gemm_pins": {
+    # round 26: the canonical pass's stream at the device's highest priority (DVRGenerator(canonical_priority=
+    # "high")), or only the passes that carry deterministic prompts ("prompts"): at dvr@50 the free requests finish
+    # ~1 s before the deterministic ones, whose late first tokens (prompts waiting for passes) set the run's end;
+    # round 25's green contexts showed that less of the device for the pass made the deterministic requests later
+    # and the free ones no sooner
+    "canon_priority": {"canonical_priority": "high"},
+    "prompt_priority": {"canonical_priority": "prompts"},
+    "triton_small_priority": {"canonical_gemm": "triton", "canonical_priority": "high", "gemm_pins": {
         "960,576": "small", "576,576": "small", "3072,576": "small", "576,1536": "small"}},
 }
 

@@ -2,7 +2,7 @@
 # Round 26, device call A (carries .dev_stage/a): the GPU tests of the canonical pass's stream (equal, fast-first and,
 # new, canonical-first priorities: needles bit-identical in batches beside passes), the green-context and batch-invariant
 # matmul tests round 25's review touched, then the 8B shape with the calibrated head: the default engine against
-# DVRGenerator(prioritize_canonical=True), nondet and dvr@10 on 1,000 requests.
+# DVRGenerator(canonical_priority="high"), nondet and dvr@10 on 1,000 requests.
 #
 #   bash benchmarks/device/r26_call_a.sh
 source "$(dirname "$0")/session_preamble.sh"

@@ -1,16 +1,16 @@
 #!/usr/bin/env bash
 # Round 26, device call B (carries .dev_stage/b, right after call A): the real SmolLM2, 1,000 chat requests offline
-# (nondet / dvr@10 / dvr@50), twice in ABBA order: the default engine, DVRGenerator(prioritize_canonical=True), and the
-# same with the Triton canonical GEMM on 64 x 64 tiles (round 25's triton_small); then online (Poisson at 0.7 x
-# capacity, 500 requests) for the first two. Each finished run is in the JSON even if the call is cut.
+# (nondet / dvr@10 / dvr@50), twice in ABBA order: the default engine, DVRGenerator(canonical_priority="high") (every
+# pass's stream above the fast steps') and canonical_priority="prompts" (only passes with deterministic prompt chunks);
+# then online (Poisson at 0.7 x capacity, 500 requests). Each finished run is in the JSON even if the call is cut.
 #
 #   bash benchmarks/device/r26_call_b.sh
 source "$(dirname "$0")/session_preamble.sh"
 source "$(dirname "$0")/smollm2_env.sh"
 timeout 540 python3 benchmarks/device/dvr_ab.py --model "$SMOL" --cache-dir /tmp/llm42_models \
-    --variants default,canon_priority,triton_small_priority --modes nondet,dvr@10,dvr@50 --repeats 2 --budget-s 270 \
+    --variants default,canon_priority,prompt_priority --modes nondet,dvr@10,dvr@50 --repeats 2 --budget-s 270 \
     --warmup-requests 8 --warmup-modes dvr@50 --online-load 0.7 --online-modes nondet,dvr@50 --online-requests 500 \
-    --online-variants default,canon_priority --online-budget-s 100 \
+    --online-budget-s 120 \
     --out "$OUT/dvr_ab_smollm2_r26_b.json" >"$OUT/dvr_ab_smollm2.txt" 2>&1
 log "dvr_ab smollm2 exit $?"
 grep -E "^\[dvr_ab\]|rror" "$OUT/dvr_ab_smollm2.txt" | grep -v warm-up | tail -n 60

@@ -152,7 +152,7 @@ class DVRGenerator:
         draft_ahead: bool = True,
         wide_verify: bool | None = None,
         prioritize_fast: bool = False,
-        prioritize_canonical: bool = False,
+        canonical_priority: str = "low",
         canonical_gemm_streams: int = 1,
         graph_bucket_step: int | None = None,
         chain_passes: str = "prompts",
@@ -166,7 +166,7 @@ class DVRGenerator:
             adaptive_draft=adaptive_draft, overlap=overlap, max_model_len=max_model_len,
             canonical_thread=canonical_thread, max_canonical_tokens=max_canonical_tokens,
             canonical_stream=canonical_stream, mixed_steps=mixed_steps, draft_ahead=draft_ahead,
-            wide_verify=wide_verify, prioritize_fast=prioritize_fast, prioritize_canonical=prioritize_canonical,
+            wide_verify=wide_verify, prioritize_fast=prioritize_fast, canonical_priority=canonical_priority,
             canonical_gemm_streams=canonical_gemm_streams, graph_bucket_step=graph_bucket_step,
             chain_passes=chain_passes, risk_margin=risk_margin, canonical_sms=canonical_sms,
         )
@@ -196,8 +196,8 @@ class DVRGenerator:
             if canonical_sms is not None:
                 raise ValueError("pass canonical_sms or verifier, not both: a verifier runs its own passes "
                                  "(Verifier(..., use_stream=True, num_sms=...))")
-            if prioritize_canonical:
-                raise ValueError("pass prioritize_canonical or verifier, not both: a verifier runs its own passes "
+            if canonical_priority != "low":
+                raise ValueError("pass canonical_priority or verifier, not both: a verifier runs its own passes "
                                  "(Verifier(..., use_stream=True, priority=-1))")
         if kv_store is not None:
             kv_capacity = kv_store.num_blocks * kv_store.block_size
@@ -227,22 +227,24 @@ class DVRGenerator:
             if self.config.canonical_sms > total:
                 raise ValueError(f"DVRGenerator canonical_sms ({self.config.canonical_sms}) exceeds the device's "
                                  f"{total} SMs")
-        if is_cuda and self.config.prioritize_canonical and not canonical_stream:
-            raise ValueError("DVRGenerator prioritize_canonical raises the canonical pass's own stream: it needs "
-                             "canonical_stream (True or None), got canonical_stream=False")
+        if is_cuda and self.config.canonical_priority != "low" and not canonical_stream:
+            raise ValueError(f"DVRGenerator canonical_priority={self.config.canonical_priority!r} raises the "
+                             "canonical pass's own stream: it needs canonical_stream (True or None), got "
+                             "canonical_stream=False")
         # prioritize_fast: each step's work on a high-priority stream (CUDA's priorities: lower is higher; -1 is
         # in every device's range), the canonical pass's stream keeping the default, lowest priority
         self._step_stream = (lend_streams(self, self.device, 1, priority=-1)[0] if is_cuda and prioritize_fast
                              else None)
         if wide_verify is None:
             wide_verify = is_cuda
+        priority, prompt_priority = self.config.canonical_stream_priorities() if is_cuda else (0, None)
         if verifier is None:
             verifier = Verifier(self.runner, self.canonical_policy, self.canonical_config,
                                 use_graph=None if is_graphed else False, use_thread=canonical_thread,
                                 max_model_len=self.max_model_len, max_rows=num_canonical_tokens,
                                 use_stream=canonical_stream, gemm_streams=self.config.canonical_gemm_streams,
                                 num_sms=self.config.canonical_sms,
-                                priority=-1 if is_cuda and self.config.prioritize_canonical else 0)
+                                priority=priority, prompt_priority=prompt_priority)
         else:
             self.canonical_policy = getattr(verifier, "policy", self.canonical_policy)
             own = getattr(verifier, "max_rows", self.canonical_config.num_rows)  # a user's verifier: R rows

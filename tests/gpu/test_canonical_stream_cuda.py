@@ -28,11 +28,13 @@ pytestmark = pytest.mark.gpu
 BATCH_SIZES = (3, 16, 64, 128)
 
 
-@pytest.mark.parametrize("priority", ["equal", "fast", "canonical"])
+@pytest.mark.parametrize("priority", ["equal", "fast", "high", "prompts"])
 def test_needles_are_bit_identical_with_the_pass_on_its_own_stream(llama8b, report, priority):
     # "fast" (prioritize_fast): each step's work on a high-priority stream, the pass's on the lowest (round 14);
-    # "canonical" (prioritize_canonical): the pass's stream on the highest, the steps' on the default (round 26)
-    prioritize_fast, prioritize_canonical = priority == "fast", priority == "canonical"
+    # "high" / "prompts" (canonical_priority): every pass, or those with prompt chunks, on a stream of the highest
+    # priority, the steps' on the default (round 26)
+    prioritize_fast = priority == "fast"
+    canonical_priority = priority if priority in ("high", "prompts") else "low"
     cfg, _ = llama8b
     rng = random.Random(7)
     needle_prompt = random_prompt(rng, cfg.vocab_size, 300)
@@ -42,13 +44,15 @@ def test_needles_are_bit_identical_with_the_pass_on_its_own_stream(llama8b, repo
     reference.close()
 
     # on CUDA the default since round 9: passes on their own stream, wide verify
-    gen = make_generator(llama8b, prioritize_fast=prioritize_fast, prioritize_canonical=prioritize_canonical)
-    pass_stream = gen.verifier.canonical_pass._stream
-    assert pass_stream is not None and gen._max_canonical_results is not None
+    gen = make_generator(llama8b, prioritize_fast=prioritize_fast, canonical_priority=canonical_priority)
+    canonical = gen.verifier.canonical_pass
+    assert canonical._stream is not None and gen._max_canonical_results is not None
     if prioritize_fast:  # a stream of higher priority (lower number) than the pass's
-        assert gen._step_stream.priority < pass_stream.priority
-    if prioritize_canonical:  # the pass's stream above the one the steps run on (the caller's, default priority)
-        assert gen._step_stream is None and pass_stream.priority < torch.cuda.current_stream().priority
+        assert gen._step_stream.priority < canonical._stream.priority
+    if canonical_priority != "low":  # the pass's stream(s) above the one the steps run on (the caller's, default)
+        steps = torch.cuda.current_stream().priority
+        assert gen._step_stream is None and canonical._urgent_stream.priority < steps
+        assert (canonical._stream.priority < steps) == (canonical_priority == "high")
     beside = FastStepsBesidePasses(gen)  # fast steps launched while a canonical pass is still running
     fast_outputs = {alone["fast_only"][0]}
     for batch_size in BATCH_SIZES:

@@ -108,7 +108,7 @@ class Engine:
     adaptive_draft: bool = False  # DVRGenerator's knob: halve/double a deterministic request's window depth
     prompt_share: float = 0.0  # DefaultScheduler's knob: a pass's rows windows leave to deterministic prompts
     prioritize_fast: bool = False  # DVRGenerator's knob: each step's work on a high-priority CUDA stream
-    prioritize_canonical: bool = False  # DVRGenerator's knob: the canonical pass's stream at the highest priority
+    canonical_priority: str = "low"  # DVRGenerator's knob: the canonical pass's stream priority against the steps'
     canonical_gemm_streams: int = 1  # DVRGenerator's knob: a wide pass's R-row GEMM blocks side by side
     graph_bucket_step: int | None = None  # DVRGenerator's knob: the fast path's graph row ladder (None: the model's)
     chain_passes: str = "prompts"  # DVRGenerator's knob: which canonical passes go behind a pass in flight
@@ -138,7 +138,7 @@ class Engine:
             draft_ahead=self.draft_ahead, wide_verify=self.wide_verify, adaptive_draft=self.adaptive_draft,
             scheduler=self.scheduler_class(prompt_share=self.prompt_share, eager_verify=self.eager_verify,
                                            risky_windows=self.risky_windows),
-            prioritize_fast=self.prioritize_fast, prioritize_canonical=self.prioritize_canonical,
+            prioritize_fast=self.prioritize_fast, canonical_priority=self.canonical_priority,
             canonical_gemm_streams=self.canonical_gemm_streams,
             graph_bucket_step=self.graph_bucket_step, chain_passes=self.chain_passes, risk_margin=self.risk_margin,
             canonical_sms=self.canonical_sms,

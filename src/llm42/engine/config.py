@@ -31,6 +31,7 @@ CANONICAL_TILE_HEIGHTS = (64, 128)
 
 # which canonical passes the engine launches behind a pass still in flight (``EngineConfig.chain_passes``)
 CHAIN_MODES = ("off", "prompts", "all")
+CANONICAL_PRIORITIES = ("low", "prompts", "high")
 
 
 def check_tile_m(owner: str, name: str, tile_m: object) -> int:
@@ -97,14 +98,16 @@ class EngineConfig:
     yields the SMs to fast steps whenever both have blocks waiting. Measured on the H200 (round 14) it did not
     lower free requests' inter-token gaps online; off by default; no effect on the CPU. Committed output is
     unchanged (only the order in which the device runs independent work changes).
-    ``prioritize_canonical``: on CUDA, the canonical pass's own stream takes the device's highest priority
-    (``CanonicalPass(priority=-1)``), the fast steps keeping the default, lowest one: whenever both have blocks
-    waiting, the SMs go to the pass. Where deterministic requests are the run's tail (their prompts wait for
-    the canonical pass, their windows for verification) while free requests have time to spare, the pass's
-    share of the device is what sets when the last request finishes. Not with ``prioritize_fast`` (the
-    opposite order) nor ``canonical_sms`` (a green context's stream has no priority); needs the pass on its
-    own stream (``canonical_stream``). No effect on the CPU. Committed output is unchanged (only the order
-    in which the device runs independent work changes).
+    ``canonical_priority``: on CUDA, the stream priority of the canonical pass's own stream against the fast
+    steps' (which keep the default, lowest one): ``"low"`` (default) the same; ``"high"`` the device's highest
+    (``CanonicalPass(priority=-1)``): whenever a pass and a fast step both have blocks waiting, the SMs go to the
+    pass; ``"prompts"``: only passes that carry deterministic prompt chunks (``prompt_priority=-1``), verify-only
+    passes at the lowest. Where deterministic requests are a run's tail (their prompts waiting for passes, their
+    windows for verification) while free requests have time to spare, the pass's share of the device sets when
+    the last request finishes. Not ``"low"`` only with the pass on its own stream (``canonical_stream``), and not
+    beside ``prioritize_fast`` (the opposite order) nor ``canonical_sms`` (a green context's stream has no
+    priority). No effect on the CPU. Committed output is unchanged (only the order in which the device runs
+    independent work changes).
     ``canonical_gemm_streams``: on CUDA, the streams a wide canonical pass's R-row GEMM blocks run on side by
     side (each block the very call an R-row pass makes: the same bits); ``1`` (default) runs them in turn.
     Measured on the H200 (round 15): 4 streams make a SmolLM2 2,048-row pass alone 0.88x as long, but served
@@ -157,7 +160,7 @@ class EngineConfig:
     draft_ahead: bool = True
     wide_verify: bool | None = None
     prioritize_fast: bool = False
-    prioritize_canonical: bool = False
+    canonical_priority: str = "low"
     canonical_gemm_streams: int = 1
     graph_bucket_step: int | None = None
     chain_passes: str = "prompts"
@@ -173,13 +176,17 @@ class EngineConfig:
             if getattr(self, name) is not None:
                 positive_int(owner, name, getattr(self, name))
         for name in ("prefix_cache", "use_cuda_graphs", "adaptive_draft", "overlap", "canonical_thread",
-                     "draft_ahead", "prioritize_fast", "prioritize_canonical"):
+                     "draft_ahead", "prioritize_fast"):
             strict_bool(owner, name, getattr(self, name))
-        if self.prioritize_canonical and self.prioritize_fast:
-            raise ValueError(f"{owner} prioritize_canonical and prioritize_fast ask for opposite orders: pass one")
-        if self.prioritize_canonical and self.canonical_sms is not None:
-            raise ValueError(f"{owner} prioritize_canonical does not apply to canonical_sms's green-context stream "
-                             f"(it has no priority): pass one")
+        if self.canonical_priority not in CANONICAL_PRIORITIES:
+            raise ValueError(f"{owner} canonical_priority must be one of {CANONICAL_PRIORITIES}, got "
+                             f"{self.canonical_priority!r}")
+        if self.canonical_priority != "low" and self.prioritize_fast:
+            raise ValueError(f"{owner} canonical_priority={self.canonical_priority!r} and prioritize_fast ask for "
+                             f"opposite orders: pass one")
+        if self.canonical_priority != "low" and self.canonical_sms is not None:
+            raise ValueError(f"{owner} canonical_priority={self.canonical_priority!r} does not apply to "
+                             f"canonical_sms's green-context stream (it has no priority): pass one")
         for name in ("mixed_steps", "canonical_stream", "wide_verify"):  # None: resolved by the device
             if getattr(self, name) is not None:
                 strict_bool(owner, name, getattr(self, name))
@@ -200,6 +207,11 @@ class EngineConfig:
         """The config of the engine knobs among ``kwargs`` (others ignored): rejects bad ones before
         anything is loaded."""
         return cls(**{f.name: kwargs[f.name] for f in fields(cls) if f.name in kwargs})
+
+    def canonical_stream_priorities(self) -> tuple[int, int | None]:
+        """(``priority``, ``prompt_priority``) of the canonical pass's streams (``CanonicalPass``), from
+        ``canonical_priority`` (CUDA's priorities: lower is higher; -1 is in every device's range)."""
+        return {"low": (0, None), "prompts": (0, -1), "high": (-1, None)}[self.canonical_priority]
 
     def canonical_tokens(self, num_rows: int) -> int:
         """The most rows one canonical pass of R = ``num_rows`` takes (``max_canonical_tokens`` resolved)."""

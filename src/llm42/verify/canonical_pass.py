@@ -269,14 +269,17 @@ class CanonicalPass:
     computes do not depend on which SMs run it: the same bits (tests/gpu/test_canonical_sms_cuda.py).
     ``priority`` (CUDA, with ``use_stream``): the CUDA stream priority of the pass's streams (lower is higher;
     0, the default, is the lowest, as a fast step's stream has by default; ``-1`` is in every device's range):
-    whenever the pass and a fast step both have blocks waiting, the SMs go to the higher. It only orders
-    independent work on the device: the same bits (tests/gpu/test_canonical_stream_cuda.py).
+    whenever the pass and a fast step both have blocks waiting, the SMs go to the higher. ``prompt_priority``
+    (default: ``priority``): that of a pass launched ``urgent`` (``Verifier``: one carrying prompt chunks), on a
+    second stream of the pass's, queued behind every pass before it. It only orders independent work on the
+    device: the same bits (tests/gpu/test_canonical_stream_cuda.py).
     """
 
     def __init__(self, weights: Weights, cfg: ModelConfig, policy: ReductionPolicy, num_rows: int, *,
                  max_rows: int | None = None, use_graph: bool | None = None, use_stream: bool = False,
                  use_thread: bool = False, max_model_len: int | None = None, gemm_streams: int | None = None,
-                 segment_tiles: bool | None = None, num_sms: int | None = None, priority: int = 0):
+                 segment_tiles: bool | None = None, num_sms: int | None = None, priority: int = 0,
+                 prompt_priority: int | None = None):
         self.weights = weights
         self.cfg = cfg
         self.max_model_len = cfg.max_position_embeddings if max_model_len is None else max_model_len
@@ -311,18 +314,24 @@ class CanonicalPass:
         self.num_sms = None if num_sms is None else positive_int("CanonicalPass", "num_sms", num_sms)
         if self.num_sms is not None and is_cuda and not use_stream:
             raise ValueError("CanonicalPass num_sms confines the pass's own stream: it needs use_stream=True")
-        if isinstance(priority, bool) or not isinstance(priority, int) or priority > 0:
-            raise ValueError(f"CanonicalPass priority must be an int <= 0 (CUDA's stream priorities: lower is "
-                             f"higher), got {priority!r}")
-        if priority and self.num_sms is not None:
+        prompt_priority = priority if prompt_priority is None else prompt_priority
+        for name, value in (("priority", priority), ("prompt_priority", prompt_priority)):
+            if isinstance(value, bool) or not isinstance(value, int) or value > 0:
+                raise ValueError(f"CanonicalPass {name} must be an int <= 0 (CUDA's stream priorities: lower is "
+                                 f"higher), got {value!r}")
+        if (priority or prompt_priority) and self.num_sms is not None:
             raise ValueError("CanonicalPass priority does not apply to green-context streams: pass priority or "
                              "num_sms, not both")
-        if priority and is_cuda and not use_stream:
+        if (priority or prompt_priority) and is_cuda and not use_stream:
             raise ValueError("CanonicalPass priority is the pass's own stream's: it needs use_stream=True")
-        self.priority = priority
+        self.priority, self.prompt_priority = priority, prompt_priority
         sms = self.num_sms if is_cuda else None
         self._stream = (lend_streams(self, self.device, 1, priority=priority, num_sms=sms)[0]
                         if is_cuda and use_stream else None)
+        # an urgent pass's stream (prompt_priority), or the pass's one stream
+        self._urgent_stream = (lend_streams(self, self.device, 1, priority=prompt_priority)[0]
+                               if self._stream is not None and prompt_priority != priority else self._stream)
+        self._last_stream = self._stream  # the stream the pass before ran on: the next one queues behind it
         self.segment_tiles = SEGMENT_TILES if segment_tiles is None else segment_tiles
         self.gemm_streams = positive_int("CanonicalPass", "gemm_streams",
                                          GEMM_BLOCK_STREAMS if gemm_streams is None else gemm_streams)
@@ -563,11 +572,11 @@ class CanonicalPass:
         return tokens, chosen, (top_ids, top_logprobs) if num_top else None
 
     def launch(self, segments, kv, per_row, *, targets: list[int] | None = None,
-               wanted: list[int] | None = None) -> PassResult:
+               wanted: list[int] | None = None, urgent: bool = False) -> PassResult:
         """Stage and run one pass, on its own stream on CUDA; the result is read with ``PassResult.wait``.
 
         ``targets``: tokens to take the log-probs of, one per leading real row, instead of the sampled ones
-        (passes of at most R rows). ``wanted``: as ``stage``'s.
+        (passes of at most R rows). ``wanted``: as ``stage``'s. ``urgent``: on the stream of ``prompt_priority``.
         """
         if self._pending is not None and not self.chains and not self._pending.is_ready():
             self._pending.wait()  # the static buffers are still in use by the previous pass
@@ -598,8 +607,12 @@ class CanonicalPass:
             else:
                 self._pending = PassResult(tokens, logprobs, None, top, **self._result_rows())
             return self._pending
-        self._stream.wait_stream(torch.cuda.current_stream(self.device))
-        with torch.cuda.stream(self._stream):
+        stream = self._urgent_stream if urgent else self._stream
+        stream.wait_stream(torch.cuda.current_stream(self.device))
+        if stream is not self._last_stream:  # behind the pass before (its static buffers, its K/V), as on one stream
+            stream.wait_stream(self._last_stream)
+        self._last_stream = stream
+        with torch.cuda.stream(stream):
             inputs = self.stage(segments, kv, per_row, wanted=wanted)
             tokens, logprobs, top = self._run_with_details(inputs, per_row, targets)
             event = self._copy_out(tokens, logprobs)

@@ -46,13 +46,14 @@ class Verifier:
     (``CanonicalPass``). ``max_model_len``: the longest sequence a
     pass's row may belong to (default: the model's context; ``DVRGenerator`` passes its own).
     ``num_sms`` (CUDA, with ``use_stream``): the passes' kernels run on that many SMs (``CanonicalPass``).
-    ``priority`` (CUDA, with ``use_stream``): the passes' stream priority (``CanonicalPass``; lower is higher).
+    ``priority`` (CUDA, with ``use_stream``): the passes' stream priority (``CanonicalPass``; lower is higher);
+    ``prompt_priority``: that of the passes that carry prompt chunks (default: ``priority``).
     """
 
     def __init__(self, runner: ModelRunner, policy: ReductionPolicy, config: CanonicalConfig, *,
                  use_graph: bool | None = None, use_thread: bool = False, max_model_len: int | None = None,
                  max_rows: int | None = None, use_stream: bool = False, gemm_streams: int | None = None,
-                 num_sms: int | None = None, priority: int = 0):
+                 num_sms: int | None = None, priority: int = 0, prompt_priority: int | None = None):
         if not getattr(policy, "is_shape_closed", False):
             raise ValueError(f"canonical_policy {policy!r} is not shape-closed (is_shape_closed is not True)")
         if use_graph and not getattr(policy, "is_graph_safe", False):
@@ -64,7 +65,7 @@ class Verifier:
         self.canonical_pass = CanonicalPass(runner.weights, runner.cfg, policy, config.num_rows, max_rows=max_rows,
                                             use_graph=use_graph, use_stream=use_stream, use_thread=use_thread,
                                             max_model_len=max_model_len, gemm_streams=gemm_streams,
-                                            num_sms=num_sms, priority=priority)
+                                            num_sms=num_sms, priority=priority, prompt_priority=prompt_priority)
 
     @property
     def max_rows(self) -> int:
@@ -90,7 +91,8 @@ class Verifier:
             size = len(w.segment.tokens)
             wanted += [row + size - 1] if w.is_prefill else list(range(row, row + size))
             row += size
-        return LaunchedPass(work, self.canonical_pass.launch(segments, kv, per_row, wanted=wanted))
+        urgent = any(w.is_prefill for w in work)
+        return LaunchedPass(work, self.canonical_pass.launch(segments, kv, per_row, wanted=wanted, urgent=urgent))
 
     def finish(self, launched: LaunchedPass, kv, *, truncate: bool = True) -> list[Commit]:
         """Wait for the pass and apply the commit rule; marks each request's committed prefix canonical.
