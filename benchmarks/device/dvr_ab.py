@@ -179,6 +179,11 @@ VARIANTS = {
     # and the free ones no sooner
     "canon_priority": {"canonical_priority": "high"},
     "prompt_priority": {"canonical_priority": "prompts"},
+    # round 26: DefaultScheduler(order="budget"): the largest output budget left first wherever rows are short (prompt
+    # chunks of both kinds, windows): round 25's last finishers were 1,024-token deterministic requests whose prompts
+    # got their passes last (index ~990); the run's nondet uses the same order, so the ratio compares like with like
+    "order_budget": {"scheduler_order": "budget"},
+    "order_budget_prompts": {"scheduler_order": "budget", "canonical_priority": "prompts"},
     "triton_small_priority": {"canonical_gemm": "triton", "canonical_priority": "high", "gemm_pins": {
         "960,576": "small", "576,576": "small", "3072,576": "small", "576,1536": "small"}},
 }

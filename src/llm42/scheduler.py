@@ -12,6 +12,7 @@ verified.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import NamedTuple, Protocol, runtime_checkable
 
@@ -34,6 +35,12 @@ class RequestView(NamedTuple):
     # its window (``num_candidates``) ends at a draft whose margin is under the engine's ``risk_margin``: the
     # draft a canonical pass is likely to reject (``DVRGenerator(risk_margin=)``); False with no such draft
     is_risky: bool = False
+    max_new_tokens: int | None = None  # the request's output budget (``SamplingParams``); None: not given
+
+    @property
+    def num_budget_left(self) -> int | None:
+        """Output tokens the request may still produce (``max_new_tokens`` less those generated); None: unknown."""
+        return None if self.max_new_tokens is None else self.max_new_tokens - self.num_generated
 
     @property
     def is_prefill(self) -> bool:
@@ -205,14 +212,15 @@ def validate_plan(plan: Plan, state: SchedulerState) -> None:
                 f"one per prompt chunk), over {bound}")
 
 
-def fast_prefill_chunks(state: SchedulerState, budget: int) -> list[PrefillChunk]:
-    """Prompt chunks of non-deterministic requests, oldest first, filling at most ``budget`` fast-step rows.
+def fast_prefill_chunks(state: SchedulerState, budget: int, *, order: str = "arrival") -> list[PrefillChunk]:
+    """Prompt chunks of non-deterministic requests, filling at most ``budget`` fast-step rows: oldest first, or
+    with ``order="budget"`` the largest output budget left first (``in_order``).
 
     A building block for schedulers: deterministic prompts never go here (they
     are prefilled by the canonical pass).
     """
     chunks = []
-    for v in state.requests:
+    for v in in_order(state.requests, order):
         if budget <= 0:
             break
         if v.is_prefill and not v.is_deterministic:
@@ -223,6 +231,22 @@ def fast_prefill_chunks(state: SchedulerState, budget: int) -> list[PrefillChunk
 
 
 RISKY_WINDOWS = ("ride", "due", "off")
+ORDERS = ("arrival", "budget")
+
+
+def in_order(views: Sequence[RequestView], order: str) -> Sequence[RequestView]:
+    """``views`` in a scheduler's order of service: ``"arrival"`` as given (oldest first); ``"budget"`` the largest
+    output budget left first (``RequestView.num_budget_left``; a view without one last), oldest first among equals.
+
+    ``"budget"`` is longest-output-first: a request that may still produce many tokens starts (or is verified)
+    before one that may produce few, so a run's longest requests are not the last to begin; with every budget
+    equal it is the arrival order.
+    """
+    if order == "arrival":
+        return views
+    if order != "budget":
+        raise ValueError(f"order must be one of {ORDERS}, got {order!r}")
+    return sorted(views, key=lambda v: (v.num_budget_left is None, -(v.num_budget_left or 0), v.arrival))
 
 
 class DefaultScheduler:
@@ -254,13 +278,21 @@ class DefaultScheduler:
     for other windows or prompts, ahead of other partial windows and in any of the pass's window rows (not only
     the rows its due windows leave free). ``"due"``: it is due, as a full window is (a pass forms for it).
     ``"off"``: it is a partial window like any other.
+
+    ``order``: the order in which requests are served wherever rows are short (prompt chunks of both kinds, due
+    and partial windows, decode rows past ``max_fast_tokens``): ``"arrival"`` (default) oldest first; ``"budget"``
+    the largest output budget left first (``in_order``: longest-output-first, as SGLang's ``lof`` policy orders
+    by ``max_new_tokens``), so that a deterministic request that may produce many tokens gets its prompt's pass,
+    and its windows verified, before those that may produce few. Scheduling never changes a committed bit.
     """
 
     prompt_share: float = 0.0  # class defaults too: subclasses that skip __init__ keep working
     eager_verify: bool = False
     risky_windows: str = "ride"
+    order: str = "arrival"
 
-    def __init__(self, *, prompt_share: float = 0.0, eager_verify: bool = False, risky_windows: str = "ride"):
+    def __init__(self, *, prompt_share: float = 0.0, eager_verify: bool = False, risky_windows: str = "ride",
+                 order: str = "arrival"):
         if isinstance(prompt_share, bool) or not isinstance(prompt_share, (int, float)) or not (
                 0.0 <= prompt_share <= 1.0):
             raise ValueError(f"DefaultScheduler prompt_share must be a number in [0, 1], got {prompt_share!r}")
@@ -269,9 +301,12 @@ class DefaultScheduler:
                             f"{eager_verify!r}")
         if risky_windows not in RISKY_WINDOWS:
             raise ValueError(f"DefaultScheduler risky_windows must be one of {RISKY_WINDOWS}, got {risky_windows!r}")
+        if order not in ORDERS:
+            raise ValueError(f"DefaultScheduler order must be one of {ORDERS}, got {order!r}")
         self.prompt_share = float(prompt_share)
         self.eager_verify = eager_verify
         self.risky_windows = risky_windows
+        self.order = order
 
     def _is_eager(self, state: SchedulerState) -> bool:
         """Whether to verify partial windows now: the canonical stream idle and every drafting deterministic
@@ -283,7 +318,7 @@ class DefaultScheduler:
             state.num_canonical_rows)
 
     def schedule(self, state: SchedulerState) -> Plan:
-        reqs = state.requests
+        reqs = in_order(state.requests, self.order)
         r, max_windows = state.num_canonical_rows, state.max_windows
         verify: list[int] = []
         rows = 0  # the windows' rows
@@ -331,5 +366,5 @@ class DefaultScheduler:
         in_canonical = set(verify)
         fast_decode = [v.rid for v in reqs if not v.is_prefill and v.rid not in in_canonical
                        and (not v.is_deterministic or v.num_speculable > 0)][: state.max_fast_tokens]
-        fast_prefill = fast_prefill_chunks(state, state.max_fast_tokens - len(fast_decode))
+        fast_prefill = fast_prefill_chunks(state, state.max_fast_tokens - len(fast_decode), order=self.order)
         return Plan(tuple(fast_decode), tuple(fast_prefill), tuple(verify), tuple(canonical_prefill))

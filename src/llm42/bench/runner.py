@@ -115,6 +115,7 @@ class Engine:
     eager_verify: bool = False  # DefaultScheduler's knob: partial windows verified while the canonical stream idles
     risk_margin: float = 0.0  # DVRGenerator's knob: a draft of smaller margin (logits) closes its window
     risky_windows: str = "ride"  # DefaultScheduler's knob: what a window closed at a risky draft does
+    scheduler_order: str = "arrival"  # DefaultScheduler's knob (order=): who is served first where rows are short
     canonical_sms: int | None = None  # DVRGenerator's knob: the canonical pass's kernels on that many SMs (CUDA)
     # the scheduler's class: DefaultScheduler or a subclass taking its keywords (an A/B of a scheduling rule)
     scheduler_class: type = DefaultScheduler
@@ -137,7 +138,7 @@ class Engine:
             max_canonical_tokens=self.max_canonical_tokens, canonical_stream=self.canonical_stream,
             draft_ahead=self.draft_ahead, wide_verify=self.wide_verify, adaptive_draft=self.adaptive_draft,
             scheduler=self.scheduler_class(prompt_share=self.prompt_share, eager_verify=self.eager_verify,
-                                           risky_windows=self.risky_windows),
+                                           risky_windows=self.risky_windows, order=self.scheduler_order),
             prioritize_fast=self.prioritize_fast, canonical_priority=self.canonical_priority,
             canonical_gemm_streams=self.canonical_gemm_streams,
             graph_bucket_step=self.graph_bucket_step, chain_passes=self.chain_passes, risk_margin=self.risk_margin,

@@ -203,9 +203,9 @@ class Request:
             depth = self.window_depth(window)
             return RequestView(self.rid, True, self.num_prompt_tokens, self.prefill_frontier, len(self.token_ids),
                                min(self.num_candidates, depth), self.num_speculable(window), self.arrival,
-                               bool(self.risky) and self.risky[0] < depth)
+                               bool(self.risky) and self.risky[0] < depth, self.max_new_tokens)
         return RequestView(self.rid, False, self.num_prompt_tokens, self.num_prefilled,
-                           len(self.token_ids) + self.num_pending, 0, 0, self.arrival)
+                           len(self.token_ids) + self.num_pending, 0, 0, self.arrival, False, self.max_new_tokens)
 
     def adapt_draft_limit(self, commit: Commit, window: int) -> None:
         """Halve the speculation depth after a rollback, double it after a full window is accepted.

@@ -1,0 +1,104 @@
+"""DefaultScheduler(order="budget"): requests with the largest output budget left are served first wherever rows are
+short (prompt chunks of both kinds, due and partial windows); ``"arrival"`` (the default) serves the oldest first.
+Scheduling never changes a committed bit; what the order changes is who starts first."""
+
+from __future__ import annotations
+
+import pytest
+
+from llm42 import DefaultScheduler, DVRGenerator, SamplingParams
+from llm42.model.weights import random_weights
+from llm42.scheduler import ORDERS, RequestView, SchedulerState, in_order, validate_plan
+from tests.helpers import tiny_config
+from tests.property.schedulers import RecordingScheduler
+
+WINDOW, GROUP = 4, 2  # R = 8
+
+
+def _view(rid: int, *, budget: int | None, generated: int = 0, prompt: int = 6, prefilled: int = 6,
+          candidates: int = 0, speculable: int = 0, deterministic: bool = True) -> RequestView:
+    return RequestView(rid, deterministic, prompt, prefilled, generated, candidates, speculable, rid, False, budget)
+
+
+def test_budget_order_serves_the_largest_budget_left_first_oldest_among_equals_unknown_last():
+    views = [_view(0, budget=10, generated=8), _view(1, budget=None), _view(2, budget=50, generated=10),
+             _view(3, budget=40), _view(4, budget=12)]
+    assert [v.rid for v in in_order(views, "budget")] == [2, 3, 4, 0, 1]  # left: 40, 40, 12, 2, unknown
+    assert [v.num_budget_left for v in views] == [2, None, 40, 40, 12]
+    assert in_order(views, "arrival") == views
+
+
+@pytest.mark.parametrize("bad", ["fifo", None, 1])
+def test_a_bad_order_is_refused_naming_the_field(bad):
+    with pytest.raises(ValueError, match="order"):
+        DefaultScheduler(order=bad)
+    with pytest.raises(ValueError, match="order"):
+        in_order([_view(0, budget=1)], bad)
+
+
+def _state(views, *, max_canonical_rows: int = 16) -> SchedulerState:
+    return SchedulerState(tuple(views), WINDOW, GROUP, 64, 0, max_canonical_rows, max_canonical_rows)
+
+
+def test_budget_order_gives_a_pass_s_rows_to_the_prompt_that_may_produce_most():
+    # three deterministic prompts of 16 rows each, one pass of 16 rows: only one is chunked this step
+    views = [_view(rid, budget=budget, prompt=16, prefilled=0) for rid, budget in enumerate((8, 64, 32))]
+    state = _state(views)
+    oldest = DefaultScheduler().schedule(state)
+    longest = DefaultScheduler(order="budget").schedule(state)
+    for plan in (oldest, longest):
+        validate_plan(plan, state)
+    assert [c.rid for c in oldest.canonical_prefill] == [0]  # the negative control: the oldest first
+    assert [c.rid for c in longest.canonical_prefill] == [1]
+
+
+def test_budget_order_verifies_first_the_due_windows_of_requests_that_may_produce_most():
+    # six due windows of 4 rows, a pass of 16 rows: four fit
+    views = [_view(rid, budget=budget, generated=2, candidates=WINDOW - 1)
+             for rid, budget in enumerate((10, 90, 20, 80, 30, 70))]
+    state = _state(views)
+    assert DefaultScheduler().schedule(state).verify == (0, 1, 2, 3)
+    assert DefaultScheduler(order="budget").schedule(state).verify == (1, 3, 5, 4)
+
+
+def test_budget_order_takes_free_prompt_chunks_by_budget_too():
+    views = [_view(rid, budget=budget, prompt=40, prefilled=0, deterministic=False)
+             for rid, budget in enumerate((8, 64))]
+    state = _state(views)
+    assert [c.rid for c in DefaultScheduler().schedule(state).fast_prefill] == [0, 1]
+    assert [c.rid for c in DefaultScheduler(order="budget").schedule(state).fast_prefill] == [1, 0]
+
+
+CFG = tiny_config(max_position_embeddings=256)
+WEIGHTS = random_weights(CFG, seed=5)
+PROMPTS = [[(5 * i + 3 * j) % (CFG.vocab_size - 3) + 3 for j in range(40)] for i in range(12)]
+BUDGETS = [6] * 11 + [40]  # the last request may produce the most
+
+
+def _run(scheduler):
+    gen = DVRGenerator(WEIGHTS, CFG, window=WINDOW, group=GROUP, kv_cache_tokens=4096, block_size=8,
+                       max_fast_tokens=64, max_canonical_tokens=16, wide_verify=True, max_num_seqs=64,
+                       scheduler=RecordingScheduler(scheduler))
+    params = [SamplingParams(max_new_tokens=n, deterministic=True, ignore_eos=True, seed=i,
+                             temperature=0.9 if i % 2 else 0.0, top_k=20) for i, n in enumerate(BUDGETS)]
+    rids = [gen.submit(p, params[i]) for i, p in enumerate(PROMPTS)]
+    first: dict[int, int] = {}
+    step = 0
+    while gen.has_unfinished():
+        for rid in gen.step():
+            first.setdefault(rid, step)
+        step += 1
+    return [gen.result(r).token_ids for r in rids], first[rids[-1]], gen.scheduler.history
+
+
+def test_budget_order_starts_the_longest_request_sooner_and_commits_the_same_bits():
+    base_out, base_first, history = _run(DefaultScheduler())
+    budget_out, budget_first, _ = _run(DefaultScheduler(order="budget"))
+    assert budget_out == base_out
+    assert all(len(out) == n for out, n in zip(base_out, BUDGETS))
+    assert all(v.max_new_tokens == BUDGETS[v.rid] for state, _ in history for v in state.requests)
+    assert budget_first < base_first, (budget_first, base_first)
+
+
+def test_every_order_is_named():
+    assert ORDERS == ("arrival", "budget")
