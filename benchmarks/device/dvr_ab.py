@@ -326,14 +326,9 @@ def tail_summary(result, workload, *, num_last: int = 12) -> dict:
     return out
 
 
-def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--model", help="a checkpoint (GGUF file or directory) or 8b")
-    p.add_argument("--out")
-    p.add_argument("--compare", nargs=2, type=Path, metavar=("A_JSON", "B_JSON"),
-                   help="only compare two runs' deterministic digests (printed as JSON, and written to --out if given)")
-    p.add_argument("--modes", default="nondet,dvr@10,dvr@50")
-    p.add_argument("--variants", default="default,wide_verify,round7")
+def add_setup_arguments(p: argparse.ArgumentParser) -> None:
+    """The model, request-set and warm-up options ``setup`` and ``warm_up`` read (dvr_ab.py, dvr_timeline.py)."""
+    p.add_argument("--model", default=None, help="8b, tiny, a checkpoint directory or a GGUF file")
     p.add_argument("--num-requests", type=int, default=1000)
     p.add_argument("--max-num-seqs", type=int, default=1024)
     p.add_argument("--max-fast-tokens", type=int, default=2048)
@@ -341,13 +336,61 @@ def main() -> None:
     p.add_argument("--cache-dir", type=Path, default=None)
     p.add_argument("--lm-head-std", type=float, default=None)
     p.add_argument("--lm-head-bias-scale", type=float, default=None)
+    p.add_argument("--warmup-requests", type=int, default=16, help="untimed warm-up requests per variant and mode")
+    p.add_argument("--warmup-s", type=float, default=60.0, help="deadline of each warm-up run")
+
+
+def device_name() -> str:
+    return torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu"
+
+
+def setup(args, variants: list[str]):
+    """(config, model, workload, det_order, engines by variant) for ``args`` (``add_setup_arguments``'s options)."""
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    config = ServingConfig(device=device.type, model=args.model, dtype=torch.bfloat16 if device.type == "cuda"
+                           else torch.float32, budget_s=args.budget_s, window=32, group=8,
+                           max_num_seqs=args.max_num_seqs, max_fast_tokens=args.max_fast_tokens,
+                           num_requests=args.num_requests, lm_head_std=args.lm_head_std, hf_compare=False)
+    name = prepare_checkpoint(config.model, args.cache_dir)
+    model = build_model(name, device=device, dtype=config.dtype, max_positions=_max_positions(config),
+                        seed=config.seed, lm_head_std=config.lm_head_std, with_tokenizer=True)
+    if args.lm_head_bias_scale is not None:
+        std = config.lm_head_std if config.lm_head_std is not None else 0.02
+        model = with_head(model, HeadBasis.draw(model.cfg, device, std=std, seed=config.seed),
+                          args.lm_head_bias_scale)
+    workload = build_workload(model, config, config.num_requests)
+    det_order = deterministic_order(workload.num_requests, seed=config.seed)
+    base = _engine(model, config, workload)
+    return config, model, workload, det_order, {v: engine_variant(base, VARIANTS[v]) for v in variants}
+
+
+def warm_up(args, engines: dict, workload, config, *, warm_modes: str, tag: str = "dvr_ab") -> None:
+    """Untimed: each variant's kernels compile (Triton JIT, cuBLAS handles) on a few requests of every mode before
+    any timed run, so the first run of the process (or of a variant with its own kernels) does not spend its budget
+    share on start-up (rounds 8 and 12 lost runs to it)."""
+    warm = workload.head(args.warmup_requests)
+    warm_order = deterministic_order(warm.num_requests, seed=config.seed)
+    for v in engines if args.warmup_requests > 0 else []:
+        for mode_name in (m for m in warm_modes.split(",") if m):
+            t0 = time.perf_counter()
+            run_offline(engines[v], warm, mode_by_name(mode_name), det_order=warm_order,
+                        deadline=time.perf_counter() + args.warmup_s + BUILD_ALLOWANCE_S, budget_s=args.warmup_s)
+            print(f"[{tag}] warm-up {v} {mode_name}: {time.perf_counter() - t0:.1f} s", flush=True)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    add_setup_arguments(p)
+    p.add_argument("--out")
+    p.add_argument("--compare", nargs=2, type=Path, metavar=("A_JSON", "B_JSON"),
+                   help="only compare two runs' deterministic digests (printed as JSON, and written to --out if given)")
+    p.add_argument("--modes", default="nondet,dvr@10,dvr@50")
+    p.add_argument("--variants", default="default,wide_verify,round7")
     p.add_argument("--online-load", type=float, default=None)
     p.add_argument("--online-modes", default="nondet,dvr@50")
     p.add_argument("--online-requests", type=int, default=500)
     p.add_argument("--online-budget-s", type=float, default=120.0)
     p.add_argument("--online-variants", default=None, help="the variants served online (default: --variants)")
-    p.add_argument("--warmup-requests", type=int, default=16, help="untimed warm-up requests per variant and mode")
-    p.add_argument("--warmup-s", type=float, default=60.0, help="deadline of each warm-up run")
     p.add_argument("--warmup-modes", default=None,
                    help="the modes each variant warms up on (default: --modes; a dvr mode runs every kernel)")
     p.add_argument("--repeats", type=int, default=1,
@@ -368,38 +411,12 @@ def main() -> None:
     variants = [v for v in args.variants.split(",") if v]
     if "nondet" not in modes:
         raise SystemExit("--modes must include nondet (the ratios' reference)")
-    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    config = ServingConfig(device=device.type, model=args.model, dtype=torch.bfloat16 if device.type == "cuda"
-                           else torch.float32, budget_s=args.budget_s, window=32, group=8,
-                           max_num_seqs=args.max_num_seqs, max_fast_tokens=args.max_fast_tokens,
-                           num_requests=args.num_requests, lm_head_std=args.lm_head_std, hf_compare=False)
-    name = prepare_checkpoint(config.model, args.cache_dir)
-    model = build_model(name, device=device, dtype=config.dtype, max_positions=_max_positions(config),
-                        seed=config.seed, lm_head_std=config.lm_head_std, with_tokenizer=True)
-    if args.lm_head_bias_scale is not None:
-        std = config.lm_head_std if config.lm_head_std is not None else 0.02
-        model = with_head(model, HeadBasis.draw(model.cfg, device, std=std, seed=config.seed),
-                          args.lm_head_bias_scale)
-    workload = build_workload(model, config, config.num_requests)
-    det_order = deterministic_order(workload.num_requests, seed=config.seed)
-    base = _engine(model, config, workload)
-    engines = {v: engine_variant(base, VARIANTS[v]) for v in variants}
-    # warm-up, untimed: each variant's kernels compile (Triton JIT, cuBLAS handles) on a few requests of every mode
-    # before any timed run, so the first run of the process (or of a variant with its own kernels) does not spend
-    # its budget share on start-up (rounds 8 and 12 lost runs to it)
-    warm = workload.head(args.warmup_requests)
-    warm_order = deterministic_order(warm.num_requests, seed=config.seed)
-    warm_modes = [m for m in (args.warmup_modes or args.modes).split(",") if m]
-    for v in variants if args.warmup_requests > 0 else []:
-        for mode_name in warm_modes:
-            t0 = time.perf_counter()
-            run_offline(engines[v], warm, mode_by_name(mode_name), det_order=warm_order,
-                        deadline=time.perf_counter() + args.warmup_s + BUILD_ALLOWANCE_S, budget_s=args.warmup_s)
-            print(f"[dvr_ab] warm-up {v} {mode_name}: {time.perf_counter() - t0:.1f} s", flush=True)
+    config, model, workload, det_order, engines = setup(args, variants)
+    warm_up(args, engines, workload, config, warm_modes=args.warmup_modes or args.modes)
     if args.repeats < 1:
         raise SystemExit("--repeats must be at least 1")
     share = args.budget_s / (len(modes) * len(variants) * args.repeats)
-    out: dict = {"model": model.summary(), "device": torch.cuda.get_device_name() if device.type == "cuda" else "cpu",
+    out: dict = {"model": model.summary(), "device": device_name(),
                  "torch": torch.__version__, "args": {k: str(v) for k, v in vars(args).items()},
                  "workload": workload.summary(), "variants": {v: VARIANTS[v] for v in variants}, "runs": {}}
     results: dict[str, dict] = {v: {} for v in variants}  # the first repeat's

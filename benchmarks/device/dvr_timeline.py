@@ -1,0 +1,293 @@
+"""When the device runs fast steps and canonical passes in a served run, and who is still running: a timeline.
+
+    PYTHONPATH=src python3 benchmarks/device/dvr_timeline.py --model <GGUF|8b|tiny> --out timeline.json
+        [--variants default,canon_priority] [--modes nondet,dvr@50] [--num-requests 1000] [--png timeline.png]
+
+The offline request set of ``dvr_ab.py`` (the same model options, workload and variants), each (variant, mode) run
+once after an untimed warm-up, with three hooks while the run is timed: every engine step's host span and the
+requests running (free / deterministic) when it returns; every fast step's device span (CUDA events on the stream it
+is launched on, before and after ``FastStep.launch``); every canonical pass's device span (events on the pass's
+stream around its graphs' replays, ``CanonicalPass._run_with_details``) with its rows and the priority of its stream.
+On the CPU the spans are host clock readings (a CPU pass runs inside the step). Events are read once, after the run.
+
+What it answers (round 25 left these open; docs/benchmarks.md): how much longer a fast step takes while a pass runs
+beside it (``fast_ms`` alone / beside a pass), how long a pass takes served against its rows, how busy the device is
+with either over the run and in its tail (after the last free request finished, only deterministic requests left),
+and how those move with a variant (``canonical_priority``, the Triton GEMM, ``order``). A diagnostic, not a benchmark:
+its throughput figures are ``dvr_ab.py``'s.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import dvr_ab  # noqa: E402
+from llm42.bench import runner as runner_module  # noqa: E402
+from llm42.bench.modes import mode_by_name  # noqa: E402
+from llm42.bench.runner import run_offline  # noqa: E402
+from llm42.engine.fast_step import FastStep  # noqa: E402
+from llm42.verify.canonical_pass import CanonicalPass  # noqa: E402
+
+BIN_MS = 100.0  # the timeline's bins
+
+
+class _Clock:
+    """A span's ends: CUDA events on the current stream (read after the run), or host readings on the CPU."""
+
+    def __init__(self, is_cuda: bool):
+        self.is_cuda = is_cuda
+        self.ref = None
+        self.t_ref = 0.0
+
+    def start(self) -> None:
+        self.t_ref = time.perf_counter()
+        if self.is_cuda:
+            self.ref = torch.cuda.Event(enable_timing=True)
+            self.ref.record()
+
+    def mark(self):
+        if not self.is_cuda:
+            return time.perf_counter()
+        event = torch.cuda.Event(enable_timing=True)
+        event.record()
+        return event
+
+    def ms(self, mark) -> float:
+        """Milliseconds since ``start`` (the device's clock on CUDA: call after the device is drained)."""
+        return self.ref.elapsed_time(mark) if self.is_cuda else (mark - self.t_ref) * 1e3
+
+
+class Timeline:
+    """While active (``with``), records the timed run's steps, fast steps and canonical passes (class hooks, restored
+    on exit). Recording starts at the run's first timed step (``_Tracker.step``): a warm-up inside the run is not in
+    it."""
+
+    def __init__(self, is_cuda: bool):
+        self.clock = _Clock(is_cuda)
+        self.is_recording = False
+        self.step_index = -1
+        self.steps: list[dict] = []
+        self.fast: list[tuple[int, object, object, int]] = []  # (step, start, end, rows)
+        self.passes: list[tuple[int, object, object, int, int]] = []  # (step, start, end, rows, stream priority)
+        self._saved: list[tuple[type, str, object]] = []
+
+    def _patch(self, owner: type, name: str, make) -> None:
+        original = getattr(owner, name)
+        self._saved.append((owner, name, original))
+        setattr(owner, name, make(original))
+
+    def __enter__(self) -> Timeline:
+        timeline = self
+
+        def step(original):
+            def hooked(tracker, t0):
+                if not timeline.is_recording:
+                    timeline.is_recording = True
+                    timeline.clock.start()
+                timeline.step_index += 1
+                start = time.perf_counter()
+                try:
+                    return original(tracker, t0)
+                finally:
+                    running = tracker.gen._pool.running.values()
+                    num_det = sum(r.is_deterministic for r in running)
+                    timeline.steps.append({"step": timeline.step_index,
+                                           "host_start_ms": (start - timeline.clock.t_ref) * 1e3,
+                                           "host_end_ms": (time.perf_counter() - timeline.clock.t_ref) * 1e3,
+                                           "running_free": len(running) - num_det, "running_det": num_det,
+                                           "waiting": len(tracker.gen._pool.waiting)})
+            return hooked
+
+        def fast_launch(original):
+            def hooked(self, plan):
+                if not timeline.is_recording:
+                    return original(self, plan)
+                start = timeline.clock.mark()
+                try:
+                    return original(self, plan)
+                finally:
+                    rows = len(plan.fast_decode) + sum(c.num_tokens for c in plan.fast_prefill)
+                    timeline.fast.append((timeline.step_index, start, timeline.clock.mark(), rows))
+            return hooked
+
+        def pass_run(original):
+            def hooked(self, inputs, per_row, targets):
+                if not timeline.is_recording:
+                    return original(self, inputs, per_row, targets)
+                start = timeline.clock.mark()
+                try:
+                    return original(self, inputs, per_row, targets)
+                finally:
+                    stream = torch.cuda.current_stream(self.device) if timeline.clock.is_cuda else None
+                    priority = stream.priority if stream is not None else 0
+                    timeline.passes.append((timeline.step_index, start, timeline.clock.mark(), self._bucket,
+                                            priority))
+            return hooked
+
+        self._patch(runner_module._Tracker, "step", step)
+        self._patch(FastStep, "launch", fast_launch)
+        self._patch(CanonicalPass, "_run_with_details", pass_run)
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        for owner, name, original in reversed(self._saved):
+            setattr(owner, name, original)
+        self._saved.clear()
+
+    def report(self, *, free_last_finish_s: float | None = None) -> dict:
+        """Spans in ms since the run's first timed step, and their summary (``summarize``)."""
+        if self.clock.is_cuda:
+            torch.cuda.synchronize()
+        ms = self.clock.ms
+        fast = [{"step": s, "start_ms": ms(a), "end_ms": ms(b), "rows": rows} for s, a, b, rows in self.fast]
+        passes = [{"step": s, "start_ms": ms(a), "end_ms": ms(b), "rows": rows, "priority": prio}
+                  for s, a, b, rows, prio in self.passes]
+        return {"steps": self.steps, "fast": fast, "passes": passes,
+                "summary": summarize(self.steps, fast, passes, free_last_finish_s=free_last_finish_s)}
+
+
+def _union_ms(spans: list[tuple[float, float]], lo: float, hi: float) -> float:
+    """Milliseconds of [lo, hi) covered by at least one span."""
+    total, end = 0.0, lo
+    for a, b in sorted(spans):
+        a, b = max(a, end), min(b, hi)
+        if b > a:
+            total += b - a
+            end = b
+    return total
+
+
+def _median(values: list[float]) -> float | None:
+    return round(statistics.median(values), 4) if values else None
+
+
+def summarize(steps: list[dict], fast: list[dict], passes: list[dict], *,
+              free_last_finish_s: float | None = None) -> dict:
+    """Fast steps alone and beside a pass, passes by rows, the device's busy shares over the run, its tail and bins."""
+    pass_spans = [(p["start_ms"], p["end_ms"]) for p in passes]
+    fast_spans = [(f["start_ms"], f["end_ms"]) for f in fast]
+
+    def beside(f) -> bool:
+        return any(a < f["end_ms"] and f["start_ms"] < b for a, b in pass_spans)
+
+    is_beside = [beside(f) for f in fast]
+    end = max([b for _, b in fast_spans + pass_spans] + [s["host_end_ms"] for s in steps], default=0.0)
+
+    def busy(lo: float, hi: float) -> dict:
+        span = max(hi - lo, 1e-9)
+        return {"fast": round(_union_ms(fast_spans, lo, hi) / span, 4),
+                "passes": round(_union_ms(pass_spans, lo, hi) / span, 4),
+                "either": round(_union_ms(fast_spans + pass_spans, lo, hi) / span, 4)}
+
+    by_rows: dict[int, list[float]] = {}
+    for p in passes:
+        by_rows.setdefault(p["rows"], []).append(p["end_ms"] - p["start_ms"])
+    bins = []
+    for i in range(int(end // BIN_MS) + 1):
+        lo, hi = i * BIN_MS, min((i + 1) * BIN_MS, end)
+        if hi <= lo:
+            break
+        last = [s for s in steps if s["host_end_ms"] <= hi]
+        mix = last[-1] if last else {"running_free": 0, "running_det": 0}
+        bins.append({"start_ms": lo, **busy(lo, hi), "running_free": mix["running_free"],
+                     "running_det": mix["running_det"]})
+    summary = {
+        "num_steps": len(steps), "num_fast_steps": len(fast), "num_passes": len(passes), "run_ms": round(end, 3),
+        "fast_ms_p50": _median([f["end_ms"] - f["start_ms"] for f in fast]),
+        "fast_ms_p50_alone": _median([f["end_ms"] - f["start_ms"] for f, b in zip(fast, is_beside) if not b]),
+        "fast_ms_p50_beside_a_pass": _median([f["end_ms"] - f["start_ms"] for f, b in zip(fast, is_beside) if b]),
+        "fast_steps_beside_a_pass": sum(is_beside),
+        "pass_ms_p50_by_rows": {str(rows): _median(v) for rows, v in sorted(by_rows.items())},
+        "passes_at_raised_priority": sum(p["priority"] < 0 for p in passes),
+        "busy": busy(0.0, end), "bins": bins,
+    }
+    if free_last_finish_s is not None:  # the tail: only deterministic requests left
+        lo = free_last_finish_s * 1e3
+        summary["tail"] = {"start_ms": round(lo, 3), "ms": round(max(end - lo, 0.0), 3), **busy(lo, end)}
+    return summary
+
+
+def plot(runs: dict, path: Path) -> None:
+    """One panel per run: the busy shares per bin and the running requests."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(len(runs), 1, figsize=(10, 2.6 * len(runs)), squeeze=False)
+    for ax, (name, run) in zip(axes[:, 0], runs.items()):
+        bins = run["summary"]["bins"]
+        t = [b["start_ms"] / 1e3 for b in bins]
+        for key in ("fast", "passes", "either"):
+            ax.plot(t, [b[key] for b in bins], label=f"busy: {key}")
+        ax.set_ylim(0, 1.05)
+        ax.set_title(name, fontsize=9)
+        twin = ax.twinx()
+        twin.plot(t, [b["running_free"] for b in bins], "k:", label="running free")
+        twin.plot(t, [b["running_det"] for b in bins], "k--", label="running det.")
+        if "tail" in run["summary"]:
+            ax.axvline(run["summary"]["tail"]["start_ms"] / 1e3, color="grey", lw=0.8)
+        ax.legend(loc="upper left", fontsize=7)
+        twin.legend(loc="upper right", fontsize=7)
+    axes[-1, 0].set_xlabel("s since the first step")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def main(argv: list[str] | None = None) -> dict:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    dvr_ab.add_setup_arguments(p)
+    p.add_argument("--out", required=True)
+    p.add_argument("--variants", default="default")
+    p.add_argument("--modes", default="nondet,dvr@50")
+    p.add_argument("--png", default=None)
+    p.add_argument("--keep-spans", action="store_true", help="keep every span in the JSON (default: summaries)")
+    args = p.parse_args(argv)
+    if not args.model:
+        p.error("--model is required")
+    variants = [v for v in args.variants.split(",") if v]
+    modes = [m for m in args.modes.split(",") if m]
+    config, model, workload, det_order, engines = dvr_ab.setup(args, variants)
+    dvr_ab.warm_up(args, engines, workload, config, warm_modes=",".join(modes), tag="dvr_timeline")
+    share = args.budget_s / (len(modes) * len(variants))
+    is_cuda = model.weights.device.type == "cuda"
+    out: dict = {"model": model.summary(), "device": dvr_ab.device_name(), "torch": torch.__version__,
+                 "args": {k: str(v) for k, v in vars(args).items()}, "workload": workload.summary(), "runs": {}}
+    for v in variants:
+        for mode_name in modes:
+            print(f"[dvr_timeline] {v} {mode_name}", flush=True)
+            with Timeline(is_cuda) as timeline:
+                result = run_offline(engines[v], workload, mode_by_name(mode_name), det_order=det_order,
+                                     deadline=time.perf_counter() + share + dvr_ab.BUILD_ALLOWANCE_S, budget_s=share)
+            tail = dvr_ab.tail_summary(result, workload)
+            report = timeline.report(free_last_finish_s=tail["free"]["last_finish_s"] if mode_name != "nondet"
+                                     else None)
+            if not args.keep_spans:
+                report = {"summary": report["summary"]}
+            report.update(is_complete=result.is_complete, elapsed_s=result.elapsed_s,
+                          output_tokens_per_s=result.tokens_per_s,
+                          free_last_finish_s=tail["free"]["last_finish_s"],
+                          deterministic_last_finish_s=tail["deterministic"]["last_finish_s"])
+            out["runs"][f"{v} {mode_name}"] = report
+            s = report["summary"]
+            print(f"[dvr_timeline]   {s['num_steps']} steps, {s['num_passes']} passes; fast ms p50 alone "
+                  f"{s['fast_ms_p50_alone']} beside a pass {s['fast_ms_p50_beside_a_pass']}; busy {s['busy']}; "
+                  f"tail {s.get('tail')}", flush=True)
+            Path(args.out).write_text(json.dumps(out, indent=1))
+    if args.png:
+        plot(out["runs"], Path(args.png))
+    return out
+
+
+if __name__ == "__main__":
+    main()

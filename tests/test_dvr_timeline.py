@@ -1,0 +1,75 @@
+"""benchmarks/device/dvr_timeline.py: the served run's timeline of fast steps and canonical passes.
+
+Its arithmetic on spans drawn by hand (covered time, fast steps beside a pass, the tail after the last free request),
+then a CPU run of the script on the tiny model: every timed step recorded once, every fast step and pass with a span
+inside the run, passes only where requests are deterministic, and the hooks gone afterwards.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+DEVICE_DIR = Path(__file__).resolve().parents[1] / "benchmarks" / "device"
+
+
+@pytest.fixture(scope="module")
+def timeline_module():
+    sys.path.insert(0, str(DEVICE_DIR))
+    try:
+        spec = importlib.util.spec_from_file_location("dvr_timeline_script", DEVICE_DIR / "dvr_timeline.py")
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        yield module
+    finally:
+        sys.path.remove(str(DEVICE_DIR))
+
+
+def test_covered_time_counts_overlapping_spans_once(timeline_module):
+    union = timeline_module._union_ms
+    assert union([(0, 10), (5, 15), (20, 30)], 0, 40) == 25
+    assert union([(0, 10), (5, 15)], 8, 12) == 4
+    assert union([], 0, 10) == 0
+
+
+def test_the_summary_splits_fast_steps_by_a_pass_beside_them_and_measures_the_tail(timeline_module):
+    steps = [{"step": i, "host_start_ms": 10.0 * i, "host_end_ms": 10.0 * i + 9, "running_free": 1 if i < 2 else 0,
+              "running_det": 1} for i in range(4)]
+    fast = [{"step": i, "start_ms": 10.0 * i, "end_ms": 10.0 * i + 4 + 2 * (i == 1), "rows": 2} for i in range(4)]
+    passes = [{"step": 1, "start_ms": 12.0, "end_ms": 20.0, "rows": 256, "priority": -1}]
+    s = timeline_module.summarize(steps, fast, passes, free_last_finish_s=0.02)
+    assert s["fast_steps_beside_a_pass"] == 1 and s["fast_ms_p50_beside_a_pass"] == 6.0
+    assert s["fast_ms_p50_alone"] == 4.0
+    assert s["pass_ms_p50_by_rows"] == {"256": 8.0} and s["passes_at_raised_priority"] == 1
+    assert s["run_ms"] == 39.0
+    assert s["busy"]["either"] == pytest.approx((4 + 10 + 4 + 4) / 39.0, abs=1e-4)  # 10-16 and 12-20: 10-20
+    assert s["tail"]["start_ms"] == 20.0 and s["tail"]["either"] == pytest.approx(8 / 19.0, abs=1e-4)
+    assert [b["running_free"] for b in s["bins"]] == [0]  # one 100 ms bin: the mix at its end
+
+
+def test_a_cpu_run_records_every_step_and_span_and_restores_the_hooks(timeline_module, tmp_path):
+    from llm42.bench import runner as runner_module
+    from llm42.engine.fast_step import FastStep
+    from llm42.verify.canonical_pass import CanonicalPass
+
+    originals = (runner_module._Tracker.step, FastStep.launch, CanonicalPass._run_with_details)
+    out = timeline_module.main(["--model", "tiny", "--out", str(tmp_path / "t.json"), "--num-requests", "6",
+                                "--max-num-seqs", "16", "--max-fast-tokens", "64", "--budget-s", "400",
+                                "--warmup-requests", "2", "--modes", "nondet,dvr@50", "--keep-spans"])
+    assert (runner_module._Tracker.step, FastStep.launch, CanonicalPass._run_with_details) == originals
+    assert json.loads((tmp_path / "t.json").read_text())["runs"].keys() == out["runs"].keys()
+    for name, run in out["runs"].items():
+        assert run["is_complete"], name
+        steps, fast, passes = run["steps"], run["fast"], run["passes"]
+        assert [s["step"] for s in steps] == list(range(len(steps)))  # every timed step once, warm-up left out
+        assert fast and all(0 <= f["step"] < len(steps) and f["start_ms"] <= f["end_ms"] for f in fast)
+        assert all(0 <= p["start_ms"] <= p["end_ms"] <= run["summary"]["run_ms"] for p in passes)
+        assert 0.0 < run["summary"]["busy"]["either"] <= 1.0
+        assert run["summary"]["num_steps"] == len(steps)
+    assert not out["runs"]["default nondet"]["passes"]  # no deterministic request, no pass
+    assert out["runs"]["default dvr@50"]["passes"]
+    assert "tail" in out["runs"]["default dvr@50"]["summary"]
