@@ -3,7 +3,7 @@
 # timeline of served dvr@50 runs (benchmarks/device/dvr_timeline.py): fast steps' device time alone and beside a
 # pass, passes' device time by rows, the device's busy share over the run and in its tail (only deterministic
 # requests left), for the default engine, canonical_priority="high" and "prompts", and the 64 x 64-tile Triton GEMM
-# with every pass first; nondet once for the fast steps alone.
+# with every pass first (each variant's fast steps alone are those no pass overlapped).
 #
 #   bash benchmarks/device/r26_call_d.sh
 source "$(dirname "$0")/session_preamble.sh"
