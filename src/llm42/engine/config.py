@@ -104,9 +104,9 @@ class EngineConfig:
     pass; ``"prompts"``: only passes that carry deterministic prompt chunks (``prompt_priority=-1``), verify-only
     passes at the lowest. Where deterministic requests are a run's tail (their prompts waiting for passes, their
     windows for verification) while free requests have time to spare, the pass's share of the device sets when
-    the last request finishes. Not ``"low"`` only with the pass on its own stream (``canonical_stream``), and not
-    beside ``prioritize_fast`` (the opposite order) nor ``canonical_sms`` (a green context's stream has no
-    priority). No effect on the CPU. Committed output is unchanged (only the order in which the device runs
+    the last request finishes. Other than ``"low"`` it needs the pass on its own stream (``canonical_stream``) and
+    is refused beside ``prioritize_fast`` (the opposite order) and ``canonical_sms`` (a green context's stream has
+    no priority). No effect on the CPU. Committed output is unchanged (only the order in which the device runs
     independent work changes).
     ``canonical_gemm_streams``: on CUDA, the streams a wide canonical pass's R-row GEMM blocks run on side by
     side (each block the very call an R-row pass makes: the same bits); ``1`` (default) runs them in turn.
