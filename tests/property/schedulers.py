@@ -71,6 +71,12 @@ class RecordingScheduler:
         return plan
 
 
+SCHEDULER_KINDS = ("default", "perturbing", "budget")
+
+
 def make_scheduler(kind: str, seed: int) -> Scheduler:
-    """``"default"`` or ``"perturbing"`` (seeded): the two scheduler kinds the properties draw from."""
-    return DefaultScheduler() if kind == "default" else PerturbingScheduler(seed)
+    """A scheduler kind the properties draw from: ``"default"``, ``"perturbing"`` (seeded) or ``"budget"`` (the
+    default scheduler serving the largest output budget left first: other requests' windows and prompts first)."""
+    if kind == "perturbing":
+        return PerturbingScheduler(seed)
+    return DefaultScheduler(order="budget") if kind == "budget" else DefaultScheduler()

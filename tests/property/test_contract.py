@@ -34,7 +34,7 @@ from llm42.testing import strategies as ls
 from llm42.verify import CanonicalConfig
 
 from .mutations import Mutation
-from .schedulers import make_scheduler
+from .schedulers import SCHEDULER_KINDS, make_scheduler
 
 MAX_NEW_TOKENS = 12
 MAX_PROMPT_LEN = 24
@@ -110,7 +110,9 @@ def contract_example(model, data, *, is_noisy: bool, mutation: Mutation | None =
         mix[drafter] = (prompt, dataclasses.replace(q, max_new_tokens=max(q.max_new_tokens, 8), stop_token_ids=()))
     else:
         policy = data.draw(ls.fast_policies(min_scale=0.5), label="fast_policy")
-    scheduler_kind = data.draw(st.sampled_from(["default", "perturbing"]), label="scheduler")
+    # the budget order only where no mutation is drawn: the mutation controls' examples stay as they were
+    kinds = SCHEDULER_KINDS if mutation is None else SCHEDULER_KINDS[:2]
+    scheduler_kind = data.draw(st.sampled_from(kinds), label="scheduler")
     scheduler_seed = data.draw(st.integers(0, 2**16), label="scheduler_seed")
     # admission limits make requests queue, so they start (and share passes) at other times
     max_num_seqs = data.draw(st.sampled_from([256, 1, 2]), label="max_num_seqs")

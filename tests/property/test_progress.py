@@ -12,7 +12,7 @@ from llm42.policies import FastPolicy, NoisyFastPolicy
 from llm42.testing import first_divergence, run_schedule
 from llm42.testing import strategies as ls
 
-from .schedulers import RecordingScheduler, make_scheduler
+from .schedulers import SCHEDULER_KINDS, RecordingScheduler, make_scheduler
 
 MAX_NEW_TOKENS = 12
 MAX_PROMPT_LEN = 24
@@ -40,7 +40,7 @@ def test_every_canonical_pass_commits_for_every_request_in_it(wide_model, data):
     mix = data.draw(ls.batch_mixes(vocab_size=vocab, max_size=4, max_prompt_len=MAX_PROMPT_LEN,
                                    max_new_tokens=MAX_NEW_TOKENS), label="mix")
     policy = data.draw(_wrong_policies(), label="fast_policy")
-    scheduler_kind = data.draw(st.sampled_from(["default", "perturbing"]), label="scheduler")
+    scheduler_kind = data.draw(st.sampled_from(SCHEDULER_KINDS), label="scheduler")
     recorder = RecordingScheduler(make_scheduler(scheduler_kind, data.draw(st.integers(0, 2**16), label="seed")))
     schedule = data.draw(ls.arrival_schedules(num_requests=len(mix)), label="schedule")
     prompts = [p for p, _ in mix]
