@@ -250,7 +250,7 @@ def in_order(views: Sequence[RequestView], order: str) -> Sequence[RequestView]:
 
 
 def _budget_key(v: RequestView) -> tuple[bool, int, int]:
-    # num_budget_left inlined: a 1,000-request step sorts in 0.3 ms instead of 0.85 (this CPU)
+    # num_budget_left inlined (no property calls): the key runs once per running request, every step
     budget = v.max_new_tokens
     return budget is None, 0 if budget is None else v.num_generated - budget, v.arrival
 
