@@ -151,6 +151,17 @@ def canonical_rows(plan: Plan, views: dict[int, RequestView]) -> int:
     return sum(1 + views[r].num_candidates for r in plan.verify) + sum(c.num_tokens for c in plan.canonical_prefill)
 
 
+def _are_decode_rows_valid(decode: tuple[int, ...], views: dict[int, RequestView]) -> bool:
+    """Every fast decode row names a distinct running request in decode that may draft (if deterministic)."""
+    if len(set(decode)) != len(decode):
+        return False
+    for rid in decode:
+        v = views.get(rid)
+        if v is None or v.num_prefilled < v.num_prompt_tokens or (v.is_deterministic and v.num_speculable == 0):
+            return False
+    return True
+
+
 def validate_plan(plan: Plan, state: SchedulerState) -> None:
     """Raise InvalidPlanError unless ``plan`` is runnable on ``state``."""
     views = {v.rid: v for v in state.requests}
@@ -164,12 +175,16 @@ def validate_plan(plan: Plan, state: SchedulerState) -> None:
         seen.add(rid)
         return views[rid]
 
-    for rid in plan.fast_decode:
-        v = take(rid, "fast_decode")
-        if v.is_prefill:
-            raise InvalidPlanError(f"plan.fast_decode: request {rid} is still prefilling")
-        if v.is_deterministic and v.num_speculable == 0:
-            raise InvalidPlanError(f"plan.fast_decode: request {rid} has a full window and must be verified")
+    decode = plan.fast_decode
+    if _are_decode_rows_valid(decode, views):  # the common case, one pass over a step's (up to 1,000s of) rows
+        seen.update(decode)
+    else:  # name the first offending row
+        for rid in decode:
+            v = take(rid, "fast_decode")
+            if v.is_prefill:
+                raise InvalidPlanError(f"plan.fast_decode: request {rid} is still prefilling")
+            if v.is_deterministic and v.num_speculable == 0:
+                raise InvalidPlanError(f"plan.fast_decode: request {rid} has a full window and must be verified")
     for chunk in plan.fast_prefill:
         v = take(chunk.rid, "fast_prefill")
         if v.is_deterministic:

@@ -199,13 +199,29 @@ class Request:
         return max(0, min(in_window + depth + 1, remaining - 1) - self.num_candidates)
 
     def view(self, window: int) -> RequestView:
-        if self.is_deterministic:  # candidates drafted ahead of a due window are not the scheduler's to count
-            depth = self.window_depth(window)
-            return RequestView(self.rid, True, self.num_prompt_tokens, self.prefill_frontier, len(self.token_ids),
-                               min(self.num_candidates, depth), self.num_speculable(window), self.arrival,
-                               bool(self.risky) and self.risky[0] < depth, self.max_new_tokens)
-        return RequestView(self.rid, False, self.num_prompt_tokens, self.num_prefilled,
-                           len(self.token_ids) + self.num_pending, 0, 0, self.arrival, False, self.max_new_tokens)
+        """What the scheduler sees of this request. Built for every running request every step, so the properties
+        it reads (``window_depth``, ``num_candidates``, ``num_speculable``, ``prefill_frontier``) are inlined here;
+        ``tests/test_request_views.py`` checks it against them."""
+        num_committed = len(self.token_ids)
+        if not self.is_deterministic:
+            return RequestView(self.rid, False, self.num_prompt_tokens, self.num_prefilled,
+                               num_committed + self.num_pending, 0, 0, self.arrival, False, self.max_new_tokens)
+        # candidates drafted ahead of a due window are not the scheduler's to count
+        full = window - 1 if self.draft_limit is None or self.draft_limit > window - 1 else self.draft_limit
+        risky = self.risky  # ascending candidate indices: the first one ends the window
+        depth = full if not risky or risky[0] + 1 >= full else risky[0] + 1
+        live = self.num_pending - self.num_discard - (self.ahead_check is not None)
+        candidates = self.candidates
+        num_candidates = len(candidates) + live
+        if candidates and live == 0 and candidates[-1] in self.stop_ids:
+            speculable = 0
+        else:
+            left = self.max_new_tokens - num_committed - 1
+            speculable = max(0, (full if full < left else left) - num_candidates)
+        frontier = self.num_prefilled if self.num_prefilled > self.num_prefill_launched else self.num_prefill_launched
+        return RequestView(self.rid, True, self.num_prompt_tokens, frontier, num_committed,
+                           num_candidates if num_candidates < depth else depth, speculable, self.arrival,
+                           bool(risky) and risky[0] < depth, self.max_new_tokens)
 
     def adapt_draft_limit(self, commit: Commit, window: int) -> None:
         """Halve the speculation depth after a rollback, double it after a full window is accepted.
@@ -292,11 +308,14 @@ class RequestPool:
         return admitted
 
     def views(self) -> tuple[RequestView, ...]:
-        """What the scheduler may see: schedulable running requests, oldest first (dicts keep admission order)."""
+        """What the scheduler may see: schedulable running requests, oldest first (dicts keep admission order):
+        those in no pass in flight (or, where passes chain, whose next prompt chunk may follow one) that may still
+        generate (``num_generated`` inlined: a free request's in-flight tokens count)."""
         window = self.window
         chain = self.chain_prefill
         return tuple(r.view(window) for r in self.running.values()
-                     if (not r.is_verifying or (chain and r.is_chainable())) and r.num_generated < r.max_new_tokens)
+                     if (r.num_passes == 0 or (chain and r.is_chainable()))
+                     and len(r.token_ids) + (0 if r.is_deterministic else r.num_pending) < r.max_new_tokens)
 
     def apply_fast(self, req: Request, token: int, value: float, events: dict[int, list[int]],
                    top_logprobs: dict[int, float] | None = None) -> bool:
