@@ -1,14 +1,18 @@
-"""``Request.view`` / ``RequestPool.views`` inline the request's properties (they run for every running request every
-step): for any request state the inlined view equals the one the properties give (``reference_view``), and the pool
-shows exactly the requests the property-based filter shows. ``benchmarks/cpu_host_step.py`` times the two."""
+"""The host's per-step bookkeeping, inlined (it runs for every running request every step, or every window of every
+pass): for any request state ``Request.view`` equals the view the request's properties give (``reference_view``), the
+pool shows exactly the requests the property-based filter shows, and ``RequestPool._count_margins`` counts a window's
+verified drafts into the buckets the per-draft rule gives. ``benchmarks/cpu_host_step.py`` times the views."""
 
 from __future__ import annotations
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import bisect
+
 from llm42 import SamplingParams
-from llm42.engine.requests import Request, RequestPool
+from llm42.engine.requests import MARGIN_EDGES, MARGIN_STATS, Request, RequestPool
+from llm42.verify.windows import Commit
 from llm42.scheduler import RequestView
 
 
@@ -70,3 +74,35 @@ def test_the_pool_shows_the_requests_the_properties_show(reqs, window, chain):
         req.rid = req.arrival = rid
         pool.running[rid] = req
     assert pool.views() == reference_views(pool)
+
+
+def reference_margin_counts(margins: list[float], num_accepted: int, is_rejected: bool, risk_margin: float) -> dict:
+    """The per-draft rule (before round 26): each verified draft's bucket by bisect over every edge, capped."""
+    keys = [k[len("verified"):] for k in MARGIN_STATS if k.startswith("verified")]
+    counts = dict.fromkeys([*MARGIN_STATS, "risky_rollbacks"], 0)
+    for i in range(min(len(margins), num_accepted + (1 if is_rejected else 0))):
+        bucket = keys[min(bisect.bisect_right(MARGIN_EDGES, margins[i]), len(MARGIN_EDGES) - 1)]
+        counts["verified" + bucket] += 1
+        if i == num_accepted:
+            counts["rejected" + bucket] += 1
+            counts["risky_rollbacks"] += margins[i] < risk_margin
+    return counts
+
+
+margins_st = st.floats(0, 4) | st.sampled_from([*MARGIN_EDGES, 0.0]) | st.just(float("nan"))
+
+
+@settings(max_examples=300)
+@given(margins=st.lists(margins_st, max_size=12), data=st.data(), risk_margin=st.sampled_from([0.0, 0.125, 1.0]))
+def test_window_margins_fall_in_the_buckets_of_the_per_draft_rule(margins, data, risk_margin):
+    num_accepted = data.draw(st.integers(0, len(margins)))
+    is_rejected = num_accepted < len(margins) and data.draw(st.booleans())
+    req = Request(0, [3], SamplingParams(max_new_tokens=40, deterministic=True), 0, frozenset(), arrival=0, slot=0)
+    req.candidate_margins = list(margins)
+    req.risk_margin = risk_margin
+    pool = RequestPool(max_num_seqs=4, window=16, adaptive_draft=False)
+    commit = Commit(0, (5,) * (num_accepted + 1), (0.0,) * (num_accepted + 1), num_accepted, int(is_rejected),
+                    1 + num_accepted, False, ())
+    pool._count_margins(req, commit)
+    expected = reference_margin_counts(margins, num_accepted, is_rejected, risk_margin)
+    assert {k: pool.stats[k] for k in expected} == expected

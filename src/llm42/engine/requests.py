@@ -32,6 +32,9 @@ STAT_NAMES = (
 MARGIN_EDGES = (0.03125, 0.0625, 0.125, 0.25, 0.5, 1.0, 2.0, float("inf"))
 _MARGIN_KEYS = tuple(f"_margin_{'inf' if edge == float('inf') else format(edge, 'g')}" for edge in MARGIN_EDGES)
 MARGIN_STATS = tuple(kind + key for kind in ("verified", "rejected") for key in _MARGIN_KEYS)
+_VERIFIED_KEYS = tuple("verified" + key for key in _MARGIN_KEYS)
+_REJECTED_KEYS = tuple("rejected" + key for key in _MARGIN_KEYS)
+_FINITE_EDGES = MARGIN_EDGES[:-1]  # bisect_right on these: the bucket's index, inf (and NaN) in the last
 
 
 @dataclass
@@ -401,16 +404,25 @@ class RequestPool:
         req.clear_candidates()
 
     def _count_margins(self, req: Request, commit: Commit) -> None:
-        """The margin buckets of the window's verified drafts (the accepted ones and the rejected one)."""
+        """The margin buckets of the window's verified drafts (the accepted ones and the rejected one).
+
+        Counted per bucket first, then added: every window of every pass comes through here."""
         stats, margins = self.stats, req.candidate_margins
-        num_verified = min(len(margins), commit.num_accepted + (1 if commit.num_rejected else 0))
-        for i in range(num_verified):
-            bucket = _MARGIN_KEYS[min(bisect.bisect_right(MARGIN_EDGES, margins[i]), len(MARGIN_EDGES) - 1)]
-            stats["verified" + bucket] += 1
-            if i == commit.num_accepted:  # the rejected draft
-                stats["rejected" + bucket] += 1
-                if margins[i] < req.risk_margin:
-                    stats["risky_rollbacks"] += 1
+        num_accepted = commit.num_accepted
+        num_verified = min(len(margins), num_accepted + (1 if commit.num_rejected else 0))
+        if not num_verified:
+            return
+        counts = [0] * len(MARGIN_EDGES)
+        for margin in margins[:num_verified]:  # the last edge is inf: the finite edges give the bucket
+            counts[bisect.bisect_right(_FINITE_EDGES, margin)] += 1
+        for key, count in zip(_VERIFIED_KEYS, counts):
+            if count:
+                stats[key] += count
+        if num_verified > num_accepted:  # the rejected draft
+            margin = margins[num_accepted]
+            stats[_REJECTED_KEYS[bisect.bisect_right(_FINITE_EDGES, margin)]] += 1
+            if margin < req.risk_margin:
+                stats["risky_rollbacks"] += 1
 
     def check_ahead(self, req: Request, token: int) -> bool:
         """The draft ahead at the position of the token a pass committed, read back: True if it is that token
