@@ -92,19 +92,22 @@ def serving(num_requests: int, det_share: float) -> DVRGenerator:
     return gen
 
 
-def views_case(gen: DVRGenerator, reps: int) -> dict:
-    pool = gen._pool
-    times: dict[str, list[float]] = {"legacy": [], "round26": []}
-    fns = {"legacy": lambda: legacy_views(pool), "round26": pool.views}
+def side_by_side(legacy, now, reps: int) -> tuple[float, float]:
+    """Median host ms of ``legacy()`` and ``now()``, called in turn ``reps`` times after 3 warm-ups each."""
+    times: tuple[list[float], list[float]] = ([], [])
     for _ in range(3):
-        for fn in fns.values():
-            fn()
+        legacy(), now()
     for _ in range(reps):
-        for label, fn in fns.items():
+        for fn, out in zip((legacy, now), times):
             t = time.perf_counter()
             fn()
-            times[label].append((time.perf_counter() - t) * 1e3)
-    legacy, now = (statistics.median(v) for v in times.values())
+            out.append((time.perf_counter() - t) * 1e3)
+    return statistics.median(times[0]), statistics.median(times[1])
+
+
+def views_case(gen: DVRGenerator, reps: int) -> dict:
+    pool = gen._pool
+    legacy, now = side_by_side(lambda: legacy_views(pool), pool.views, reps)
     return {"num_views": len(pool.views()), "legacy_ms": round(legacy, 4), "round26_ms": round(now, 4),
             "ratio": round(now / legacy, 3), "views_equal": legacy_views(pool) == pool.views()}
 
@@ -117,20 +120,11 @@ def decode_rows_case(gen: DVRGenerator, reps: int) -> dict:
                            gen.config.max_fast_tokens, 0, gen.max_canonical_tokens, gen._max_canonical_results, 0)
     plan = gen.scheduler.schedule(state)
     by_rid = {v.rid: v for v in views}
-    fns = {"legacy": lambda: legacy_decode_rows_check(plan, by_rid),
-           "round26": lambda: _are_decode_rows_valid(plan.fast_decode, by_rid)}
-    times: dict[str, list[float]] = {label: [] for label in fns}
-    for _ in range(3):
-        for fn in fns.values():
-            fn()
-    for _ in range(reps):
-        for label, fn in fns.items():
-            t = time.perf_counter()
-            fn()
-            times[label].append((time.perf_counter() - t) * 1e3)
-    legacy, now = (statistics.median(v) for v in times.values())
+    old = lambda: legacy_decode_rows_check(plan, by_rid)  # noqa: E731
+    new = lambda: _are_decode_rows_valid(plan.fast_decode, by_rid)  # noqa: E731
+    legacy, now = side_by_side(old, new, reps)
     return {"num_rows": len(plan.fast_decode), "legacy_ms": round(legacy, 4), "round26_ms": round(now, 4),
-            "ratio": round(now / legacy, 3), "both_valid": fns["round26"]() and len(fns["legacy"]()) > 0}
+            "ratio": round(now / legacy, 3), "both_valid": new() and len(old()) > 0}
 
 
 def step_parts(gen: DVRGenerator, steps: int) -> dict:

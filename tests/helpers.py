@@ -109,3 +109,15 @@ def serve(gen, prompts, params_list, *, max_steps: int = 2000) -> list:
     else:
         pytest.fail(f"{max_steps} steps and still unfinished")
     return [gen.result(rid) for rid in rids]
+
+
+def first_token_steps(gen) -> dict[int, int]:
+    """Step ``gen`` until every request is finished; the step (counted from this call) at which each request's
+    first tokens were returned."""
+    first: dict[int, int] = {}
+    step = 0
+    while gen.has_unfinished():
+        for rid in gen.step():
+            first.setdefault(rid, step)
+        step += 1
+    return first

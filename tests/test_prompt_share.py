@@ -9,7 +9,7 @@ import pytest
 from llm42 import DefaultScheduler, DVRGenerator, SamplingParams
 from llm42.model.weights import random_weights
 from llm42.scheduler import RequestView, SchedulerState, canonical_rows, validate_plan
-from tests.helpers import tiny_config
+from tests.helpers import first_token_steps, tiny_config
 from tests.property.schedulers import RecordingScheduler
 
 WINDOW, GROUP = 4, 2  # R = 8
@@ -79,12 +79,7 @@ def _run(scheduler):
     for _ in range(4):  # the short requests decode before the long prompts arrive
         gen.step()
     long = [gen.submit(p, params[len(SHORT) + i]) for i, p in enumerate(LONG)]
-    first: dict[int, int] = {}
-    step = 0
-    while gen.has_unfinished():
-        for rid in gen.step():
-            first.setdefault(rid, step)
-        step += 1
+    first = first_token_steps(gen)
     outputs = [gen.result(r).token_ids for r in short + long]
     return outputs, max(first[r] for r in long), gen.scheduler.history
 

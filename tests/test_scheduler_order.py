@@ -9,7 +9,7 @@ import pytest
 from llm42 import DefaultScheduler, DVRGenerator, SamplingParams
 from llm42.model.weights import random_weights
 from llm42.scheduler import ORDERS, RequestView, SchedulerState, in_order, validate_plan
-from tests.helpers import tiny_config
+from tests.helpers import first_token_steps, tiny_config
 from tests.property.schedulers import RecordingScheduler
 
 WINDOW, GROUP = 4, 2  # R = 8
@@ -82,12 +82,7 @@ def _run(scheduler):
     params = [SamplingParams(max_new_tokens=n, deterministic=True, ignore_eos=True, seed=i,
                              temperature=0.9 if i % 2 else 0.0, top_k=20) for i, n in enumerate(BUDGETS)]
     rids = [gen.submit(p, params[i]) for i, p in enumerate(PROMPTS)]
-    first: dict[int, int] = {}
-    step = 0
-    while gen.has_unfinished():
-        for rid in gen.step():
-            first.setdefault(rid, step)
-        step += 1
+    first = first_token_steps(gen)
     return [gen.result(r).token_ids for r in rids], first[rids[-1]], gen.scheduler.history
 
 
