@@ -186,6 +186,13 @@ VARIANTS = {
     "order_budget_prompts": {"scheduler_order": "budget", "canonical_priority": "prompts"},
     "triton_small_priority": {"canonical_gemm": "triton", "canonical_priority": "high", "gemm_pins": {
         "960,576": "small", "576,576": "small", "3072,576": "small", "576,1536": "small"}},
+    # round 27: every canonical GEMM as cuBLAS at M = 512 / 1,024 / 2,048 rows (FixedShapePolicy(gemm_rows=N): other
+    # committed bits, each N its own config), a wide pass's GEMMs a few large calls instead of one per 256 rows, a
+    # narrow pass's padded up to N: on SmolLM2 one 2,048-row call costs 1.5x one 256-row call, eight cost 6-8x
+    "gemm_rows_512": {"canonical_gemm_rows": 512},
+    "gemm_rows_1024": {"canonical_gemm_rows": 1024},
+    "gemm_rows_2048": {"canonical_gemm_rows": 2048},
+    "gemm_rows_1024_priority": {"canonical_gemm_rows": 1024, "canonical_priority": "high"},
 }
 
 
@@ -458,7 +465,7 @@ def main() -> None:
         def canonical(variant):
             knobs = VARIANTS[variant]
             return (knobs.get("canonical_attention", "tiled"), knobs.get("canonical_gemm", "cublas"),
-                    knobs.get("window", 32), knobs.get("group", 8))
+                    knobs.get("canonical_gemm_rows"), knobs.get("window", 32), knobs.get("group", 8))
 
         for v in variants:
             ref_variant = next(u for u in variants if canonical(u) == canonical(v))

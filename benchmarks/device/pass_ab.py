@@ -11,9 +11,11 @@ each variant is a ``CanonicalPass`` of its own on them, every bucket captured as
 - ``streams4_fixed`` / ``streams8_fixed``: the blocks side by side on 4 / 8 streams (``gemm_streams``);
 - ``serial_tiles``: a tile table staged with each pass (``segment_tiles``), blocks in turn;
 - ``streams2_tiles`` / ``streams4_tiles``: both, on 2 / 4 streams (round 15 keeps the tile table on by default and
-  the streams opt-in: served beside fast steps, 4 streams measured worse).
+  the streams opt-in: served beside fast steps, 4 streams measured worse);
+- ``rows512`` / ``rows1024`` / ``rows2048`` (round 27): every GEMM as one cuBLAS call per N rows
+  (``FixedShapePolicy(gemm_rows=N)``, other bits), the pass's buckets whole blocks of N.
 
-Pass shapes, per context C: 8 and 64 verify windows of 32 rows at C (every row a result, as ``wide_verify``
+Pass shapes, per context C: 1, 8, 24 and 64 verify windows of 32 rows at C (every row a result, as ``wide_verify``
 stages them); 64 ragged windows (8-32 rows each, at contexts drawn from [C / 4, C], seeded: windows cut
 short by stops and ``max_new_tokens``, requests at different lengths); one 2,048-row prompt chunk at C (its
 last row the result). Timed: the device milliseconds of ``CanonicalPass._run`` (CUDA events on the current
@@ -57,12 +59,17 @@ VARIANTS = {
     "tile128": {"gemm_streams": 1, "segment_tiles": True, "tile_m": 128},
     "tile128_triton": {"gemm_streams": 1, "segment_tiles": True, "tile_m": 128, "gemm": "triton"},
     "triton": {"gemm_streams": 1, "segment_tiles": True, "gemm": "triton"},
+    # round 27: every GEMM as cuBLAS at M = N rows (FixedShapePolicy(gemm_rows=N): other bits, DIFF expected; the
+    # buckets whole blocks of N: a narrow pass runs N rows)
+    "rows512": {"gemm_streams": 1, "segment_tiles": True, "gemm_rows": 512},
+    "rows1024": {"gemm_streams": 1, "segment_tiles": True, "gemm_rows": 1024},
+    "rows2048": {"gemm_streams": 1, "segment_tiles": True, "gemm_rows": 2048},
 }
 
 
 def shapes(cfg, context: int, prompt_rid: int, max_seqs: int, seed: int) -> list[tuple[str, list[Segment], list[int]]]:
     out = []
-    for windows in (8, 64):
+    for windows in (1, 8, 24, 64):
         segs = canonical_segments(cfg, window=WINDOW, group=windows, context=context + WINDOW, params=PARAMS)
         out.append((f"verify_{windows}w", segs, list(range(windows * WINDOW))))
     rng = random.Random(seed)
@@ -105,10 +112,10 @@ def main() -> None:
     for name in names:
         t0 = time.perf_counter()
         knobs = dict(VARIANTS[name])
-        tile_m, gemm = knobs.pop("tile_m", None), knobs.pop("gemm", None)
-        own = policy if tile_m is None and gemm is None else FixedShapePolicy(
+        tile_m, gemm, rows = knobs.pop("tile_m", None), knobs.pop("gemm", None), knobs.pop("gemm_rows", None)
+        own = policy if tile_m is None and gemm is None and rows is None else FixedShapePolicy(
             key_block=policy.key_block, attention_kernel=policy.attention_kernel, tile_m=tile_m or policy.tile_m,
-            gemm=gemm or policy.gemm)
+            gemm=gemm or policy.gemm, gemm_rows=rows)
         cp = CanonicalPass(gen.weights, gen.cfg, own, gen.canonical_config.num_rows, max_rows=2048,
                            use_graph=device.type == "cuda", max_model_len=gen.max_model_len, **knobs)
         cp.stage(canonical_segments(gen.cfg, window=WINDOW, group=1, context=WINDOW, params=PARAMS), kv)
@@ -128,11 +135,12 @@ def main() -> None:
                     if i >= cli.warmup:
                         times[n].append(ms)
             outs = {}
-            for n, cp in passes.items():
+            for n, cp in passes.items():  # the wanted rows' results (a row-invariant head computes no others)
                 tokens, logprobs, _ = cp._run(staged[n])
-                outs[n] = (tokens.tolist(), logprobs.tolist())
+                outs[n] = (tokens[: len(wanted)].tolist(), logprobs[: len(wanted)].tolist())
             first = names[0]
             row = {"shape": label, "context": context, "rows": len(per_row), "bucket": passes[first].bucket_for(len(per_row)),
+                   "buckets": {n: cp.bucket_for(len(per_row)) for n, cp in passes.items()},
                    "device_ms": {n: round(statistics.median(t), 4) for n, t in times.items()},
                    "equal_to_first": {n: outs[n] == outs[first] for n in names}}
             base = row["device_ms"][first]

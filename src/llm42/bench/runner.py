@@ -101,6 +101,7 @@ class Engine:
     canonical_attention: str = "tiled"  # FixedShapePolicy(attention_kernel=...): the canonical pass's attention
     canonical_gemm: str = "cublas"  # FixedShapePolicy(gemm=...): the canonical pass's GEMM on CUDA
     canonical_tile_m: int = 64  # FixedShapePolicy(tile_m=...): the tiled canonical attention's tile height
+    canonical_gemm_rows: int | None = None  # FixedShapePolicy(gemm_rows=...): every canonical GEMM at that M (CUDA)
     max_canonical_tokens: int | None = None  # DVRGenerator's knob (None: its default)
     canonical_stream: bool | None = None  # DVRGenerator's knob: the canonical pass on its own CUDA stream
     draft_ahead: bool = True  # DVRGenerator's knob: deterministic requests draft ahead of windows in a pass
@@ -131,7 +132,7 @@ class Engine:
             window=window or self.window, group=group or self.group,
             fast_policy=fast_policy,
             canonical_policy=FixedShapePolicy(attention_kernel=kernel, gemm=self.canonical_gemm,
-                                              tile_m=self.canonical_tile_m),
+                                              tile_m=self.canonical_tile_m, gemm_rows=self.canonical_gemm_rows),
             kv_cache_tokens=self.kv_cache_tokens,
             max_num_seqs=self.max_num_seqs, max_fast_tokens=self.max_fast_tokens,
             use_cuda_graphs=self.use_cuda_graphs, overlap=mode.is_overlapped,

@@ -77,6 +77,17 @@ class FixedShapePolicy(ExactRowOps, FusedRowOps):
     instead of one cuBLAS call per R-row block (``is_gemm_row_invariant``). Its committed bits differ from
     ``"cublas"``'s on CUDA; on the CPU both run the exact GEMM (the same bits).
 
+    ``gemm_rows`` (CUDA, with ``gemm="cublas"``; part of the canonical config): every GEMM of the pass at M =
+    ``gemm_rows`` rows instead of M = R: a linear of n rows runs as blocks of exactly ``gemm_rows`` rows, the last
+    one padded with zero rows (``fixed_row_blocks``), so a row's bits are its own at any n (observation O2 at M =
+    ``gemm_rows``; ``is_gemm_row_invariant``) and a wide pass runs a few large library GEMMs instead of one per
+    R-row block. On a small model, whose GEMMs are launch- and latency-bound at these M, one cuBLAS call of 2,048
+    rows costs about what one of 256 does (SmolLM2's layer, round 25: 31.7 against 15.5-21.1 us) while a wide pass
+    runs eight; on a large one padding rows cost FLOPs, so ``None`` (the default, M = R) stays the choice there.
+    ``CanonicalPass`` sizes its buckets in multiples of it where they fit (no padding rows in a captured pass's
+    layers). Other committed bits than ``None``'s (another M); on the CPU every GEMM is the exact one (the same bits
+    whatever it is).
+
     ``tile_m`` (CUDA; part of the canonical config): the tiled canonical attention's tile height in M-rows (query
     rows x query heads per kv head), 64 (the default) or 128 (``llm42.engine.config.CANONICAL_TILE_HEIGHTS``); the
     ``"tiled"``, ``"tiled_masked"`` and ``"chunked"`` kernels launch with it. Taller tiles load each key block once
@@ -90,12 +101,19 @@ class FixedShapePolicy(ExactRowOps, FusedRowOps):
     is_graph_safe = True
 
     def __init__(self, key_block: int = 64, *, attention_backend: str = "triton", attention_kernel: str = "tiled",
-                 key_chunk: int = DEFAULT_KEY_CHUNK, gemm: str = "cublas", tile_m: int = 64):
+                 key_chunk: int = DEFAULT_KEY_CHUNK, gemm: str = "cublas", tile_m: int = 64,
+                 gemm_rows: int | None = None):
         self.key_block = positive_int("FixedShapePolicy", "key_block", key_block)
         self.tile_m = check_tile_m("FixedShapePolicy", "tile_m", tile_m)
         if gemm not in GEMMS:
             raise ValueError(f"FixedShapePolicy gemm must be one of {GEMMS}, got {gemm!r}")
         self.gemm = gemm
+        if gemm_rows is not None:
+            positive_int("FixedShapePolicy", "gemm_rows", gemm_rows)
+            if gemm != "cublas":
+                raise ValueError(f"FixedShapePolicy gemm_rows fixes the library GEMM's M; gemm={gemm!r}'s rows are "
+                                 f"their own at any M already: pass one of them")
+        self.gemm_rows = gemm_rows
         if attention_kernel not in ATTENTION_KERNELS:
             raise ValueError(f"attention_kernel must be one of {ATTENTION_KERNELS}, got {attention_kernel!r}")
         self.attention_kernel = attention_kernel
@@ -105,15 +123,22 @@ class FixedShapePolicy(ExactRowOps, FusedRowOps):
 
     @property
     def is_gemm_row_invariant(self) -> bool:
-        """Whether a wide pass may run each GEMM once over all its rows (``gemm="triton"``): a row's bits are then
-        its own at any number of rows (the Triton GEMM on CUDA, the exact GEMM elsewhere), with no R-row blocks."""
-        return self.gemm == "triton"
+        """Whether a wide pass may run each GEMM once over all its rows (``gemm="triton"``, or ``gemm_rows``): a
+        row's bits are then its own at any number of rows (the Triton GEMM, or the library GEMM on blocks of
+        ``gemm_rows`` rows, on CUDA; the exact GEMM elsewhere), with no R-row blocks."""
+        return self.gemm == "triton" or self.gemm_rows is not None
 
     def _cuda_linear(self, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
         if self.gemm == "triton":
             from llm42.kernels.batch_invariant_matmul import matmul  # needs Triton: imported on CUDA only
 
             return matmul(x, weight, bias)
+        if self.gemm_rows is not None:
+            return fixed_row_blocks(x, self.gemm_rows, lambda block: self._library_linear(block, weight, bias))
+        return self._library_linear(x, weight, bias)
+
+    def _library_linear(self, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+        """The library GEMM (cuBLAS on CUDA), at whatever M it is handed."""
         return F.linear(x, weight, bias)
 
     def linear(self, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
@@ -197,7 +222,26 @@ class FixedShapePolicy(ExactRowOps, FusedRowOps):
             kernel += f", key_chunk={self.key_chunk}"
         gemm = "" if self.gemm == "cublas" else f", gemm={self.gemm!r}"
         tile = "" if self.tile_m == 64 else f", tile_m={self.tile_m}"
-        return f"FixedShapePolicy(key_block={self.key_block}{backend}{kernel}{gemm}{tile})"
+        rows = "" if self.gemm_rows is None else f", gemm_rows={self.gemm_rows}"
+        return f"FixedShapePolicy(key_block={self.key_block}{backend}{kernel}{gemm}{tile}{rows})"
+
+
+def fixed_row_blocks(x: torch.Tensor, rows: int, gemm) -> torch.Tensor:
+    """``gemm`` (a row-wise map, e.g. a linear) of ``x`` [n, K], every call on exactly ``rows`` rows: ``x`` in blocks
+    of ``rows`` rows, the last one padded with zero rows (their outputs dropped), the blocks' outputs concatenated.
+
+    Where ``gemm`` gives a row the same bits wherever it sits among ``rows`` rows (a library GEMM at one shape:
+    observation O2), each row of the result is then a function of that row alone, at any n.
+    """
+    n = x.shape[0]
+    if n == rows:
+        return gemm(x)
+    parts = []
+    for start in range(0, n, rows):
+        block = x[start: start + rows]
+        short = rows - block.shape[0]
+        parts.append(gemm(block) if not short else gemm(F.pad(block, (0, 0, 0, short)))[: rows - short])
+    return parts[0] if len(parts) == 1 else torch.cat(parts)
 
 
 def check_key_chunk(owner: str, key_chunk: object, key_block: int) -> int:

@@ -23,7 +23,8 @@ A *wide* pass (``max_rows`` > R) takes up to ``max_rows`` rows of prompt chunks 
 one launch, in buckets of R, 2R, 4R, ... rows (every multiple of R where no CUDA graph is
 captured), for long prompts: every GEMM still runs on
 blocks of exactly R rows (``GemmRowBlocks``; once over all the rows where the policy's GEMM
-rows are their own at any M: ``FixedShapePolicy(gemm="triton")``, ``is_gemm_row_invariant``),
+rows are their own at any M: ``FixedShapePolicy(gemm="triton")``, or its library GEMM on blocks of a fixed M,
+``gemm_rows=``, with buckets of whole blocks; ``is_gemm_row_invariant``),
 and the head and the sampler on R selected rows (``wanted``: each window's rows, each prompt
 chunk's last row), so a row gets the bits an R-row pass gives it (position invariance at M = R,
 observation O2); attention and the row-wise kernels run over all the bucket's rows at once,
@@ -127,16 +128,36 @@ GEMM_BLOCK_STREAMS = 1
 SEGMENT_TILES = True
 
 
-def pass_buckets(num_rows: int, max_rows: int, *, is_graphed: bool = True) -> tuple[int, ...]:
+def pass_buckets(num_rows: int, max_rows: int, *, is_graphed: bool = True,
+                 gemm_rows: int | None = None) -> tuple[int, ...]:
     """The row counts a pass runs at: with CUDA graphs R, 2R, 4R, ... below ``max_rows``, then ``max_rows``
-    (a graph per bucket); without, every multiple of R up to ``max_rows`` (no row computed for nothing)."""
+    (a graph per bucket); without, every multiple of R up to ``max_rows`` (no row computed for nothing).
+
+    ``gemm_rows`` (a policy whose GEMMs run on blocks of that many rows: ``FixedShapePolicy(gemm_rows=)``): each
+    size rounded up to a multiple of it where that fits in ``max_rows``, so that no GEMM of a pass pads rows (a
+    padding row of the pass costs a row op, a padded GEMM block a copy of its input per GEMM)."""
     if not is_graphed:
-        return tuple(range(num_rows, max_rows + 1, num_rows))
-    sizes, size = [], num_rows
-    while size < max_rows:
-        sizes.append(size)
-        size *= 2
-    return tuple(sizes) + (max_rows,)
+        sizes = tuple(range(num_rows, max_rows + 1, num_rows))
+    else:
+        sizes, size = [], num_rows
+        while size < max_rows:
+            sizes.append(size)
+            size *= 2
+        sizes = tuple(sizes) + (max_rows,)
+    if gemm_rows is None:
+        return sizes
+    return tuple(sorted({min(max_rows, -(-size // gemm_rows) * gemm_rows) for size in sizes}))
+
+
+def bucket_gemm_rows(policy: ReductionPolicy, device: torch.device, num_rows: int) -> int | None:
+    """The GEMM block a pass's buckets are whole multiples of (``pass_buckets``): the policy's fixed GEMM M
+    (``FixedShapePolicy(gemm_rows=)``) on CUDA, where its library GEMM runs on such blocks, if it is a multiple of
+    R (the buckets stay multiples of R); else None (another M pads the GEMM blocks that need it: the same bits).
+    On the CPU every canonical GEMM is the exact one, blocks or not: no row is computed for nothing."""
+    rows = getattr(policy, "gemm_rows", None)
+    if torch.device(device).type != "cuda" or not isinstance(rows, int) or isinstance(rows, bool):
+        return None
+    return rows if rows % num_rows == 0 else None
 
 
 def result_sizes(num_rows: int, bucket: int, *, is_graphed: bool = True,
@@ -291,7 +312,8 @@ class CanonicalPass:
         self.max_rows = max_rows
         self.device = weights.device
         self.is_graphed = resolve_use_graph(use_graph, self.device)
-        self.buckets = pass_buckets(num_rows, max_rows, is_graphed=self.is_graphed)
+        self.buckets = pass_buckets(num_rows, max_rows, is_graphed=self.is_graphed,
+                                    gemm_rows=bucket_gemm_rows(policy, self.device, num_rows))
         # a row's GEMMs (and head) give it the same bits at any number of rows: each GEMM runs once over a wide
         # pass's rows, and a pass computes results for its wanted rows only (result_sizes)
         self.is_row_invariant = bool(getattr(policy, "is_gemm_row_invariant", False))
