@@ -81,7 +81,7 @@ class FixedShapePolicy(ExactRowOps, FusedRowOps):
     ``gemm_rows`` rows instead of M = R: a linear of n rows runs as blocks of exactly ``gemm_rows`` rows, the last
     one padded with zero rows (``fixed_row_blocks``), so a row's bits are its own at any n (observation O2 at M =
     ``gemm_rows``; ``is_gemm_row_invariant``) and a wide pass runs a few large library GEMMs instead of one per
-    R-row block. On a small model, whose GEMMs are launch- and latency-bound at these M, one cuBLAS call of 2,048
+    R-row block, each writing its rows of one output (``mm`` / ``addmm`` with ``out=``: no concatenation). On a small model, whose GEMMs are launch- and latency-bound at these M, one cuBLAS call of 2,048
     rows costs about what one of 256 does (SmolLM2's layer, round 25: 31.7 against 15.5-21.1 us) while a wide pass
     runs eight; on a large one padding rows cost FLOPs, so ``None`` (the default, M = R) stays the choice there.
     ``CanonicalPass`` sizes its buckets in multiples of it where they fit (no padding rows in a captured pass's
@@ -134,12 +134,19 @@ class FixedShapePolicy(ExactRowOps, FusedRowOps):
 
             return matmul(x, weight, bias)
         if self.gemm_rows is not None:
-            return fixed_row_blocks(x, self.gemm_rows, lambda block: self._library_linear(block, weight, bias))
+            return fixed_row_blocks(x, self.gemm_rows, weight.shape[0],
+                                    lambda block, out: self._library_linear(block, weight, bias, out=out))
         return self._library_linear(x, weight, bias)
 
-    def _library_linear(self, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
-        """The library GEMM (cuBLAS on CUDA), at whatever M it is handed."""
-        return F.linear(x, weight, bias)
+    def _library_linear(self, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, *,
+                        out: torch.Tensor | None = None) -> torch.Tensor:
+        """The library GEMM (cuBLAS on CUDA), at whatever M it is handed; into ``out`` where given (``F.linear``'s
+        own calls: ``addmm`` with a bias, ``mm`` without)."""
+        if out is None:
+            return F.linear(x, weight, bias)
+        if bias is None:
+            return torch.mm(x, weight.t(), out=out)
+        return torch.addmm(bias, x, weight.t(), out=out)
 
     def linear(self, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
         if x.is_cuda:
@@ -226,22 +233,24 @@ class FixedShapePolicy(ExactRowOps, FusedRowOps):
         return f"FixedShapePolicy(key_block={self.key_block}{backend}{kernel}{gemm}{tile}{rows})"
 
 
-def fixed_row_blocks(x: torch.Tensor, rows: int, gemm) -> torch.Tensor:
-    """``gemm`` (a row-wise map, e.g. a linear) of ``x`` [n, K], every call on exactly ``rows`` rows: ``x`` in blocks
-    of ``rows`` rows, the last one padded with zero rows (their outputs dropped), the blocks' outputs concatenated.
+def fixed_row_blocks(x: torch.Tensor, rows: int, num_out: int, gemm) -> torch.Tensor:
+    """A row-wise map (e.g. a linear) of ``x`` [n, K] -> [n, ``num_out``], every call on exactly ``rows`` rows:
+    ``gemm(block, out)`` writes ``block``'s [rows, ``num_out``] result into ``out``, a slice of one output buffer
+    (no concatenation afterwards), for ``x`` in blocks of ``rows`` rows, the last one padded with zero rows (their
+    outputs dropped).
 
     Where ``gemm`` gives a row the same bits wherever it sits among ``rows`` rows (a library GEMM at one shape:
     observation O2), each row of the result is then a function of that row alone, at any n.
     """
     n = x.shape[0]
-    if n == rows:
-        return gemm(x)
-    parts = []
+    whole = -(-n // rows) * rows
+    out = x.new_empty(whole, num_out)
     for start in range(0, n, rows):
         block = x[start: start + rows]
-        short = rows - block.shape[0]
-        parts.append(gemm(block) if not short else gemm(F.pad(block, (0, 0, 0, short)))[: rows - short])
-    return parts[0] if len(parts) == 1 else torch.cat(parts)
+        if block.shape[0] < rows:
+            block = F.pad(block, (0, 0, 0, rows - block.shape[0]))
+        gemm(block, out[start: start + rows])
+    return out if whole == n else out[:n]
 
 
 def check_key_chunk(owner: str, key_chunk: object, key_block: int) -> int:
