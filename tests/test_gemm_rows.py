@@ -21,7 +21,7 @@ from llm42.model.weights import random_weights
 from llm42.ops import exact
 from llm42.policies import FixedShapePolicy
 from llm42.policies import fixed_shape
-from llm42.policies.fixed_shape import fixed_row_blocks
+from llm42.policies.fixed_shape import fixed_row_blocks, position_variant_gemms
 from llm42.verify.canonical_pass import GemmRowBlocks, bucket_gemm_rows, pass_buckets
 from tests.helpers import count_windows, tiny_config
 
@@ -49,6 +49,9 @@ class _LibraryByM(FixedShapePolicy):
 
     def linear(self, x, weight, bias=None):
         return self._cuda_linear(x, weight, bias)
+
+    def _is_library_device(self, device):
+        return True  # the premise check runs here too (``check_gemm_rows``)
 
     def _library_linear(self, x, weight, bias, *, out=None):
         self.rows_seen.append(x.shape[0])
@@ -196,3 +199,27 @@ def test_a_fixed_m_policy_is_used_as_is_for_every_bucket():
     gen.generate([PROMPTS[0]], [_params(0, max_new_tokens=2)])
     assert cp.is_row_invariant
     assert not any(isinstance(p, GemmRowBlocks) for p in cp._policies.values())
+
+
+class _PositionByM(_LibraryByM):
+    """A stand-in library GEMM whose rows also move with their position among M rows (O2 failing): + i * 2^-12."""
+
+    def _library_linear(self, x, weight, bias, *, out=None):
+        result = _scaled_by_m(x, weight, bias) + torch.arange(x.shape[0], dtype=x.dtype)[:, None] * 2.0 ** -12
+        return result if out is None else out.copy_(result)
+
+
+def test_the_premise_is_checked_on_the_device_when_a_pass_is_built():
+    """``check_gemm_rows``: with a library GEMM whose rows keep their bits at any position among N rows the engine
+    builds; with one whose rows move with their position it refuses, naming ``gemm_rows`` and every GEMM shape."""
+    assert position_variant_gemms(_scaled_by_m, WEIGHTS.linears(), N) == []
+    moved = position_variant_gemms(_PositionByM(gemm_rows=N)._library_linear, WEIGHTS.linears(), N)
+    assert [m.split()[0] for m in moved] == ["qkv", "o_proj", "gate_up", "down", "lm_head"]
+    honest = _LibraryByM(gemm_rows=N)
+    _generator(honest, 4 * R)
+    assert honest.rows_seen and set(honest.rows_seen) == {N}  # the check ran, at M = N
+    with pytest.raises(RuntimeError, match=f"gemm_rows={N}: .*qkv .*lm_head .*O2"):
+        _generator(_PositionByM(gemm_rows=N), 4 * R)
+    # without gemm_rows, or on the CPU's exact GEMM, there is nothing to check
+    _generator(_PositionByM(), 4 * R)
+    FixedShapePolicy(gemm_rows=N).check_gemm_rows(WEIGHTS)

@@ -426,13 +426,6 @@ def _check_positions(probe: _Probe, num_rows: int, rows: tuple[int, ...],
     return check, first
 
 
-def _linears(w: Weights) -> tuple[tuple[str, torch.Tensor, torch.Tensor | None], ...]:
-    """(name, weight, bias) of every GEMM the model runs: layer 0's (all layers share the shapes) and lm_head."""
-    lw = w.layers[0]
-    return (("qkv", lw.qkv, lw.qkv_bias), ("o_proj", lw.o_proj, lw.o_proj_bias),
-            ("gate_up", lw.gate_up, lw.gate_up_bias), ("down", lw.down, lw.down_bias), ("lm_head", w.lm_head, w.lm_head_bias))
-
-
 def _op_probes(target: DoctorModel, policy: ReductionPolicy, num_rows: int,
                gen: torch.Generator) -> list[_Probe]:
     w, cfg = target.weights, target.cfg
@@ -461,7 +454,7 @@ def _op_probes(target: DoctorModel, policy: ReductionPolicy, num_rows: int,
         out, residual = ops.add_rms_norm(rows["x"], rows["residual"], lw.post_norm, eps)
         return out[i], residual[i]
 
-    probes = [*(linear(*args) for args in _linears(w)),
+    probes = [*(linear(*args) for args in w.linears()),
               dense("rms_norm", {"x": (hidden,)}, lambda rows, i: (policy.rms_norm(rows["x"], lw.input_norm, eps)[i],)),
               dense("add_rms_norm", {"x": (hidden,), "residual": (hidden,)}, add_rms_norm),
               _rope_probe(target, ops, num_rows, gen, randn),
@@ -773,7 +766,7 @@ def _fast_drift(target: DoctorModel, fast_policy: ReductionPolicy, gen: torch.Ge
     """Distinct results one row gets on the fast path across batch sizes (the drift DVR repairs)."""
     w, cfg = target.weights, target.cfg
     info = []
-    for name, weight, bias in _linears(w):
+    for name, weight, bias in w.linears():
         num_out, num_in = weight.shape
         x = torch.randn((_MAX_FAST_M, num_in), generator=gen).to(w.dtype).to(w.device)
         seen = {digest([fast_policy.linear(x[:m], weight, bias)[0]]) for m in range(1, _MAX_FAST_M + 1)}

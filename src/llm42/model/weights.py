@@ -56,6 +56,14 @@ class Weights:
     def dtype(self) -> torch.dtype:
         return self.embed.dtype
 
+    def linears(self) -> tuple[tuple[str, torch.Tensor, torch.Tensor | None], ...]:
+        """(name, weight, bias) of every GEMM shape the model runs: layer 0's (all layers share the shapes) and the
+        output head."""
+        lw = self.layers[0]
+        return (("qkv", lw.qkv, lw.qkv_bias), ("o_proj", lw.o_proj, lw.o_proj_bias),
+                ("gate_up", lw.gate_up, lw.gate_up_bias), ("down", lw.down, lw.down_bias),
+                ("lm_head", self.lm_head, self.lm_head_bias))
+
     @property
     def device(self) -> torch.device:
         return self.embed.device

@@ -15,6 +15,7 @@ from llm42.policies.base import ExactRowOps, FusedRowOps
 
 if TYPE_CHECKING:
     from llm42.distributed.group import TensorParallel
+    from llm42.model.weights import Weights
 
 # the Triton canonical attention kernels (CUDA; part of the canonical config). "tiled_masked" is "tiled" with
 # every key block through the masked step: the same bits, slower (the reference the GPU suite compares with)
@@ -85,7 +86,8 @@ class FixedShapePolicy(ExactRowOps, FusedRowOps):
     rows costs about what one of 256 does (SmolLM2's layer, round 25: 31.7 against 15.5-21.1 us) while a wide pass
     runs eight; on a large one padding rows cost FLOPs, so ``None`` (the default, M = R) stays the choice there.
     ``CanonicalPass`` sizes its buckets in multiples of it where they fit (no padding rows in a captured pass's
-    layers). Other committed bits than ``None``'s (another M); on the CPU every GEMM is the exact one (the same bits
+    layers), and checks the premise on the device when it is built (``check_gemm_rows``: a row's bits at another
+    position among N rows, for each of the model's GEMM shapes; RuntimeError where they move). Other committed bits than ``None``'s (another M); on the CPU every GEMM is the exact one (the same bits
     whatever it is).
 
     ``tile_m`` (CUDA; part of the canonical config): the tiled canonical attention's tile height in M-rows (query
@@ -137,6 +139,25 @@ class FixedShapePolicy(ExactRowOps, FusedRowOps):
             return fixed_row_blocks(x, self.gemm_rows, weight.shape[0],
                                     lambda block, out: self._library_linear(block, weight, bias, out=out))
         return self._library_linear(x, weight, bias)
+
+    def check_gemm_rows(self, weights: Weights) -> None:
+        """With ``gemm_rows`` on a device whose GEMM is the library's (CUDA): check observation O2 at M =
+        ``gemm_rows`` on this device for every GEMM shape of ``weights`` (``position_variant_gemms``: random rows
+        and the same rows shuffled), and raise ``RuntimeError`` naming ``gemm_rows`` where a row's bits moved with
+        its position: the config's premise fails here, and its passes would not commit a row's own bits.
+        ``CanonicalPass`` calls it when it is built. A no-op without ``gemm_rows`` or elsewhere (the CPU's
+        canonical GEMM is exact)."""
+        if self.gemm_rows is None or not self._is_library_device(weights.device):
+            return
+        moved = position_variant_gemms(self._library_linear, weights.linears(), self.gemm_rows)
+        if moved:
+            raise RuntimeError(f"FixedShapePolicy gemm_rows={self.gemm_rows}: on {weights.device} the library GEMM "
+                               f"gave rows other bits at other positions among {self.gemm_rows} rows for "
+                               f"{', '.join(moved)} (observation O2 fails at this M here): leave gemm_rows unset "
+                               f"or try another value")
+
+    def _is_library_device(self, device: torch.device) -> bool:
+        return device.type == "cuda"
 
     def _library_linear(self, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, *,
                         out: torch.Tensor | None = None) -> torch.Tensor:
@@ -231,6 +252,20 @@ class FixedShapePolicy(ExactRowOps, FusedRowOps):
         tile = "" if self.tile_m == 64 else f", tile_m={self.tile_m}"
         rows = "" if self.gemm_rows is None else f", gemm_rows={self.gemm_rows}"
         return f"FixedShapePolicy(key_block={self.key_block}{backend}{kernel}{gemm}{tile}{rows})"
+
+
+def position_variant_gemms(gemm, linears, rows: int, *, seed: int = 0) -> list[str]:
+    """The (name, weight, bias) of ``linears`` for which ``gemm(x, weight, bias)`` of ``rows`` random rows, and of
+    the same rows shuffled, gives some row other bits at its other position (observation O2 failing at M =
+    ``rows``); each as "name [rows x K] x [N, K]^T". Seeded: the same inputs on every call."""
+    moved = []
+    for name, weight, bias in linears:
+        gen = torch.Generator(device=weight.device).manual_seed(seed)
+        x = torch.randn(rows, weight.shape[1], generator=gen, device=weight.device).to(weight.dtype)
+        perm = torch.randperm(rows, generator=gen, device=weight.device)
+        if not torch.equal(gemm(x[perm], weight, bias), gemm(x, weight, bias)[perm]):
+            moved.append(f"{name} [{rows} x {weight.shape[1]}] x [{weight.shape[0]}, {weight.shape[1]}]^T")
+    return moved
 
 
 def fixed_row_blocks(x: torch.Tensor, rows: int, num_out: int, gemm) -> torch.Tensor:

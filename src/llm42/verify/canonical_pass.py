@@ -314,6 +314,9 @@ class CanonicalPass:
         self.is_graphed = resolve_use_graph(use_graph, self.device)
         self.buckets = pass_buckets(num_rows, max_rows, is_graphed=self.is_graphed,
                                     gemm_rows=bucket_gemm_rows(policy, self.device, num_rows))
+        check = getattr(policy, "check_gemm_rows", None)  # a fixed GEMM M's premise, on this device (raises)
+        if callable(check):
+            check(weights)
         # a row's GEMMs (and head) give it the same bits at any number of rows: each GEMM runs once over a wide
         # pass's rows, and a pass computes results for its wanted rows only (result_sizes)
         self.is_row_invariant = bool(getattr(policy, "is_gemm_row_invariant", False))
