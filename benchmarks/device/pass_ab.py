@@ -13,7 +13,9 @@ each variant is a ``CanonicalPass`` of its own on them, every bucket captured as
 - ``streams2_tiles`` / ``streams4_tiles``: both, on 2 / 4 streams (round 15 keeps the tile table on by default and
   the streams opt-in: served beside fast steps, 4 streams measured worse);
 - ``rows512`` / ``rows1024`` / ``rows2048`` (round 27): every GEMM as one cuBLAS call per N rows
-  (``FixedShapePolicy(gemm_rows=N)``, other bits), the pass's buckets whole blocks of N.
+  (``FixedShapePolicy(gemm_rows=N)``, other bits), the pass's buckets whole blocks of N; ``rows256``: N = R, the
+  default's M, each block written into one output (no concatenation): the default's bits if ``mm(out=)`` gives
+  ``F.linear``'s (``equal_to_first`` says).
 
 Pass shapes, per context C: 1, 8, 24 and 64 verify windows of 32 rows at C (every row a result, as ``wide_verify``
 stages them); 64 ragged windows (8-32 rows each, at contexts drawn from [C / 4, C], seeded: windows cut
@@ -61,6 +63,9 @@ VARIANTS = {
     "triton": {"gemm_streams": 1, "segment_tiles": True, "gemm": "triton"},
     # round 27: every GEMM as cuBLAS at M = N rows (FixedShapePolicy(gemm_rows=N): other bits, DIFF expected; the
     # buckets whole blocks of N: a narrow pass runs N rows)
+    # rows256: M = R, the default's M, each block's GEMM into its rows of one output instead of a concatenation
+    # afterwards: equal to serial_tiles exactly where mm(out=) gives F.linear's bits (a measurement)
+    "rows256": {"gemm_streams": 1, "segment_tiles": True, "gemm_rows": 256},
     "rows512": {"gemm_streams": 1, "segment_tiles": True, "gemm_rows": 512},
     "rows1024": {"gemm_streams": 1, "segment_tiles": True, "gemm_rows": 1024},
     "rows2048": {"gemm_streams": 1, "segment_tiles": True, "gemm_rows": 2048},
