@@ -75,10 +75,19 @@ def test_drafts_ahead_of_rolled_back_windows_are_dropped(reference):
     assert gen.stats["rollbacks"] > 0 and gen.stats["ahead_tokens_dropped"] > 0, gen.stats
 
 
+def _no_drafts_in_the_pass_step(monkeypatch) -> None:
+    """A partial window joining a pass gets no draft ahead in that step (as when the step's rows are spent on prompt
+    chunks): its first draft ahead then comes after the pass's K/V write at the window's last position."""
+    from llm42.engine.requests import Request
+
+    original = Request.num_draftable_ahead
+    monkeypatch.setattr(Request, "num_draftable_ahead", lambda self, window, joins_pass=False: original(self, window))
+
+
 class EarlyVerifyScheduler:
     """The default plan, but a deterministic request's window is verified once it holds two candidates (partly
-    full): such a request has not drafted ahead before its pass, so its first draft ahead comes after the
-    pass's K/V write at the window's last position."""
+    full). With ``_no_drafts_in_the_pass_step`` such a request has not drafted ahead before its pass, so its first
+    draft ahead comes after the pass's K/V write at the window's last position."""
 
     def schedule(self, state: SchedulerState) -> Plan:
         plan = DefaultScheduler().schedule(state)
@@ -110,6 +119,7 @@ def test_without_the_protected_window_drafts_ahead_overwrite_canonical_kv(refere
     their reference; without it (the negative control), the drifted K/V reaches committed positions."""
     if not protect:
         monkeypatch.setattr(DecodeState, "set_protect", lambda self, slot, num_positions: None)
+    _no_drafts_in_the_pass_step(monkeypatch)
     gen = make(lag=3, fast_policy=KVDriftFastPolicy(), scheduler=EarlyVerifyScheduler())
     outputs = deterministic_outputs(gen)
     assert gen.stats["ahead_tokens_kept"] > 0, gen.stats  # windows accepted whole: the drafts stood
@@ -140,3 +150,40 @@ def test_a_protected_position_keeps_its_kv_through_a_decode_step():
 
     assert not written_after_a_step(protect=True)
     assert written_after_a_step(protect=False)  # the control: unprotected, the step writes there
+
+
+def _partial_windows_drafting(gen: DVRGenerator) -> list[int]:
+    """Record, at every fast launch, how many requests whose partial window goes into this step's pass (the plan's
+    ``verify``, not due) also take a decode row in it."""
+    counts: list[int] = []
+    fast = gen.fast_step
+    launch = fast.launch
+
+    def recording(plan):
+        rows, pool = set(plan.fast_decode), gen._pool
+        counts.append(sum(1 for rid in plan.verify if rid in rows
+                          and pool.running[rid].num_speculable(pool.window) > 0))
+        return launch(plan)
+
+    fast.launch = recording
+    return counts
+
+
+@pytest.mark.parametrize("lag", [2, 3])
+def test_a_partial_window_joining_a_pass_drafts_ahead_in_that_step(reference, monkeypatch, lag):
+    """A partial window the scheduler puts in this step's pass (``EarlyVerifyScheduler``: two candidates or more)
+    drafts ahead in the same step, as a due one does, instead of losing the step's row: the same committed tokens
+    and log-probs as each request alone, drafts ahead kept, and fewer steps than without it (the negative control:
+    ``joins_pass`` ignored, such a request gets no row in that step)."""
+    gen = make(lag=lag, scheduler=EarlyVerifyScheduler())
+    counts = _partial_windows_drafting(gen)
+    assert deterministic_outputs(gen) == reference
+    assert sum(counts) > 0, "no partial window drafted ahead in the step its pass launched"
+    assert gen.stats["ahead_tokens_kept"] > 0, gen.stats
+
+    _no_drafts_in_the_pass_step(monkeypatch)
+    old = make(lag=lag, scheduler=EarlyVerifyScheduler())
+    old_counts = _partial_windows_drafting(old)
+    assert deterministic_outputs(old) == reference
+    assert sum(old_counts) == 0
+    assert gen.stats["steps"] < old.stats["steps"], (gen.stats["steps"], old.stats["steps"])

@@ -38,6 +38,75 @@ from llm42.engine.fast_step import FastStep  # noqa: E402
 from llm42.verify.canonical_pass import CanonicalPass  # noqa: E402
 
 BIN_MS = 100.0  # the timeline's bins
+# what a deterministic request in decode does in a step (``DetProgress``): drafts a candidate of its window, drafts
+# ahead of a window that is due or in a pass, or gets no row: its window in a pass (ahead drafts used up, or no spare
+# row), due and waiting for a pass, or neither (``other``: e.g. its length limit reached)
+DET_KINDS = ("window", "ahead", "idle_in_pass", "idle_due", "idle_other")
+
+
+class DetProgress:
+    """Where deterministic requests' steps go: at every ``every``-th fast launch, each deterministic request past its
+    prompt is counted in one of ``DET_KINDS`` (with the plan the step launches), in total and per request; and
+    ``idle_could_draft``: those idle that could have drafted ahead (``num_draftable_ahead`` > 0) but got no row (the
+    step's rows were spent). Sampled steps stand for ``every`` steps each. Host work per sampled step (a loop over
+    the running requests): the diagnostic's own steps are that much slower on the host."""
+
+    def __init__(self, every: int):
+        self.every = every
+        self.totals = dict.fromkeys(DET_KINDS, 0)
+        self.idle_could_draft = 0
+        self.per_request: dict[int, dict[str, int]] = {}
+        self.in_tail = dict.fromkeys(DET_KINDS, 0)  # steps with no free request running
+        self.samples = 0
+
+    def record(self, pool, plan) -> None:
+        self.samples += 1
+        rows = set(plan.fast_decode)
+        window = pool.window
+        running = pool.running.values()
+        is_tail = not any(not r.is_deterministic for r in running)
+        for req in running:
+            if not req.is_deterministic or req.num_prefilled < req.num_prompt_tokens:
+                continue
+            is_due = req.num_speculable(window) == 0  # the scheduler's "ready to verify" (a full or last window)
+            if req.rid in rows:
+                kind = "ahead" if req.is_verifying or is_due else "window"
+            elif req.is_verifying:
+                kind = "idle_in_pass"
+            elif is_due:
+                kind = "idle_due"
+            else:
+                kind = "idle_other"
+            if kind.startswith("idle") and req.num_draftable_ahead(window) > 0:
+                self.idle_could_draft += 1
+            self.totals[kind] += 1
+            if is_tail:
+                self.in_tail[kind] += 1
+            mine = self.per_request.setdefault(req.rid, dict.fromkeys(DET_KINDS, 0))
+            mine[kind] += 1
+
+    def summary(self, committed: dict[int, int], last: list[int]) -> dict:
+        """Shares of the sampled request-steps by kind; request-steps per committed token (every kind, scaled by
+        ``every``); the same for the requests ``last`` (the run's last finishers) with ``committed`` tokens each."""
+        total = sum(self.totals.values())
+        tokens = sum(committed.get(rid, 0) for rid in self.per_request)
+
+        def shares(counts: dict[str, int]) -> dict[str, float]:
+            n = sum(counts.values())
+            return {k: round(v / n, 4) if n else None for k, v in counts.items()}
+
+        out = {"every": self.every, "sampled_steps": self.samples, "request_steps": total * self.every,
+               "shares": shares(self.totals), "tail_shares": shares(self.in_tail),
+               "idle_could_draft_share": round(self.idle_could_draft / total, 4) if total else None,
+               "steps_per_token": round(total * self.every / tokens, 3) if tokens else None, "last_finishers": []}
+        for rid in last:
+            mine = self.per_request.get(rid)
+            if mine and committed.get(rid):
+                out["last_finishers"].append({"rid": rid, "tokens": committed[rid],
+                                              "steps_per_token": round(sum(mine.values()) * self.every
+                                                                       / committed[rid], 3),
+                                              "shares": shares(mine)})
+        return out
 
 
 class _Clock:
@@ -71,8 +140,10 @@ class Timeline:
     on exit). Recording starts at the run's first timed step (``_Tracker.step``): a warm-up inside the run is not in
     it."""
 
-    def __init__(self, is_cuda: bool):
+    def __init__(self, is_cuda: bool, *, det_every: int = 0):
         self.clock = _Clock(is_cuda)
+        self.det = DetProgress(det_every) if det_every else None
+        self.tracker = None
         self.is_recording = False
         self.step_index = -1
         self.steps: list[dict] = []
@@ -92,6 +163,7 @@ class Timeline:
             def hooked(tracker, t0):
                 if not timeline.is_recording:
                     timeline.is_recording = True
+                    timeline.tracker = tracker  # its records map the engine's request ids to the workload's
                     timeline.clock.start()
                 timeline.step_index += 1
                 start = time.perf_counter()
@@ -111,6 +183,9 @@ class Timeline:
             def hooked(self, plan):
                 if not timeline.is_recording:
                     return original(self, plan)
+                det = timeline.det
+                if det is not None and timeline.step_index % det.every == 0:
+                    det.record(self._pool, plan)
                 start = timeline.clock.mark()
                 try:
                     return original(self, plan)
@@ -252,6 +327,8 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--modes", default="nondet,dvr@50")
     p.add_argument("--png", default=None)
     p.add_argument("--keep-spans", action="store_true", help="keep every span in the JSON (default: summaries)")
+    p.add_argument("--det-progress", type=int, default=0, metavar="K",
+                   help="every K-th step, count what each deterministic request does (DetProgress; 0: off)")
     args = p.parse_args(argv)
     if not args.model:
         p.error("--model is required")
@@ -266,7 +343,7 @@ def main(argv: list[str] | None = None) -> dict:
     for v in variants:
         for mode_name in modes:
             print(f"[dvr_timeline] {v} {mode_name}", flush=True)
-            with Timeline(is_cuda) as timeline:
+            with Timeline(is_cuda, det_every=args.det_progress) as timeline:
                 result = run_offline(engines[v], workload, mode_by_name(mode_name), det_order=det_order,
                                      deadline=time.perf_counter() + share + dvr_ab.BUILD_ALLOWANCE_S, budget_s=share)
             tail = dvr_ab.tail_summary(result, workload)
@@ -278,6 +355,16 @@ def main(argv: list[str] | None = None) -> dict:
                           output_tokens_per_s=result.tokens_per_s,
                           free_last_finish_s=tail["free"]["last_finish_s"],
                           deterministic_last_finish_s=tail["deterministic"]["last_finish_s"])
+            if timeline.det is not None and timeline.tracker is not None and mode_name != "nondet":
+                records = timeline.tracker.records  # engine request id -> the workload request's record
+                committed = {rid: rec.num_tokens for rid, rec in records.items() if rec.is_deterministic}
+                rid_of = {rec.index: rid for rid, rec in records.items()}
+                last = [rid_of[f["index"]] for f in tail["last_finishers"] if f["deterministic"]]
+                report["det_progress"] = timeline.det.summary(committed, last)
+                for entry in report["det_progress"]["last_finishers"]:
+                    entry["index"] = records[entry["rid"]].index
+                print(f"[dvr_timeline]   det progress {report['det_progress']['shares']}, steps per token "
+                      f"{report['det_progress']['steps_per_token']}", flush=True)
             out["runs"][f"{v} {mode_name}"] = report
             s = report["summary"]
             print(f"[dvr_timeline]   {s['num_steps']} steps, {s['num_passes']} passes; fast ms p50 alone "

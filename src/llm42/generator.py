@@ -621,13 +621,14 @@ class DVRGenerator:
 
     def _with_drafts_ahead(self, plan: Plan) -> Plan:
         """The plan plus, in the fast step's spare rows, a decode row for each deterministic request whose
-        window is due or in a pass and that may draft ahead of it (the scheduler never sees those drafts)."""
+        window is due, in a pass or in this plan's pass (``verify``: a partial window too) and that may draft ahead
+        of it (the scheduler never sees those drafts)."""
         if not self._draft_ahead:
             return plan
         spare = self.config.max_fast_tokens - len(plan.fast_decode) - sum(c.num_tokens for c in plan.fast_prefill)
         if spare <= 0:
             return plan
-        ahead = self._pool.drafting_ahead(set(plan.fast_decode), spare)
+        ahead = self._pool.drafting_ahead(set(plan.fast_decode), spare, joining=set(plan.verify))
         return dataclasses.replace(plan, fast_decode=plan.fast_decode + tuple(ahead)) if ahead else plan
 
     def _deliver(self, events: dict[int, list[int]]) -> None:

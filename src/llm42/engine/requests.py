@@ -182,17 +182,25 @@ class Request:
         # a risky draft ends the window but makes it due only if the scheduler says so (RequestView.is_risky)
         return max(0, min(self._full_depth(window), remaining - 1) - self.num_candidates)
 
-    def num_draftable_ahead(self, window: int) -> int:
+    def num_draftable_ahead(self, window: int, *, joins_pass: bool = False) -> int:
         """Candidates the engine may still draft *ahead* of a window that is due or in a canonical pass.
 
         Up to a next window's worth plus one: the fast path's guess at the token the pass commits after a
         fully accepted window (the drafts after it stand only if the pass commits that very token).
+        ``joins_pass``: the window goes into the pass this step launches (the plan's ``verify``), partial or not:
+        every candidate drafted so far is in it (a partial window then drafts ahead as a due one does, instead of
+        losing the step's row; if the pass is deferred the draft is one more candidate of the window).
         """
         if not self.is_deterministic or self.is_prefill:
             return 0
-        in_window = self.num_in_pass if self.is_verifying else self.window_depth(window)
-        if not self.is_verifying and self.num_candidates < in_window:
-            return 0  # not due: the scheduler's to draft
+        if self.is_verifying:
+            in_window = self.num_in_pass
+        elif joins_pass:
+            in_window = min(self.num_candidates, self.window_depth(window))
+        else:
+            in_window = self.window_depth(window)
+            if self.num_candidates < in_window:
+                return 0  # not due: the scheduler's to draft
         if self.candidates and self.num_live_pending == 0 and self.candidates[-1] in self.stop_ids:
             return 0
         remaining = self.max_new_tokens - len(self.token_ids)
@@ -435,15 +443,17 @@ class RequestPool:
         self.drop_drafts(req, 1)
         return False
 
-    def drafting_ahead(self, exclude, max_rows: int) -> list[int]:
-        """Deterministic requests, oldest first, whose window is due or in a canonical pass and which may draft
-        ahead of it (at most ``max_rows``; none of ``exclude``, the step's own decode rows)."""
+    def drafting_ahead(self, exclude, max_rows: int, joining=frozenset()) -> list[int]:
+        """Deterministic requests, oldest first, whose window is due, in a canonical pass or ``joining`` the pass
+        this step launches, and which may draft ahead of it (at most ``max_rows``; none of ``exclude``, the step's
+        own decode rows)."""
         window = self.window
         out = []
         for rid, req in self.running.items():
             if len(out) == max_rows:
                 break
-            if req.is_deterministic and rid not in exclude and req.num_draftable_ahead(window) > 0:
+            if (req.is_deterministic and rid not in exclude
+                    and req.num_draftable_ahead(window, joins_pass=rid in joining) > 0):
                 out.append(rid)
         return out
 
