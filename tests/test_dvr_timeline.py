@@ -73,3 +73,48 @@ def test_a_cpu_run_records_every_step_and_span_and_restores_the_hooks(timeline_m
     assert not out["runs"]["default nondet"]["passes"]  # no deterministic request, no pass
     assert out["runs"]["default dvr@50"]["passes"]
     assert "tail" in out["runs"]["default dvr@50"]["summary"]
+
+
+def _req(rid, *, det=True, prefilled=True, verifying=False, speculable=3, draftable=0):
+    from types import SimpleNamespace
+
+    return SimpleNamespace(rid=rid, is_deterministic=det, num_prefilled=5 if prefilled else 2, num_prompt_tokens=5,
+                           is_verifying=verifying, num_speculable=lambda window: speculable,
+                           num_draftable_ahead=lambda window: draftable)
+
+
+def test_det_progress_puts_each_deterministic_request_in_one_kind_per_sampled_step(timeline_module):
+    """By hand: a window draft, drafts ahead of a due window and of one in a pass, idle in a pass, idle due (one of
+    them could have drafted: no row left), and neither; free requests and prompts are not counted; the tail is the
+    steps with no free request running; per token, every sampled step stands for ``every`` steps."""
+    from types import SimpleNamespace
+
+    det = timeline_module.DetProgress(every=2)
+    running = {r.rid: r for r in (
+        _req(1), _req(2, speculable=0), _req(3, verifying=True), _req(4, verifying=True, speculable=0),
+        _req(5, speculable=0, draftable=4), _req(6, speculable=3), _req(7, det=False), _req(8, prefilled=False))}
+    pool = SimpleNamespace(window=4, running=running)
+    det.record(pool, SimpleNamespace(fast_decode=(1, 2, 3, 7)))
+    assert det.totals == {"window": 1, "ahead": 2, "idle_in_pass": 1, "idle_due": 1, "idle_other": 1}
+    assert det.idle_could_draft == 1 and sum(det.in_tail.values()) == 0
+    del running[7]
+    det.record(pool, SimpleNamespace(fast_decode=()))
+    assert sum(det.in_tail.values()) == 6 and det.in_tail["idle_other"] == 2
+    summary = det.summary({1: 3, 2: 3, 3: 0, 4: 0, 5: 0, 6: 0}, last=[1])
+    assert summary["request_steps"] == 12 * 2 and summary["steps_per_token"] == round(24 / 6, 3)
+    assert summary["shares"]["window"] == round(1 / 12, 4) and sum(summary["shares"].values()) == pytest.approx(1)
+    assert summary["last_finishers"] == [{"rid": 1, "tokens": 3, "steps_per_token": round(2 * 2 / 3, 3),
+                                          "shares": {"window": 0.5, "ahead": 0.0, "idle_in_pass": 0.0,
+                                                     "idle_due": 0.0, "idle_other": 0.5}}]
+
+
+def test_a_cpu_run_reports_where_deterministic_steps_go(timeline_module, tmp_path):
+    out = timeline_module.main(["--model", "tiny", "--out", str(tmp_path / "t.json"), "--num-requests", "8",
+                                "--max-num-seqs", "16", "--max-fast-tokens", "64", "--budget-s", "400",
+                                "--warmup-requests", "0", "--modes", "nondet,dvr@50", "--det-progress", "1"])
+    assert "det_progress" not in out["runs"]["default nondet"]
+    progress = out["runs"]["default dvr@50"]["det_progress"]
+    assert progress["sampled_steps"] == out["runs"]["default dvr@50"]["summary"]["num_steps"]
+    assert sum(progress["shares"].values()) == pytest.approx(1) and progress["shares"]["window"] > 0.5
+    assert 0.9 <= progress["steps_per_token"] <= 1.5  # about one step per token where passes apply at once
+    assert progress["last_finishers"] and all("index" in f for f in progress["last_finishers"])

@@ -15,6 +15,13 @@ beside it (``fast_ms`` alone / beside a pass), how long a pass takes served agai
 with either over the run and in its tail (after the last free request finished, only deterministic requests left),
 and how those move with a variant (``canonical_priority``, the Triton GEMM, ``order``). A diagnostic, not a benchmark:
 its throughput figures are ``dvr_ab.py``'s.
+
+``--det-progress K`` (round 27): at every K-th step, what each deterministic request in decode does (``DET_KINDS``:
+a window draft, a draft ahead, idle with its window in a pass, idle due, idle otherwise; and the idle ones that could
+have drafted ahead but found the step's rows spent), its share over the run and in the tail, the request-steps per
+committed deterministic token, and the same for the run's last finishers (round 25's longest deterministic replies
+took ~1.7 steps per token: this says where the rest went). Its loop over the running requests is host time in the
+sampled steps.
 """
 
 from __future__ import annotations

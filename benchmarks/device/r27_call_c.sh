@@ -3,7 +3,7 @@
 # Poisson at 0.7 x the default's offline nondet capacity, 500 requests, nondet and dvr@50 (free requests' ITL over
 # nondet's: issue 10's 1.15x) for the default, gemm_rows_1024, canon_priority and order_budget_prompts; then the
 # served dvr@50 timelines (dvr_timeline.py: fast steps alone / beside a pass, passes by rows, busy shares, the tail)
-# of the default and gemm_rows_1024.
+# of the default and gemm_rows_1024, with where the deterministic requests' steps go (--det-progress 4: every 4th step).
 #
 #   bash benchmarks/device/r27_call_c.sh
 source "$(dirname "$0")/session_preamble.sh"
@@ -15,7 +15,7 @@ timeout 330 python3 benchmarks/device/dvr_ab.py --model "$SMOL" --cache-dir /tmp
 log "dvr_ab online exit $?"
 grep -E "^\[dvr_ab\]|rror" "$OUT/dvr_ab_online.txt" | grep -v warm-up | tail -n 30
 timeout 220 python3 benchmarks/device/dvr_timeline.py --model "$SMOL" --cache-dir /tmp/llm42_models \
-    --variants default,gemm_rows_1024 --modes dvr@50 --budget-s 60 --warmup-requests 8 \
+    --variants default,gemm_rows_1024 --modes dvr@50 --budget-s 60 --warmup-requests 8 --det-progress 4 \
     --out "$OUT/dvr_timeline_smollm2_r27_c.json" --png "$OUT/dvr_timeline_smollm2_r27_c.png" \
     >"$OUT/dvr_timeline.txt" 2>&1
 log "dvr_timeline exit $?"
