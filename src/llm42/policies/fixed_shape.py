@@ -149,7 +149,12 @@ class FixedShapePolicy(ExactRowOps, FusedRowOps):
         canonical GEMM is exact)."""
         if self.gemm_rows is None or not self._is_library_device(weights.device):
             return
-        moved = position_variant_gemms(self._library_linear, weights.linears(), self.gemm_rows)
+        def gemm(x, weight, bias):  # the call the blocks make: into an output of its own
+            return self._library_linear(x, weight, bias, out=x.new_empty(x.shape[0], weight.shape[0]))
+
+        moved = position_variant_gemms(gemm, weights.linears(), self.gemm_rows)
+        if weights.device.type == "cuda":  # the check's outputs (an [N, vocab] head among them) leave no cached
+            torch.cuda.empty_cache()  # blocks behind: the K/V store is sized from the free memory after this
         if moved:
             raise RuntimeError(f"FixedShapePolicy gemm_rows={self.gemm_rows}: on {weights.device} the library GEMM "
                                f"gave rows other bits at other positions among {self.gemm_rows} rows for "
