@@ -8,10 +8,10 @@
 #   bash benchmarks/device/r27_call_c.sh
 source "$(dirname "$0")/session_preamble.sh"
 source "$(dirname "$0")/smollm2_env.sh"
-timeout 330 python3 benchmarks/device/dvr_ab.py --model "$SMOL" --cache-dir /tmp/llm42_models \
+timeout 300 python3 benchmarks/device/dvr_ab.py --model "$SMOL" --cache-dir /tmp/llm42_models \
     --variants default,gemm_rows_1024,canon_priority,order_budget_prompts --modes nondet --budget-s 60 \
     --warmup-requests 8 --warmup-modes dvr@50 --online-load 0.7 --online-modes nondet,dvr@50 --online-requests 500 \
-    --online-budget-s 160 --out "$OUT/dvr_ab_smollm2_r27_c_online.json" >"$OUT/dvr_ab_online.txt" 2>&1
+    --online-budget-s 140 --out "$OUT/dvr_ab_smollm2_r27_c_online.json" >"$OUT/dvr_ab_online.txt" 2>&1
 log "dvr_ab online exit $?"
 grep -E "^\[dvr_ab\]|rror" "$OUT/dvr_ab_online.txt" | grep -v warm-up | tail -n 30
 timeout 220 python3 benchmarks/device/dvr_timeline.py --model "$SMOL" --cache-dir /tmp/llm42_models \
