@@ -82,13 +82,14 @@ class FixedShapePolicy(ExactRowOps, FusedRowOps):
     ``gemm_rows`` rows instead of M = R: a linear of n rows runs as blocks of exactly ``gemm_rows`` rows, the last
     one padded with zero rows (``fixed_row_blocks``), so a row's bits are its own at any n (observation O2 at M =
     ``gemm_rows``; ``is_gemm_row_invariant``) and a wide pass runs a few large library GEMMs instead of one per
-    R-row block, each writing its rows of one output (``mm`` / ``addmm`` with ``out=``: no concatenation). On a small model, whose GEMMs are launch- and latency-bound at these M, one cuBLAS call of 2,048
-    rows costs about what one of 256 does (SmolLM2's layer, round 25: 31.7 against 15.5-21.1 us) while a wide pass
-    runs eight; on a large one padding rows cost FLOPs, so ``None`` (the default, M = R) stays the choice there.
-    ``CanonicalPass`` sizes its buckets in multiples of it where they fit (no padding rows in a captured pass's
-    layers), and checks the premise on the device when it is built (``check_gemm_rows``: a row's bits at another
-    position among N rows, for each of the model's GEMM shapes; RuntimeError where they move). Other committed bits than ``None``'s (another M); on the CPU every GEMM is the exact one (the same bits
-    whatever it is).
+    R-row block, each writing its rows of one output (``mm`` / ``addmm`` with ``out=``: no concatenation). On a
+    small model, whose GEMMs are launch- and latency-bound at these M, one cuBLAS call of 2,048 rows costs about
+    what one of 256 does (SmolLM2's layer, round 25: 31.7 against 15.5-21.1 us) while a wide pass runs eight; on a
+    large one padding rows cost FLOPs, so ``None`` (the default, M = R) stays the choice there. ``CanonicalPass``
+    sizes its buckets in multiples of it where they fit (no padding rows in a captured pass's layers), and checks
+    the premise on the device when it is built (``check_gemm_rows``: a row's bits at another position among N rows,
+    for each of the model's GEMM shapes; RuntimeError where they move). Other committed bits than ``None``'s
+    (another M); on the CPU every GEMM is the exact one (the same bits whatever it is).
 
     ``tile_m`` (CUDA; part of the canonical config): the tiled canonical attention's tile height in M-rows (query
     rows x query heads per kv head), 64 (the default) or 128 (``llm42.engine.config.CANONICAL_TILE_HEIGHTS``); the
@@ -149,6 +150,7 @@ class FixedShapePolicy(ExactRowOps, FusedRowOps):
         canonical GEMM is exact)."""
         if self.gemm_rows is None or not self._is_library_device(weights.device):
             return
+
         def gemm(x, weight, bias):  # the call the blocks make: into an output of its own
             return self._library_linear(x, weight, bias, out=x.new_empty(x.shape[0], weight.shape[0]))
 
