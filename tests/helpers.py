@@ -121,3 +121,27 @@ def first_token_steps(gen) -> dict[int, int]:
             first.setdefault(rid, step)
         step += 1
     return first
+
+
+def prompt_kv(gen, prompt: list[int], *, min_tokens: int = 1) -> torch.Tensor:
+    """The canonical K/V of ``prompt``'s full blocks as ``gen``'s prefix cache holds them after a request:
+    [2 x layers, tokens, kv heads, head dim] (every layer's K, then V). Asserts at least ``min_tokens`` are cached
+    (else the comparison would see nothing)."""
+    blocks = gen.kv.match_prefix(prompt)
+    assert blocks and len(blocks) * gen.kv.block_size >= min_tokens, "the prompt's canonical blocks are not cached"
+    slots = torch.tensor([b * gen.kv.block_size + i for b in blocks for i in range(gen.kv.block_size)],
+                         device=gen.device)
+    layers = gen.kv.layers()
+    return torch.stack([t[slots] for t in layers.k + layers.v])
+
+
+def run_beside_free(gen, prompts, params_list, free_prompts=(), free_params=None) -> list:
+    """Submit ``free_prompts`` (with ``free_params``) and then the requests, step ``gen`` until every one is
+    finished; (token ids, log-probs, top log-probs) of the requests, in order (the free ones' results dropped)."""
+    free = [gen.submit(p, free_params) for p in free_prompts]
+    rids = [gen.submit(p, params) for p, params in zip(prompts, params_list)]
+    while gen.has_unfinished():
+        gen.step()
+    for rid in free:
+        gen.result(rid)
+    return [(c.token_ids, c.logprobs, c.top_logprobs) for c in (gen.result(rid) for rid in rids)]

@@ -23,7 +23,7 @@ from llm42.policies import FixedShapePolicy
 from llm42.policies import fixed_shape
 from llm42.policies.fixed_shape import fixed_row_blocks, position_variant_gemms
 from llm42.verify.canonical_pass import GemmRowBlocks, bucket_gemm_rows, pass_buckets
-from tests.helpers import count_windows, tiny_config
+from tests.helpers import count_windows, prompt_kv, run_beside_free, tiny_config
 
 CFG = tiny_config(max_position_embeddings=256)
 WEIGHTS = random_weights(CFG, seed=11)
@@ -73,22 +73,9 @@ def _params(i: int, **overrides) -> SamplingParams:
 
 
 def _outputs(gen: DVRGenerator, prompts=PROMPTS, *, num_free: int = 0, **overrides):
-    free = [gen.submit(list(range(3, 3 + 20 + 5 * i)), SamplingParams(max_new_tokens=12, ignore_eos=True))
-            for i in range(num_free)]
-    rids = [gen.submit(p, _params(i, **overrides)) for i, p in enumerate(prompts)]
-    while gen.has_unfinished():
-        gen.step()
-    for rid in free:
-        gen.result(rid)
-    return [(c.token_ids, c.logprobs, c.top_logprobs) for c in (gen.result(r) for r in rids)]
-
-
-def _prompt_kv(gen: DVRGenerator, prompt: list[int]) -> list[torch.Tensor]:
-    blocks = gen.kv.match_prefix(prompt)
-    assert blocks, "the prompt's blocks are not in the prefix cache: nothing to compare"
-    slots = torch.tensor([b * gen.kv.block_size + i for b in blocks for i in range(gen.kv.block_size)])
-    layers = gen.kv.layers()
-    return [t[slots].clone() for t in layers.k + layers.v]
+    free = [list(range(3, 3 + 20 + 5 * i)) for i in range(num_free)]
+    return run_beside_free(gen, prompts, [_params(i, **overrides) for i in range(len(prompts))], free,
+                           SamplingParams(max_new_tokens=12, ignore_eos=True))
 
 
 def test_bad_gemm_rows_is_refused_naming_the_field():
@@ -162,7 +149,7 @@ def test_passes_of_any_width_commit_the_same_bits_with_fixed_gemm_rows():
     assert wide.stats["canonical_rows"] > R * wide.stats["canonical_passes"] - R, "no pass wider than R ran"
     for prompt in PROMPTS:
         if len(prompt) > R:
-            for a, b in zip(_prompt_kv(wide, prompt), _prompt_kv(narrow, prompt)):
+            for a, b in zip(prompt_kv(wide, prompt), prompt_kv(narrow, prompt)):
                 assert torch.equal(a, b)
     assert _outputs(_generator(_LibraryByM(gemm_rows=N), 8 * R), num_free=3) == reference
 

@@ -18,7 +18,7 @@ from llm42.model.weights import random_weights
 from llm42.policies import FixedShapePolicy
 from llm42.scheduler import InvalidPlanError, Plan, PrefillChunk, SchedulerState, validate_plan
 from llm42.verify.canonical_pass import SMALLEST_RESULTS, CanonicalPass, GemmRowBlocks, pass_buckets, result_sizes
-from tests.helpers import count_windows, tiny_config
+from tests.helpers import count_windows, prompt_kv, tiny_config
 
 CFG = tiny_config(max_position_embeddings=256)
 WEIGHTS = random_weights(CFG, seed=11)
@@ -42,15 +42,6 @@ def _params(i: int, **overrides) -> SamplingParams:
 def _outputs(gen: DVRGenerator, prompts=PROMPTS, **overrides):
     completions = gen.generate(prompts, [_params(i, **overrides) for i in range(len(prompts))])
     return [(c.token_ids, c.logprobs, c.top_logprobs) for c in completions]
-
-
-def _prompt_kv(gen: DVRGenerator, prompt: list[int]) -> list[torch.Tensor]:
-    """The canonical K/V of ``prompt``'s full blocks, as the prefix cache holds them after a request."""
-    blocks = gen.kv.match_prefix(prompt)
-    assert blocks, "the prompt's blocks are not in the prefix cache: nothing to compare"
-    slots = torch.tensor([b * gen.kv.block_size + i for b in blocks for i in range(gen.kv.block_size)])
-    layers = gen.kv.layers()
-    return [t[slots].clone() for t in layers.k + layers.v]
 
 
 def test_the_default_is_max_fast_tokens_rounded_down_to_a_multiple_of_r():
@@ -80,7 +71,7 @@ def test_wide_passes_commit_the_narrow_passes_bits():
     assert wide.stats["canonical_rows"] > R * wide.stats["canonical_passes"] - R
     for prompt in PROMPTS:
         if len(prompt) > R:
-            for a, b in zip(_prompt_kv(wide, prompt), _prompt_kv(narrow, prompt)):
+            for a, b in zip(prompt_kv(wide, prompt), prompt_kv(narrow, prompt)):
                 assert torch.equal(a, b)
 
 
@@ -265,7 +256,7 @@ def test_a_row_invariant_gemm_runs_each_wide_gemm_once_with_the_narrow_passes_bi
         if len(prompt) > R:
             other = _generator(R)
             other.generate([prompt], _params(0))
-            for a, b in zip(_prompt_kv(wide, prompt), _prompt_kv(other, prompt)):
+            for a, b in zip(prompt_kv(wide, prompt), prompt_kv(other, prompt)):
                 assert torch.equal(a, b)
 
 
@@ -309,7 +300,7 @@ def test_a_row_invariant_head_runs_on_the_wanted_rows_only_with_the_same_bits(ma
         assert SMALLEST_RESULTS in triton.rows_seen, "no head ran on fewer than R rows"
         other = gen(FixedShapePolicy(), 32)
         other.generate([prompts[0]], _params(0, max_new_tokens=max_tokens))
-        for a, b in zip(_prompt_kv(small, prompts[0]), _prompt_kv(other, prompts[0])):
+        for a, b in zip(prompt_kv(small, prompts[0]), prompt_kv(other, prompts[0])):
             assert torch.equal(a, b)
     honest = _outputs(gen(_ScaledByMPolicy(), 32), prompts, max_new_tokens=max_tokens)
     assert _outputs(gen(_ScaledByMClaimingInvariance(), 32), prompts, max_new_tokens=max_tokens) != honest

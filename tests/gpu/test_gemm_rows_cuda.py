@@ -18,7 +18,7 @@ pytest.importorskip("triton")
 
 from llm42 import DVRGenerator, SamplingParams  # noqa: E402
 from llm42.policies import FixedShapePolicy  # noqa: E402
-from tests.helpers import count_windows  # noqa: E402
+from tests.helpers import count_windows, prompt_kv, run_beside_free  # noqa: E402
 
 pytestmark = pytest.mark.gpu
 
@@ -57,23 +57,12 @@ def _generator(llama8b, max_canonical_tokens: int, **kwargs) -> DVRGenerator:
 
 def _run(gen: DVRGenerator, prompts, params, *, num_free: int = 0):
     rng = random.Random(3)
-    free = [gen.submit([rng.randrange(3, gen.vocab_size) for _ in range(rng.randint(20, 300))],
-                       SamplingParams(max_new_tokens=60, ignore_eos=True)) for _ in range(num_free)]
-    rids = [gen.submit(p, sp) for p, sp in zip(prompts, params)]
-    while gen.has_unfinished():
-        gen.step()
-    for rid in free:
-        gen.result(rid)
-    return [(c.token_ids, c.logprobs, c.top_logprobs) for c in (gen.result(rid) for rid in rids)]
+    free = [[rng.randrange(3, gen.vocab_size) for _ in range(rng.randint(20, 300))] for _ in range(num_free)]
+    return run_beside_free(gen, prompts, params, free, SamplingParams(max_new_tokens=60, ignore_eos=True))
 
 
 def _prompt_kv(gen: DVRGenerator, prompt: list[int]) -> torch.Tensor:
-    blocks = gen.kv.match_prefix(prompt)
-    assert len(blocks) * gen.kv.block_size > 1024, "the prompt's canonical blocks are not cached"
-    slots = torch.tensor([b * gen.kv.block_size + i for b in blocks for i in range(gen.kv.block_size)],
-                         device=gen.device)
-    layers = gen.kv.layers()
-    return torch.stack([t[slots] for t in layers.k + layers.v])
+    return prompt_kv(gen, prompt, min_tokens=1025)
 
 
 def test_passes_of_any_width_with_fixed_gemm_rows_commit_the_same_bits_on_cuda(llama8b, report):
