@@ -1,5 +1,6 @@
 """A canonical pass's sampling rows (``CanonicalPass._stage_sampling``) written per run of rows that share a
-request's params and seed: the very rows a per-row list builds (round 22's way), padding rows greedy.
+request's params and seed: the very rows a per-row list builds (round 22's way), padding rows greedy; and the runs
+(``SamplingRuns``) of a pass's segments and of its wanted rows, against the per-row lists they stand for.
 
 The engine tests compare runs that stage through the same code, so a wrong row here could pass them unnoticed;
 this compares with per-row Python lists, and the negative control shows the comparison sees one wrong row.
@@ -9,13 +10,16 @@ from __future__ import annotations
 
 import random
 
+import numpy as np
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from llm42 import DVRGenerator, SamplingParams
 from llm42.model.weights import random_weights
+from llm42.runner import Segment
 from llm42.sampler import sampling_variant
+from llm42.verify.canonical_pass import SamplingRuns
 from tests.helpers import tiny_config
 
 CFG = tiny_config()
@@ -37,7 +41,7 @@ def _per_row_lists(per_row, num_results):
 def _staged(per_row, num_results):
     PASS._staging_ints.host().fill_(-7)
     PASS._staging_floats.host().fill_(-7.0)
-    PASS._stage_sampling(per_row, num_results)
+    PASS._stage_sampling(SamplingRuns.of_rows(per_row), num_results)
     return (PASS._staging_ints.host()[:, :num_results].clone(), PASS._staging_floats.host()[:, :num_results].clone(),
             PASS._variant)
 
@@ -78,3 +82,34 @@ def test_a_run_split_by_its_seed_alone_is_staged_row_by_row():
     assert torch.equal(ints, want)
     keyed_on_params = [(p, per_row[0][1], q) for p, _, q in per_row]  # what that writer would stage
     assert not torch.equal(_per_row_lists(keyed_on_params, len(per_row))[0], want)
+
+
+def _expand(runs: SamplingRuns) -> list:
+    rows = []
+    for params, seed, count in zip(runs.params, runs.seeds.tolist(), runs.counts.tolist()):
+        rows += [(params, seed)] * count
+    return [(p, s, q) for (p, s), q in zip(rows, runs.positions.tolist(), strict=True)]
+
+
+@settings(max_examples=60, deadline=None)
+@given(seed=st.integers(0, 10_000), num_segments=st.integers(0, 5), data=st.data())
+def test_runs_of_segments_and_of_wanted_rows_are_the_per_row_lists(seed, num_segments, data):
+    """``SamplingRuns.of_segments`` is the verifier's old per-row list ((params, seed, position + 1) per row), and
+    ``take`` of any distinct rows is that list at those rows, in their order. Negative control: the positions off by
+    one (the row's own position, not the sampled token's) differ from it."""
+    rng = random.Random(seed)
+    segments = []
+    for rid in range(num_segments):
+        params = SamplingParams(deterministic=True, temperature=rng.choice([0.0, 0.8]), seed=rid)
+        segments.append(Segment(rid, tuple(rng.randrange(3, 100) for _ in range(rng.randint(1, 7))),
+                                rng.randrange(300), params, rng.randrange(1 << 30)))
+    per_row = [(seg.params, seg.seed, pos + 1) for seg in segments for pos in range(seg.start, seg.end)]
+    runs = SamplingRuns.of_segments(segments)
+    assert _expand(runs) == per_row
+    rows = data.draw(st.lists(st.integers(0, max(len(per_row) - 1, 0)), unique=True, max_size=len(per_row)))
+    if not per_row:
+        rows = []
+    taken = runs.take(np.array(rows, dtype=np.int64))
+    assert _expand(taken) == [per_row[r] for r in rows]
+    if per_row:
+        assert [(p, s, q - 1) for p, s, q in _expand(runs)] != per_row

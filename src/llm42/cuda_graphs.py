@@ -15,6 +15,7 @@ recorded, so a replay gives the same bits as the eager call (tests check replay 
 
 from __future__ import annotations
 
+import itertools
 import weakref
 from collections.abc import Callable
 
@@ -186,6 +187,7 @@ class StaticRows:
         self.row_seq = torch.arange(num_rows, device=device)
         self._staging = Staging(self.ints)
         self._table_staging = Staging(self.seq_tables)
+        self._scratch: tuple[object, np.ndarray] | None = None  # (store, each padding row's scratch slot)
         self.stage(kv, [], [], [], [], [])  # dummy rows only: safe to run before any real pass
 
     def view(self, name: str, num_rows: int) -> torch.Tensor:
@@ -211,17 +213,24 @@ class StaticRows:
     def stage_segments(self, kv, segments, *, num_rows: int | None = None) -> tuple[int, list[int]]:
         """Stage each segment's rows, each row with its sequence's block table, then padding rows.
 
-        Returns (the largest position + 1, the index of each segment's last row).
+        Returns (the largest position + 1, the index of each segment's last row). Every per-row field is
+        computed in NumPy from per-segment values (a row's slot from its sequence's table, as attention reads
+        it): a 2,048-row pass of 64 windows had cost ~0.5 ms of Python per-row lists on the host
+        (``benchmarks/cpu_pass_host.py``).
         """
-        tokens, positions, slots, tables, table_of_row, lasts = [], [], [], [], [], []
-        for i, seg in enumerate(segments):
-            tokens += seg.tokens
-            positions += range(seg.start, seg.end)
-            slots += kv.slots(seg.rid, seg.start, seg.end)
-            tables.append(kv.block_table(seg.rid))
-            table_of_row += [i] * len(seg.tokens)
-            lasts.append(len(tokens) - 1)
-        return self.stage(kv, tokens, positions, slots, tables, table_of_row, num_rows=num_rows), lasts
+        num_segments = len(segments)
+        counts = np.fromiter((len(seg.tokens) for seg in segments), np.int64, num_segments)
+        ends = np.cumsum(counts)
+        firsts = ends - counts
+        num_real = int(ends[-1]) if num_segments else 0
+        tables = [kv.block_table(seg.rid) for seg in segments]
+        table_of_row = np.repeat(np.arange(num_segments, dtype=np.int64), counts)
+        starts = np.fromiter((seg.start for seg in segments), np.int64, num_segments)
+        positions = np.arange(num_real, dtype=np.int64) + np.repeat(starts - firsts, counts)
+        tokens = np.fromiter(itertools.chain.from_iterable(seg.tokens for seg in segments), np.int64, num_real)
+        max_len = self._write(kv, tokens, positions, None, tables, table_of_row, np.repeat(firsts, counts),
+                              num_rows=num_rows)
+        return max_len, (ends - 1).tolist()
 
     def stage(self, kv, tokens: list[int], positions: list[int], slots: list[int],
               row_tables: list[list[int]], table_of_row: list[int], *, num_rows: int | None = None) -> int:
@@ -230,41 +239,62 @@ class StaticRows:
         ``row_tables[table_of_row[i]]`` is row i's block table. Padding rows hold
         token 0 at position 0, read the scratch block and write distinct scratch slots.
         """
+        rows = np.array(table_of_row, dtype=np.int64)
+        _, first_row, which = np.unique(rows, return_index=True, return_inverse=True)
+        return self._write(kv, np.array(tokens, dtype=np.int64), np.array(positions, dtype=np.int64),
+                           np.array(slots, dtype=np.int64), row_tables, rows, first_row[which].astype(np.int64),
+                           num_rows=num_rows)
+
+    def _write(self, kv, tokens: np.ndarray, positions: np.ndarray, slots: np.ndarray | None,
+               row_tables: list[list[int]], table_of_row: np.ndarray, first_rows: np.ndarray, *,
+               num_rows: int | None) -> int:
+        """``stage``'s rows as arrays: ``slots`` None computes each row's from its table; ``first_rows``: each real
+        row's first row with the same table."""
         num_rows = self.num_rows if num_rows is None else num_rows
         if len(row_tables) > self.max_seqs:
             raise ValueError(f"{len(row_tables)} sequences staged into static rows that hold at most {self.max_seqs}")
-        pad = range(len(tokens), num_rows)
-        positions = positions + [0] * len(pad)
-        host = self._staging.host()[:, :num_rows]
-        host[0] = host_int64(tokens + [0] * len(pad))
-        host[1] = host_int64(positions)
-        host[2] = host_int64(slots + [kv.scratch_slot(i) for i in pad])
+        n = tokens.size
+        if n > num_rows:
+            raise ValueError(f"{n} rows staged into {num_rows} static rows")
+        scratch, num_tables = kv.scratch_block, len(row_tables) + 1  # the last table the scratch one (padding)
+        width = max(max(map(len, row_tables), default=1), 1)
+        # one array for every table, each padded with the scratch block (and the scratch table last): a
+        # tensor per table cost 1.5 ms of a 2,048-row pass's 6 ms of staging on the host (64 sequences)
+        lengths = np.fromiter(map(len, row_tables), np.int64, len(row_tables))
+        host_tables = self._table_staging.host().view(-1)[: num_tables * width].view(num_tables, width)
+        tables = host_tables.numpy()
+        tables.fill(scratch)
+        if lengths.size:
+            flat = np.fromiter(itertools.chain.from_iterable(row_tables), np.int64, int(lengths.sum()))
+            columns = np.arange(flat.size, dtype=np.int64) - np.repeat(np.cumsum(lengths) - lengths, lengths)
+            tables[np.repeat(np.arange(lengths.size, dtype=np.int64), lengths), columns] = flat
+        if slots is None:
+            block_size = kv.block_size
+            slots = tables[table_of_row, positions // block_size] * block_size + positions % block_size
+        host = self._staging.host()[:, :num_rows].numpy()
+        host[0, :n], host[0, n:] = tokens, 0
+        host[1, :n], host[1, n:] = positions, 0
+        host[2, :n], host[2, n:] = slots, self._scratch_slots(kv, n, num_rows)
         host[3] = host[1] + 1
-
-        scratch = kv.scratch_block
-        width = max([len(t) for t in row_tables] + [1])
-        num_tables = len(row_tables) + 1  # the last one the scratch table (padding rows)
-        rows = np.array(table_of_row + [len(row_tables)] * len(pad), dtype=np.int64)
-        _, first_row, which = np.unique(rows, return_index=True, return_inverse=True)
-        host[4] = torch.from_numpy(first_row[which].astype(np.int64))  # padding rows: the first padding row
-        host[5] = torch.from_numpy(rows)
+        host[4, :n], host[4, n:] = first_rows, n  # padding rows: the first padding row
+        host[5, :n], host[5, n:] = table_of_row, len(row_tables)
         self._staging.copy()  # the whole (small) buffer: rows past num_rows are not read
         if self.tiles is not None:
             tiles = self._tile_staging.host()[: num_rows + 1]
-            tiles.copy_(torch.from_numpy(tile_starts(rows, self.tile_rows, num_rows)))
+            tiles.copy_(torch.from_numpy(tile_starts(host[5], self.tile_rows, num_rows)))
             self._tile_staging.copy(self.tiles[: num_rows + 1], tiles)
-        host_tables = self._table_staging.host().view(-1)[: num_tables * width].view(num_tables, width)
-        # one array for every table, each padded with the scratch block (and the scratch table last): a
-        # tensor per table cost 1.5 ms of a 2,048-row pass's 6 ms of staging on the host (64 sequences)
-        padded = [table + [scratch] * (width - len(table)) for table in row_tables]
-        padded.append([scratch] * width)
-        host_tables.copy_(torch.from_numpy(np.array(padded, dtype=np.int64)))
         self._table_staging.copy(self.seq_tables[:num_tables, :width], host_tables)
         # each row's copy of its sequence's table, gathered on the device; columns past `width` keep stale
         # (valid) block ids: no row attends to a position past its own
         segment = self.view("segment", num_rows)
         self.block_tables[:num_rows, :width] = self.seq_tables[:num_tables, :width].index_select(0, segment)
-        return max(positions, default=0) + 1
+        return (int(positions.max()) if n else 0) + 1
+
+    def _scratch_slots(self, kv, start: int, end: int) -> np.ndarray:
+        """The scratch slots of padding rows ``start .. end`` (``kv.scratch_slot``, kept once per store)."""
+        if self._scratch is None or self._scratch[0] is not kv:
+            self._scratch = (kv, np.array([kv.scratch_slot(i) for i in range(self.num_rows)], dtype=np.int64))
+        return self._scratch[1][start:end]
 
 
 def tile_starts(groups: np.ndarray, rows_per_tile: int, size: int) -> np.ndarray:

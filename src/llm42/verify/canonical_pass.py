@@ -211,7 +211,7 @@ class PassResult:
         if self._wanted is None:
             return values
         out = [fill] * self.num_rows
-        for value, row in zip(values, self._wanted):
+        for value, row in zip(values, self._wanted.tolist()):
             out[row] = value
         return out
 
@@ -251,11 +251,19 @@ class PassResult:
             raise interrupted
         self._tokens, self._logprobs, self._top = future.result()  # re-raises what the pass raised
 
+    def _scattered(self, values: torch.Tensor, fill) -> list:
+        """``values`` (one per result row) per pass row, ``fill`` at the rows nobody asked for."""
+        if self._wanted is None:
+            return values.tolist()
+        out = np.full(self.num_rows, fill, dtype=values.numpy().dtype)
+        out[self._wanted] = values.numpy()[: self._wanted.size]
+        return out.tolist()
+
     def wait(self) -> tuple[list[int], list[float]]:
         self._resolve()
         if self._event is not None:
             self._event.synchronize()
-        return self._per_row(self._tokens.tolist(), 0), self._per_row(self._logprobs.tolist(), float("nan"))
+        return self._scattered(self._tokens, 0), self._scattered(self._logprobs, float("nan"))
 
     def top_logprobs(self) -> list[dict[int, float]] | None:
         """Per row, its most likely tokens (id -> log-prob, most likely first, probability-0 entries left out)."""
@@ -265,10 +273,71 @@ class PassResult:
         return self._per_row(top_dicts(*self._top), {})
 
 
+def _are_distinct(rows: np.ndarray) -> bool:
+    """Whether ``rows`` holds no value twice (ascending rows, a pass's usual, without sorting)."""
+    steps = np.diff(rows)
+    return bool((steps > 0).all()) or np.unique(rows).size == rows.size
+
+
 def top_dicts(ids: torch.Tensor, logprobs: torch.Tensor) -> list[dict[int, float]]:
     """ids, logprobs: [N, K] -> per row {id: log-prob} in rank order, without -inf entries."""
     return [{i: lp for i, lp in zip(row_ids, row_lps) if lp != float("-inf")}
             for row_ids, row_lps in zip(ids.tolist(), logprobs.tolist())]
+
+
+@dataclasses.dataclass(frozen=True)
+class SamplingRuns:
+    """The sampling parameters of a pass's rows, as runs of consecutive rows that share one request's params and
+    seed (a window's rows, a prompt chunk's): run i is ``counts[i]`` rows with ``params[i]`` and ``seeds[i]``;
+    ``positions``: each row's sampled token's position. What ``stage`` and the sampler's rows are built from with
+    NumPy, per run (a list of (params, seed, position) per row cost ~1 ms of host time a 2,048-row pass)."""
+
+    params: tuple
+    seeds: np.ndarray
+    counts: np.ndarray
+    positions: np.ndarray
+
+    @classmethod
+    def of_segments(cls, segments) -> SamplingRuns:
+        """One run per segment: its rows sample the tokens at positions ``start + 1 .. end``."""
+        n = len(segments)
+        counts = np.fromiter((len(seg.tokens) for seg in segments), np.int64, n)
+        starts = np.fromiter((seg.start for seg in segments), np.int64, n)
+        firsts = np.cumsum(counts) - counts
+        positions = np.arange(int(counts.sum()), dtype=np.int64) + np.repeat(starts + 1 - firsts, counts)
+        return cls(tuple(seg.params for seg in segments), np.fromiter((seg.seed for seg in segments), np.int64, n),
+                   counts, positions)
+
+    @classmethod
+    def of_rows(cls, per_row) -> SamplingRuns:
+        """From (params, seed, position of the sampled token) per row (None: no rows)."""
+        per_row = per_row or []
+        heads: list[int] = []  # the first row of each run
+        params, seed = None, None
+        for i, (p, s, _) in enumerate(per_row):
+            if p is not params or s != seed:
+                heads.append(i)
+                params, seed = p, s
+        counts = np.diff(np.array(heads + [len(per_row)], dtype=np.int64))
+        return cls(tuple(per_row[i][0] for i in heads), np.array([per_row[i][1] for i in heads], dtype=np.int64),
+                   counts, np.array([q for _, _, q in per_row], dtype=np.int64))
+
+    def __len__(self) -> int:
+        return self.positions.size
+
+    def take(self, rows: np.ndarray) -> SamplingRuns:
+        """The runs of ``rows`` (row indices, in that order)."""
+        run_of_row = np.repeat(np.arange(len(self.params), dtype=np.int64), self.counts)[rows]
+        if not run_of_row.size:
+            return SamplingRuns((), run_of_row, run_of_row, run_of_row)
+        heads = np.flatnonzero(np.concatenate(([True], run_of_row[1:] != run_of_row[:-1])))
+        runs = run_of_row[heads]
+        return SamplingRuns(tuple(self.params[i] for i in runs.tolist()), self.seeds[runs],
+                            np.diff(np.append(heads, run_of_row.size)), self.positions[rows])
+
+    def per_run(self, values) -> np.ndarray:
+        """``values`` (one per run) repeated over each run's rows."""
+        return np.repeat(np.asarray(values), self.counts)
 
 
 class CanonicalPass:
@@ -329,7 +398,8 @@ class CanonicalPass:
         self._variant = (False, False)  # (any row sampled, any sampled row filtered)
         self._bucket = num_rows  # the bucket staged last
         self._results = num_rows  # the result rows of the pass staged last (head and sampler)
-        self._wanted: list[int] | None = None  # the pass rows a wide staged pass computes results for
+        self._wanted: np.ndarray | None = None  # the pass rows a wide staged pass computes results for
+        self._runs = SamplingRuns.of_rows(None)  # the staged pass's result rows' sampling parameters
         is_cuda = self.device.type == "cuda"
         # its own stream only on request. Round 2 ran the pass on a side stream next to replayed fast steps
         # and got a wrong sampled needle and a hang: every graph had been captured on torch's one default
@@ -484,15 +554,16 @@ class CanonicalPass:
         return self._samplers[skey]
 
     # -- staging and running -----------------------------------------------------------------------
-    def stage(self, segments, kv, per_row=None, *, wanted: list[int] | None = None) -> StepInputs:
+    def stage(self, segments, kv, per_row=None, *, wanted=None) -> StepInputs:
         """Write ``segments``' rows (then dummy rows) into the static buffers; returns the pass's inputs.
 
-        ``per_row``: (params, seed, position of the sampled token) for each real row; None stages
-        greedy rows. The segments' positions must already be appended in ``kv``. ``wanted``: the
-        rows (pass indices) whose results a pass of more than R rows computes, in blocks of R
-        (``results_for``); default each segment's last row. A pass of at most R rows computes every row's,
-        unless its head rows are their own at any number of rows (``is_row_invariant``) and ``wanted`` names
-        fewer than R: then those rows' only (8, 64 or 512 result rows, ``result_sizes``).
+        ``per_row``: the real rows' sampling parameters, a ``SamplingRuns`` or a list of (params, seed,
+        position of the sampled token) per row; None stages greedy rows. The segments' positions must already
+        be appended in ``kv``. ``wanted``: the rows (pass indices, a list or an int64 array) whose results a pass
+        of more than R rows computes, in blocks of R (``results_for``); default each segment's last row. A pass
+        of at most R rows computes every row's, unless its head rows are their own at any number of rows
+        (``is_row_invariant``) and ``wanted`` names fewer than R: then those rows' only (8, 64 or 512 result rows,
+        ``result_sizes``).
         """
         if kv is not self._kv:
             self._bind(kv)
@@ -502,59 +573,52 @@ class CanonicalPass:
                              f"(R = {self.num_rows})")
         bucket = self.bucket_for(num_real)
         max_context_len, lasts = self._rows.stage_segments(kv, segments, num_rows=bucket)
-        per_row = per_row or []
-        if bucket == self.num_rows and (wanted is None or self.results_for(bucket, len(wanted)) == bucket):
+        runs = per_row if isinstance(per_row, SamplingRuns) else SamplingRuns.of_rows(per_row)
+        if len(runs) not in (0, num_real):
+            raise ValueError(f"a canonical pass's sampling rows ({len(runs)}) must be one per real row ({num_real})")
+        num_wanted = num_real if wanted is None else len(wanted)
+        if bucket == self.num_rows and (wanted is None or self.results_for(bucket, num_wanted) == bucket):
             self._wanted = None  # every row's result, in row order
             results = self.num_rows
         else:
-            wanted = lasts if wanted is None else list(wanted)
-            rows = np.array(wanted, dtype=np.int64)
+            rows = np.asarray(lasts if wanted is None else wanted, dtype=np.int64)
             if rows.size > num_real or (rows.size and (rows.min() < 0 or rows.max() >= num_real
-                                                       or np.unique(rows).size < rows.size)):
+                                                       or not _are_distinct(rows))):
                 raise ValueError(f"a wide canonical pass computes results for distinct rows among its {num_real} "
-                                 f"real rows, got {len(wanted)} wanted rows")
-            results = self.results_for(bucket, len(wanted))
+                                 f"real rows, got {rows.size} wanted rows")
+            results = self.results_for(bucket, rows.size)
             # rows past the result rows are never read: only the first ``results`` are gathered
             select = self._select_staging.host()
             select[: rows.size] = torch.from_numpy(rows)
             select[rows.size: results] = 0
             self._select_staging.copy()
-            per_row = [per_row[r] for r in wanted] if per_row else []
-            self._wanted = wanted
-        self._stage_sampling(per_row, results)
+            runs = runs.take(rows) if len(runs) else runs
+            self._wanted = rows
+        self._stage_sampling(runs, results)
+        self._runs = runs
         self._bucket, self._results = bucket, results
         return dataclasses.replace(self._key_inputs((bucket, results)), max_context_len=max_context_len)
 
-    def _stage_sampling(self, per_row, num_results: int) -> None:
+    def _stage_sampling(self, runs: SamplingRuns, num_results: int) -> None:
         """The sampling rows of the pass's ``num_results`` result rows (padding: greedy); rows past them
-        keep stale values nobody reads (the sampler reads the first ``num_results``).
-
-        A window's or a chunk's rows share one request's params and seed: those are written per run of rows
-        (``np.repeat``), only the positions per row (a Python loop per field over 2,048 rows cost 1.5 ms of host
-        time per pass, ``benchmarks/cpu_staging.py``)."""
-        n = len(per_row)
-        ints, floats = self._staging_ints.host(), self._staging_floats.host()
+        keep stale values nobody reads (the sampler reads the first ``num_results``). Written per run of rows
+        (``np.repeat``), the positions per row."""
+        n = len(runs)
+        ints, floats = self._staging_ints.host().numpy(), self._staging_floats.host().numpy()
         ints[:, n:num_results] = 0
         floats[0, n:num_results] = 0.0
         floats[1, n:num_results] = 1.0
-        runs: list[int] = []  # the first row of each run of rows with the same params and seed
-        params, seed = None, None
-        for i, (p, s, _) in enumerate(per_row):
-            if p is not params or s != seed:
-                runs.append(i)
-                params, seed = p, s
         if n:
-            lengths = np.diff(np.array(runs + [n], dtype=np.int64))
-            heads = [per_row[i] for i in runs]
-            ints[0, :n] = torch.from_numpy(np.repeat(np.array([p.top_k for p, _, _ in heads], np.int64), lengths))
-            ints[1, :n] = torch.from_numpy(np.repeat(np.array([s for _, s, _ in heads], np.int64), lengths))
-            ints[2, :n] = torch.from_numpy(np.fromiter((q for _, _, q in per_row), np.int64, n))
+            params = runs.params
+            ints[0, :n] = runs.per_run([p.top_k for p in params])
+            ints[1, :n] = runs.per_run(runs.seeds)
+            ints[2, :n] = runs.positions
             # float64 -> float32 rounds to nearest, as torch.tensor on the Python floats does
-            floats[0, :n] = torch.from_numpy(np.repeat(np.array([p.temperature for p, _, _ in heads]), lengths))
-            floats[1, :n] = torch.from_numpy(np.repeat(np.array([p.top_p for p, _, _ in heads]), lengths))
+            floats[0, :n] = runs.per_run([float(p.temperature) for p in params])
+            floats[1, :n] = runs.per_run([float(p.top_p) for p in params])
         self._staging_ints.copy()
         self._staging_floats.copy()
-        self._variant = sampling_variant(per_row[i][0] for i in runs)
+        self._variant = sampling_variant(runs.params)
 
     def run(self, inputs: StepInputs) -> tuple[torch.Tensor, torch.Tensor]:
         """Forward + sampler on the staged pass; returns (tokens, log-probs): per row of an R-row pass
@@ -574,21 +638,21 @@ class CanonicalPass:
         tokens, logprobs = self._sample(logits)
         return tokens, logprobs, logits
 
-    def _run_with_details(self, inputs: StepInputs, per_row, targets: list[int] | None
+    def _run_with_details(self, inputs: StepInputs, runs: SamplingRuns, targets: list[int] | None
                           ) -> tuple[torch.Tensor, torch.Tensor, tuple[torch.Tensor, torch.Tensor] | None]:
-        """Run the pass; log-probs in each row's mode, of ``targets`` (first rows) where given, and top-N."""
+        """Run the pass; log-probs in each row's mode, of ``targets`` (first rows) where given, and top-N.
+        ``runs``: the result rows' (``stage`` staged them)."""
         tokens, logprobs, logits = self._run(inputs)
-        if self._wanted is not None:
-            per_row = [per_row[r] for r in self._wanted] if per_row else []
-        params = [p for p, _, _ in per_row]
+        params = runs.params
         num_top = max((p.num_top_logprobs for p in params), default=0)
         is_any_processed = any(p.is_processed_logprobs for p in params)
         if targets is None and num_top == 0 and not is_any_processed:
             return tokens, logprobs, None
-        pad = self._results - len(params)
         is_processed = None
         if is_any_processed:
-            is_processed = to_device([p.is_processed_logprobs for p in params] + [False] * pad, torch.bool, self.device)
+            rows = np.zeros(self._results, dtype=bool)
+            rows[: len(runs)] = runs.per_run([p.is_processed_logprobs for p in params])
+            is_processed = to_device(rows.tolist(), torch.bool, self.device)
         scored = tokens
         if targets is not None:
             scored = tokens.clone()
@@ -612,20 +676,21 @@ class CanonicalPass:
             raise ValueError("scoring targets are the leading rows' own: a pass that scores takes no wanted rows")
         if self._use_thread:
             inputs = self.stage(segments, kv, per_row, wanted=wanted)  # the static buffers are written here
+            runs = self._runs
             if self._worker is None:
                 self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="llm42-canonical")
             grad, inference = torch.is_grad_enabled(), torch.is_inference_mode_enabled()
 
             def run():  # autograd and inference modes are thread-local: the worker takes on the caller's
                 with torch.inference_mode(inference), torch.set_grad_enabled(grad):
-                    return self._run_with_details(inputs, per_row, targets)
+                    return self._run_with_details(inputs, runs, targets)
 
             future = self._worker.submit(run)
             self._pending = PassResult(None, None, None, future=future, **self._result_rows())
             return self._pending
         if self._stream is None:
             inputs = self.stage(segments, kv, per_row, wanted=wanted)
-            tokens, logprobs, top = self._run_with_details(inputs, per_row, targets)
+            tokens, logprobs, top = self._run_with_details(inputs, self._runs, targets)
             if tokens.is_cuda:
                 event = self._copy_out(tokens, logprobs)
                 self._pending = PassResult(*self._host_results(), event, top, **self._result_rows())
@@ -639,7 +704,7 @@ class CanonicalPass:
         self._last_stream = stream
         with torch.cuda.stream(stream):
             inputs = self.stage(segments, kv, per_row, wanted=wanted)
-            tokens, logprobs, top = self._run_with_details(inputs, per_row, targets)
+            tokens, logprobs, top = self._run_with_details(inputs, self._runs, targets)
             event = self._copy_out(tokens, logprobs)
         self._pending = PassResult(*self._host_results(), event, top, **self._result_rows())
         return self._pending

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
+
 from llm42.policies.base import ReductionPolicy
 from llm42.runner import ModelRunner, Segment
-from llm42.verify.canonical_pass import CanonicalPass, PassResult
+from llm42.verify.canonical_pass import CanonicalPass, PassResult, SamplingRuns
 from llm42.verify.windows import CanonicalConfig, Commit, commit_window
 
 
@@ -85,14 +87,16 @@ class Verifier:
         segments = [w.segment for w in work]
         for seg in segments:
             kv.append(seg.rid, seg.end)
-        per_row = [(seg.params, seg.seed, pos + 1) for seg in segments for pos in range(seg.start, seg.end)]
-        wanted, row = [], 0  # a wide pass's results: every window row, each prompt chunk's last row
-        for w in work:
-            size = len(w.segment.tokens)
-            wanted += [row + size - 1] if w.is_prefill else list(range(row, row + size))
-            row += size
-        urgent = any(w.is_prefill for w in work)
-        return LaunchedPass(work, self.canonical_pass.launch(segments, kv, per_row, wanted=wanted, urgent=urgent))
+        # a wide pass's results: every window row, each prompt chunk's last row
+        sizes = np.fromiter((len(seg.tokens) for seg in segments), np.int64, len(segments))
+        ends = np.cumsum(sizes)
+        is_window = np.fromiter((not w.is_prefill for w in work), bool, len(work))
+        wanted = np.flatnonzero(np.repeat(is_window, sizes))
+        if not is_window.all():
+            wanted = np.union1d(wanted, ends[~is_window] - 1)
+        urgent = not is_window.all()
+        return LaunchedPass(work, self.canonical_pass.launch(segments, kv, SamplingRuns.of_segments(segments),
+                                                             wanted=wanted, urgent=urgent))
 
     def finish(self, launched: LaunchedPass, kv, *, truncate: bool = True) -> list[Commit]:
         """Wait for the pass and apply the commit rule; marks each request's committed prefix canonical.
