@@ -216,7 +216,7 @@ class StaticRows:
         Returns (the largest position + 1, the index of each segment's last row). Every per-row field is
         computed in NumPy from per-segment values (a row's slot from its sequence's table, as attention reads
         it): a 2,048-row pass of 64 windows had cost ~0.5 ms of Python per-row lists on the host
-        (``benchmarks/cpu_pass_host.py``).
+        (``benchmarks/cpu_host_ab.py``).
         """
         num_segments = len(segments)
         counts = np.fromiter((len(seg.tokens) for seg in segments), np.int64, num_segments)

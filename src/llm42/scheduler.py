@@ -234,14 +234,19 @@ def fast_prefill_chunks(state: SchedulerState, budget: int, *, order: str = "arr
     A building block for schedulers: deterministic prompts never go here (they
     are prefilled by the canonical pass).
     """
+    return _prompt_chunks([v for v in in_order(state.requests, order) if v.is_prefill and not v.is_deterministic],
+                          budget)
+
+
+def _prompt_chunks(views: Sequence[RequestView], budget: int) -> list[PrefillChunk]:
+    """Chunks of ``views``' prompts (free requests in prefill, in order of service) in at most ``budget`` rows."""
     chunks = []
-    for v in in_order(state.requests, order):
+    for v in views:
         if budget <= 0:
             break
-        if v.is_prefill and not v.is_deterministic:
-            n = min(v.num_prompt_remaining, budget)
-            chunks.append(PrefillChunk(v.rid, n))
-            budget -= n
+        n = min(v.num_prompt_remaining, budget)
+        chunks.append(PrefillChunk(v.rid, n))
+        budget -= n
     return chunks
 
 
@@ -344,9 +349,22 @@ class DefaultScheduler:
         verify: list[int] = []
         rows = 0  # the windows' rows
         risky_mode = self.risky_windows
-        due = [v for v in reqs if v.is_ready_to_verify or (
-            risky_mode == "due" and v.is_risky and v.is_deterministic and not v.is_prefill)]
-        det_prefill = [v for v in reqs if v.is_deterministic and v.is_prefill]
+        # one pass over the requests (every running request, every step), the view's properties written out
+        due, det_prefill, risky, partial, decoding, free_prefill = [], [], [], [], [], []
+        for v in reqs:
+            if v.num_prefilled < v.num_prompt_tokens:
+                (det_prefill if v.is_deterministic else free_prefill).append(v)
+            elif not v.is_deterministic:
+                decoding.append(v)
+            else:
+                if v.num_speculable == 0 or (risky_mode == "due" and v.is_risky):
+                    due.append(v)
+                if v.is_risky:
+                    risky.append(v)
+                if v.num_speculable:
+                    decoding.append(v)
+                    if v.num_candidates > 0:
+                        partial.append(v)
         if due or det_prefill or self._is_eager(state):
             window_rows = state.max_result_rows
             if det_prefill and self.prompt_share:
@@ -359,18 +377,16 @@ class DefaultScheduler:
                     rows += 1 + v.num_candidates
             if risky_mode == "ride":  # windows likely rejected ride along first, in any of the pass's window rows
                 chosen = set(verify)
-                for v in reqs:
-                    if (v.is_risky and v.rid not in chosen and not v.is_prefill and len(verify) < max_windows
+                for v in risky:
+                    if (v.rid not in chosen and len(verify) < max_windows
                             and rows + 1 + v.num_candidates <= window_rows):
                         verify.append(v.rid)
                         rows += 1 + v.num_candidates
             # partial windows only in the rows the due ones leave in their blocks of R (at least R): free rows
             fill = min(window_rows, max(r, -(-rows // r) * r))
             chosen = set(verify)
-            for v in reqs:
-                if (v.is_deterministic and not v.is_prefill and not v.is_ready_to_verify and v.rid not in chosen
-                        and v.num_candidates > 0
-                        and len(verify) < max_windows and rows + 1 + v.num_candidates <= fill):
+            for v in partial:
+                if v.rid not in chosen and len(verify) < max_windows and rows + 1 + v.num_candidates <= fill:
                     verify.append(v.rid)
                     rows += 1 + v.num_candidates
         canonical_prefill = []
@@ -384,8 +400,10 @@ class DefaultScheduler:
             rows_left -= n
             results_left -= 1
 
-        in_canonical = set(verify)
-        fast_decode = [v.rid for v in reqs if not v.is_prefill and v.rid not in in_canonical
-                       and (not v.is_deterministic or v.num_speculable > 0)][: state.max_fast_tokens]
-        fast_prefill = fast_prefill_chunks(state, state.max_fast_tokens - len(fast_decode), order=self.order)
+        if verify:
+            in_canonical = set(verify)
+            fast_decode = [v.rid for v in decoding if v.rid not in in_canonical][: state.max_fast_tokens]
+        else:
+            fast_decode = [v.rid for v in decoding[: state.max_fast_tokens]]
+        fast_prefill = _prompt_chunks(free_prefill, state.max_fast_tokens - len(fast_decode))
         return Plan(tuple(fast_decode), tuple(fast_prefill), tuple(verify), tuple(canonical_prefill))

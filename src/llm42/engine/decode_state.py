@@ -14,6 +14,7 @@ so the CPU suite tests the staging the GPU replays.
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 
 from llm42.inputs import StepInputs
@@ -63,7 +64,9 @@ class DecodeState:
         self._protect: dict[int, int] = {}
         self._params: dict[int, tuple[float, int, float, int, int]] = {}
         self._table_writes: list[tuple[int, int, int]] = []
-        self._variant = [(False, False)] * num_slots  # (sampled, filtered) per slot
+        # per slot: whether its request samples (temperature > 0), and samples with a filter (top-k / top-p)
+        self._is_sampled = np.zeros(num_slots, dtype=bool)
+        self._is_filtered = np.zeros(num_slots, dtype=bool)
         self._pinned_batch = torch.zeros(max_num_seqs, dtype=torch.int64, pin_memory=self._is_cuda)
         self._batch_copied = torch.cuda.Event() if self._is_cuda else None
 
@@ -72,7 +75,7 @@ class DecodeState:
         """A request takes ``slot``: its sampling params and (prefix-shared) block table."""
         self._params[slot] = (params.temperature, params.top_k, params.top_p, seed, int(params.deterministic))
         self._protect[slot] = 0
-        self._variant[slot] = sampling_variant([params])
+        self._is_sampled[slot], self._is_filtered[slot] = sampling_variant([params])
         self._table_len[slot] = 0
         self.sync_table(slot, rid)
 
@@ -82,7 +85,7 @@ class DecodeState:
         self._params.pop(slot, None)
         self._table_writes = [w for w in self._table_writes if w[0] != slot]
         self._table_len[slot] = 0
-        self._variant[slot] = (False, False)
+        self._is_sampled[slot] = self._is_filtered[slot] = False
 
     def set_next(self, slot: int, token: int | None, position: int) -> None:
         """The next decode step of ``slot`` feeds ``token`` (None: the one already on the device) at ``position``."""
@@ -145,15 +148,19 @@ class DecodeState:
         """Put ``slots`` (padded with the padding slot to ``num_rows``) into the batch buffer; True if any samples."""
         if self._batch_copied is not None:
             self._batch_copied.synchronize()  # the previous step's copy has left the pinned buffer
-        host = self._pinned_batch
+        host = self._pinned_batch.numpy()
         n = len(slots)
-        host[:n] = torch.tensor(slots, dtype=torch.int64)
+        batch = np.array(slots, dtype=np.int64)
+        host[:n] = batch
         host[n:num_rows] = self.pad_slot
-        self.batch[:num_rows].copy_(host[:num_rows], non_blocking=True)
+        self.batch[:num_rows].copy_(self._pinned_batch[:num_rows], non_blocking=True)
         if self._batch_copied is not None:
             self._batch_copied.record()
-        variants = [self._variant[s] for s in slots]
-        return any(v[0] for v in variants), any(v[1] for v in variants)
+        return bool(self._is_sampled[batch].any()), bool(self._is_filtered[batch].any())
+
+    def table_lengths(self) -> list[int]:
+        """Per slot, the block-table entries the device has (``ensure_blocks`` appends past them)."""
+        return self._table_len
 
     # -- the decode step (graph-capturable: no host syncs) -----------------------------------------
     def decode(self, num_rows: int, *, variant: tuple[bool, bool], max_context_len: int | None

@@ -130,11 +130,15 @@ class FastStep:
         is_prefilled = False
         try:
             if decode:
-                max_position = 0
+                # ``Request.next_position`` and ``DecodeState.ensure_blocks`` inlined: every decode row, every step
+                max_position, block_size, known = 0, self._kv.block_size, state.table_lengths()
                 for req in decode:
-                    position = req.next_position
-                    state.ensure_blocks(req.slot, req.rid, position)
-                    max_position = max(max_position, position)
+                    position = (req.num_prompt_tokens + len(req.token_ids) + len(req.candidates) + req.num_pending
+                                - req.num_discard - (req.ahead_check is not None) - 1)
+                    if position // block_size >= known[req.slot]:
+                        state.ensure_blocks(req.slot, req.rid, position)
+                    if position > max_position:
+                        max_position = position
                 state.flush()
                 segments = self._prefill_segments(plan) if plan.fast_prefill else []
                 details = self._details(decode)
@@ -249,10 +253,9 @@ class FastStep:
 
         Deterministic requests' fast-path log-probs are never committed, so they never ask.
         """
-        wanted = [not r.is_deterministic and (r.params.is_processed_logprobs or r.params.num_top_logprobs > 0)
-                  for r in reqs]
-        if not any(wanted):
+        if not any(r.wants_fast_details for r in reqs):
             return None
+        wanted = [r.wants_fast_details for r in reqs]
         is_processed = [not r.is_deterministic and r.params.is_processed_logprobs for r in reqs]
         num_top = max(r.params.num_top_logprobs for r, w in zip(reqs, wanted) if w)
         return (to_device(is_processed, torch.bool, self._device) if any(is_processed) else None), num_top
@@ -267,8 +270,9 @@ class FastStep:
             return
         tokens, logprobs = record.wait()
         tops = record.top_logprobs()
-        running = self._pool.running
-        for req, token, logprob, top in zip(record.requests, tokens, logprobs, tops):
+        pool = self._pool
+        running, apply_fast, free = pool.running, pool.apply_fast, pool.apply_free_token
+        for req, token, value, top in zip(record.requests, tokens, logprobs, tops):
             req.num_pending -= 1
             if running.get(req.rid) is not req:
                 continue  # finished while this token was in flight: it is past the request's end
@@ -276,8 +280,9 @@ class FastStep:
                 req.num_discard -= 1  # drafted ahead of a window a canonical pass has since rolled back
                 continue
             if req.ahead_check is not None:
-                if not self._pool.check_ahead(req, token):  # the drafts ahead of the committed token fall
+                if not pool.check_ahead(req, token):  # the drafts ahead of the committed token fall
                     self._decode_state.set_next(req.slot, req.token_ids[-1], req.num_committed - 1)
                 continue
-            if self._pool.apply_fast(req, token, logprob, events, top):
+            if (free(req, token, value, events) if top is None and not req.is_deterministic
+                    else apply_fast(req, token, value, events, top)):
                 finish(req)

@@ -72,11 +72,16 @@ class Request:
     is_deterministic: bool = field(init=False)
     num_prompt_tokens: int = field(init=False)
     max_new_tokens: int = field(init=False)
+    # a free request whose fast tokens need processed log-probs or top-N alternatives (the fast step computes them)
+    wants_fast_details: bool = field(init=False)
 
     def __post_init__(self) -> None:
-        self.is_deterministic = self.params.deterministic
+        params = self.params
+        self.is_deterministic = params.deterministic
         self.num_prompt_tokens = len(self.prompt)
-        self.max_new_tokens = self.params.max_new_tokens
+        self.max_new_tokens = params.max_new_tokens
+        self.wants_fast_details = not params.deterministic and (params.is_processed_logprobs
+                                                                 or params.num_top_logprobs > 0)
 
     @property
     def is_prefill(self) -> bool:
@@ -324,9 +329,17 @@ class RequestPool:
         generate (``num_generated`` inlined: a free request's in-flight tokens count)."""
         window = self.window
         chain = self.chain_prefill
-        return tuple(r.view(window) for r in self.running.values()
-                     if (r.num_passes == 0 or (chain and r.is_chainable()))
-                     and len(r.token_ids) + (0 if r.is_deterministic else r.num_pending) < r.max_new_tokens)
+        views = []
+        add = views.append
+        for r in self.running.values():
+            if not r.is_deterministic:  # ``Request.view`` of a free request, written out (never chainable)
+                generated = len(r.token_ids) + r.num_pending
+                if r.num_passes == 0 and generated < r.max_new_tokens:
+                    add(RequestView(r.rid, False, r.num_prompt_tokens, r.num_prefilled, generated, 0, 0, r.arrival,
+                                    False, r.max_new_tokens))
+            elif (r.num_passes == 0 or (chain and r.is_chainable())) and len(r.token_ids) < r.max_new_tokens:
+                add(r.view(window))
+        return tuple(views)
 
     def apply_fast(self, req: Request, token: int, value: float, events: dict[int, list[int]],
                    top_logprobs: dict[int, float] | None = None) -> bool:
@@ -334,26 +347,35 @@ class RequestPool:
 
         ``value``: a free request's log-prob, a deterministic request's draft margin
         (``DecodeState.draft_values``)."""
-        stats = self.stats
-        stats["fast_tokens"] += 1
         if req.is_deterministic:
+            self.stats["fast_tokens"] += 1
             if req.add_candidate(token, value):
-                stats["risky_drafts"] += 1
+                self.stats["risky_drafts"] += 1
             return False
-        req.token_ids.append(token)
-        req.logprobs.append(value)
         if top_logprobs is not None:
             req.top_logprobs.append(top_logprobs)
+        return self.apply_free_token(req, token, value, events)
+
+    def apply_free_token(self, req: Request, token: int, logprob: float, events: dict[int, list[int]]) -> bool:
+        """``apply_fast`` of a free request's token without top-N alternatives (the common row, written out: every
+        step reads one per running free request). True if it finished."""
+        stats = self.stats
+        stats["fast_tokens"] += 1
         stats["committed_tokens"] += 1
-        if req.rid in events:
-            events[req.rid].append(token)
-        else:
+        req.token_ids.append(token)
+        req.logprobs.append(logprob)
+        tokens = events.get(req.rid)
+        if tokens is None:
             events[req.rid] = [token]
+        else:
+            tokens.append(token)
         if token in req.stop_ids:
             req.finish_reason = "stop"
-        elif len(req.token_ids) >= req.max_new_tokens:
+            return True
+        if len(req.token_ids) >= req.max_new_tokens:
             req.finish_reason = "length"
-        return req.finish_reason is not None
+            return True
+        return False
 
     def apply_commit(self, req: Request, commit: Commit, kv, events: dict[int, list[int]], *,
                      truncate: bool = False) -> tuple[bool, bool]:
