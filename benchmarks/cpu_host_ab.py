@@ -171,15 +171,13 @@ _STEP_PARTS = {
 }
 
 
-def _timed_parts(acc: dict) -> list:
-    """Wrap every ``_STEP_PARTS`` entry to add its host seconds to ``acc``; returns what to restore."""
+def wrap_timed(targets: dict, acc: dict) -> list:
+    """Wrap each ``targets[label]`` = (owner, attribute name) so its calls add their host seconds to ``acc[label]``;
+    returns (owner, name, original) for each, to restore with ``unwrap``."""
     import functools
-    import importlib
 
     saved = []
-    for label, (module, cls, name) in _STEP_PARTS.items():
-        owner = importlib.import_module(module)
-        owner = getattr(owner, cls) if cls else owner
+    for label, (owner, name) in targets.items():
         fn = getattr(owner, name)
         saved.append((owner, name, fn))
 
@@ -192,6 +190,22 @@ def _timed_parts(acc: dict) -> list:
 
         setattr(owner, name, functools.wraps(fn)(timed))
     return saved
+
+
+def unwrap(saved: list) -> None:
+    for owner, name, fn in saved:
+        setattr(owner, name, fn)
+
+
+def _timed_parts(acc: dict) -> list:
+    """``wrap_timed`` of every ``_STEP_PARTS`` entry (in whichever tree this process imports)."""
+    import importlib
+
+    targets = {}
+    for label, (module, cls, name) in _STEP_PARTS.items():
+        owner = importlib.import_module(module)
+        targets[label] = (getattr(owner, cls) if cls else owner, name)
+    return wrap_timed(targets, acc)
 
 
 def _engine_steps(share: float, reps: int) -> dict:
@@ -219,8 +233,7 @@ def _engine_steps(share: float, reps: int) -> dict:
         for _ in range(reps):
             gen.step()
     finally:
-        for owner, name, fn in saved:
-            setattr(owner, name, fn)
+        unwrap(saved)
     parts = {label: total / reps * 1e3 for label, total in acc.items()}
     host = (sum(parts[k] for k in ("views", "schedule", "validate_plan", "drafts_ahead", "fast_read", "pass_apply"))
             + parts["fast_launch"] - parts["model_decode"] - parts["model_prefill"]

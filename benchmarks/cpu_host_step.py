@@ -24,7 +24,6 @@ whether the device waits for the host).
 from __future__ import annotations
 
 import argparse
-import functools
 import json
 import random
 import statistics
@@ -36,7 +35,9 @@ import torch
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "src"))
+sys.path.insert(0, str(REPO / "benchmarks"))
 
+from cpu_host_ab import unwrap, wrap_timed  # noqa: E402
 from llm42 import DVRGenerator, SamplingParams  # noqa: E402
 from llm42 import generator as generator_module  # noqa: E402
 from llm42.bench.models import tiny_config  # noqa: E402
@@ -135,25 +136,12 @@ def step_parts(gen: DVRGenerator, steps: int) -> dict:
              "drafts ahead": (generator_module.DVRGenerator, "_with_drafts_ahead"),
              "applying passes": (generator_module.DVRGenerator, "_finish_canonical")}
     acc = dict.fromkeys(parts, 0.0)
-    saved = []
-    for label, (owner, name) in parts.items():
-        fn = getattr(owner, name)
-        saved.append((owner, name, fn))
-
-        def timed(*args, _fn=fn, _label=label, **kwargs):
-            t = time.perf_counter()
-            try:
-                return _fn(*args, **kwargs)
-            finally:
-                acc[_label] += time.perf_counter() - t
-
-        setattr(owner, name, functools.wraps(fn)(timed))
+    saved = wrap_timed(parts, acc)
     try:
         for _ in range(steps):
             gen.step()
     finally:
-        for owner, name, fn in saved:
-            setattr(owner, name, fn)
+        unwrap(saved)
     return {label: round(total / steps * 1e3, 4) for label, total in acc.items()}
 
 
