@@ -198,6 +198,9 @@ def build_parser() -> argparse.ArgumentParser:
                             "(default: 30)")
     serve.add_argument("--log-level", choices=("critical", "error", "warning", "info", "debug"), default="info",
                        help="uvicorn's log level (default: info)")
+    serve.add_argument("--no-gc-freeze", dest="gc_freeze", action="store_false",
+                       help="leave the objects of start-up (torch, the model, the engine) in the cyclic garbage "
+                            "collector's full passes (default: frozen while serving, so those pauses are short)")
     serve.set_defaults(handler=_cmd_serve)
 
     convert = sub.add_parser("convert", help="write a GGUF file as a Hugging Face safetensors directory",
@@ -554,7 +557,8 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     print(f"llm42 serve: {loader.path} on {args.device} as {name!r}; canonical pass R = {args.window} x "
           f"{args.group} rows; http://{args.host}:{args.port}/v1", file=sys.stderr)
     server.serve(gen, host=args.host, port=args.port, model_name=name, api_key=args.api_key, limits=limits,
-                 max_pending=args.max_pending, shutdown_timeout=args.shutdown_timeout, log_level=args.log_level)
+                 max_pending=args.max_pending, shutdown_timeout=args.shutdown_timeout, log_level=args.log_level,
+                 gc_freeze=args.gc_freeze)
     return EXIT_OK
 
 

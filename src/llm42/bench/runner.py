@@ -28,6 +28,7 @@ from llm42.bench.metrics import RequestRecord, RunResult
 from llm42.bench.models import BenchModel
 from llm42.bench.modes import BATCH_INVARIANT, Mode, deterministic_indices, sampling_params
 from llm42.bench.workloads import FIRST_TOKEN_ID, Workload
+from llm42.gc_freeze import frozen_gc
 from llm42.generator import DVRGenerator
 from llm42.params import SamplingParams
 from llm42.policies import BatchInvariantPolicy, FixedShapePolicy, ReductionPolicy
@@ -118,6 +119,7 @@ class Engine:
     risky_windows: str = "ride"  # DefaultScheduler's knob: what a window closed at a risky draft does
     scheduler_order: str = "arrival"  # DefaultScheduler's knob (order=): who is served first where rows are short
     canonical_sms: int | None = None  # DVRGenerator's knob: the canonical pass's kernels on that many SMs (CUDA)
+    gc_freeze: bool = False  # the timed run inside ``frozen_gc`` (what ``llm42 serve`` does), after the warm-up
     # the scheduler's class: DefaultScheduler or a subclass taking its keywords (an A/B of a scheduling rule)
     scheduler_class: type = DefaultScheduler
 
@@ -321,28 +323,29 @@ def run_offline(engine: Engine, workload: Workload, mode: Mode, *, det_order: li
     indices = order[:max_requests] if mode.is_one_at_a_time else list(range(workload.num_requests))
     tracker = _Tracker(gen, clock)
     is_complete = True
-    t0 = clock.start()
-    event = clock.start_event()
-    if mode.is_one_at_a_time:
-        for index in indices:
-            tracker.submit(workload, index, index in deterministic, 0.0)
+    with frozen_gc(engine.gc_freeze):  # after the warm-up: what a serving process has built is frozen
+        t0 = clock.start()
+        event = clock.start_event()
+        if mode.is_one_at_a_time:
+            for index in indices:
+                tracker.submit(workload, index, index in deterministic, 0.0)
+                while tracker.num_open:
+                    if time.perf_counter() > deadline:
+                        break
+                    tracker.step(t0)
+                if tracker.num_open:
+                    is_complete = False
+                    break
+        else:
+            for index in indices:
+                tracker.submit(workload, index, index in deterministic, 0.0)
             while tracker.num_open:
                 if time.perf_counter() > deadline:
+                    is_complete = False
                     break
                 tracker.step(t0)
-            if tracker.num_open:
-                is_complete = False
-                break
-    else:
-        for index in indices:
-            tracker.submit(workload, index, index in deterministic, 0.0)
-        while tracker.num_open:
-            if time.perf_counter() > deadline:
-                is_complete = False
-                break
-            tracker.step(t0)
-    device_elapsed = clock.elapsed_since(event)
-    elapsed = clock.stop() - t0
+        device_elapsed = clock.elapsed_since(event)
+        elapsed = clock.stop() - t0
     result = RunResult(mode.name, tracker.collect(), elapsed, device_elapsed, _stats_since(gen, before),
                        is_complete, notes)
     del gen, tracker
@@ -363,22 +366,23 @@ def run_online(engine: Engine, workload: Workload, mode: Mode, arrivals: list[fl
     deterministic = deterministic_indices(mode, _order_within(det_order, workload))
     tracker = _Tracker(gen, clock)
     num_submitted, is_complete = 0, True
-    t0 = clock.start()
-    event = clock.start_event()
-    while num_submitted < workload.num_requests or tracker.num_open:
-        if time.perf_counter() > deadline:
-            is_complete = False
-            break
-        now = clock.now() - t0
-        while num_submitted < workload.num_requests and arrivals[num_submitted] <= now:
-            tracker.submit(workload, num_submitted, num_submitted in deterministic, arrivals[num_submitted])
-            num_submitted += 1
-        if tracker.num_open:
-            tracker.step(t0)
-        elif num_submitted < workload.num_requests:
-            time.sleep(max(0.0, min(arrivals[num_submitted] - now, deadline - time.perf_counter())))
-    device_elapsed = clock.elapsed_since(event)
-    elapsed = clock.stop() - t0
+    with frozen_gc(engine.gc_freeze):
+        t0 = clock.start()
+        event = clock.start_event()
+        while num_submitted < workload.num_requests or tracker.num_open:
+            if time.perf_counter() > deadline:
+                is_complete = False
+                break
+            now = clock.now() - t0
+            while num_submitted < workload.num_requests and arrivals[num_submitted] <= now:
+                tracker.submit(workload, num_submitted, num_submitted in deterministic, arrivals[num_submitted])
+                num_submitted += 1
+            if tracker.num_open:
+                tracker.step(t0)
+            elif num_submitted < workload.num_requests:
+                time.sleep(max(0.0, min(arrivals[num_submitted] - now, deadline - time.perf_counter())))
+        device_elapsed = clock.elapsed_since(event)
+        elapsed = clock.stop() - t0
     result = RunResult(mode.name, tracker.collect(), elapsed, device_elapsed, _stats_since(gen, before),
                        is_complete, notes)
     del gen, tracker

@@ -10,6 +10,7 @@ guarantees over HTTP.
 
 from __future__ import annotations
 
+from llm42.gc_freeze import frozen_gc
 from llm42.server.app import build_app
 from llm42.server.protocol import APIError, Limits
 
@@ -18,9 +19,13 @@ __all__ = ["build_app", "serve", "APIError", "Limits"]
 
 def serve(generator, *, host: str = "127.0.0.1", port: int = 8000, model_name: str = "llm42",
           api_key: str | None = None, limits: Limits | None = None, max_pending: int = 1024,
-          shutdown_timeout: float = 30.0, log_level: str = "info") -> None:
+          shutdown_timeout: float = 30.0, log_level: str = "info", gc_freeze: bool = True) -> None:
     """Serve ``generator`` until SIGINT/SIGTERM, then shut down gracefully: stop accepting, let in-flight
-    requests finish for up to ``shutdown_timeout`` seconds, abort the rest and free everything."""
+    requests finish for up to ``shutdown_timeout`` seconds, abort the rest and free everything.
+
+    ``gc_freeze``: while serving, the objects that exist once the app is built (torch, the model, the engine) are
+    kept out of the cyclic collector's full passes (``llm42.gc_freeze.frozen_gc``), so its pauses in engine steps
+    scan what serving allocates only."""
     import asyncio
 
     import uvicorn
@@ -38,6 +43,7 @@ def serve(generator, *, host: str = "127.0.0.1", port: int = 8000, model_name: s
     app = build_app(engine, model_name=model_name, api_key=api_key, limits=limits)
     config = uvicorn.Config(app, host=host, port=port, log_level=log_level, timeout_graceful_shutdown=10)
     try:
-        _Server(config).run()
+        with frozen_gc(gc_freeze):
+            _Server(config).run()
     finally:
         engine.close()
