@@ -262,8 +262,13 @@ def main() -> None:
             done = subprocess.run([sys.executable, __file__, "--base", args.base, "--child", "--reps", str(args.reps)],
                                   env=env, capture_output=True, text=True, check=True)
             runs[label].append(json.loads(done.stdout.strip().splitlines()[-1]))
+    commits = {}
+    for label, tree in trees.items():  # a checkout's commit, when it is one (a plain copy of src/ has none)
+        done = subprocess.run(["git", "-C", str(tree), "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
+        commits[label] = done.stdout.strip() if done.returncode == 0 else None
     result = {"command": "python3 benchmarks/cpu_host_ab.py --base <checkout of the base commit>",
-              "base": str(trees["base"]), "rounds": args.rounds, "reps": args.reps, "cases": {}}
+              "base": str(trees["base"]), "commits": commits, "rounds": args.rounds, "reps": args.reps,
+              "cases": {}}
     for name in [*_cases(), "fast_prefill_16_prompts", *(f"engine_step_1000_det_{x:g}" for x in STEP_SHARES)]:
         base = statistics.median(run[name]["ms"] for run in runs["base"])
         this = statistics.median(run[name]["ms"] for run in runs["this"])
