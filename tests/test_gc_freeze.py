@@ -2,7 +2,7 @@
 collector's passes (``gc.freeze``); at its end they are back (and collected), also when the block raises; nested
 blocks share the outermost freeze. The benchmarks' runs take it as a knob (``Engine(gc_freeze=True)``, what ``llm42
 serve`` does while serving): the timed steps run frozen, the committed tokens are the same. What it saves (a full
-collection's pause) is a timing, measured in ``benchmarks/cpu_host_ab.py``'s round-28 notes, not here."""
+collection's pause) is a timing, measured by ``benchmarks/cpu_gc_pauses.py``, not here."""
 
 from __future__ import annotations
 
