@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import random
+
 import torch
 
 from llm42.inputs import StepInputs
@@ -145,3 +147,38 @@ def run_beside_free(gen, prompts, params_list, free_prompts=(), free_params=None
     for rid in free:
         gen.result(rid)
     return [(c.token_ids, c.logprobs, c.top_logprobs) for c in (gen.result(rid) for rid in rids)]
+
+
+# -- the 8B shape's wide-pass GPU tests (tests/gpu/test_wide_pass_cuda.py, test_gemm_rows_cuda.py) ---------------
+WIDE_WINDOW, WIDE_GROUP = 32, 8  # R = 256
+
+
+def wide_pass_generator(llama8b, max_canonical_tokens: int, **kwargs):
+    """A generator over the ``llama8b`` fixture's (cfg, weights) with passes of up to ``max_canonical_tokens`` rows."""
+    from llm42 import DVRGenerator
+
+    cfg, weights = llama8b
+    return DVRGenerator(weights, cfg, window=WIDE_WINDOW, group=WIDE_GROUP, kv_cache_tokens=16 * 1024,
+                        max_fast_tokens=1024, max_canonical_tokens=max_canonical_tokens, **kwargs)
+
+
+def wide_pass_requests(vocab: int):
+    """Two deterministic requests with prompts of 1,500 and 700 tokens (more than one pass's rows), one greedy, one
+    sampled with top-k, both with top-3 log-probs: (prompts, params)."""
+    from llm42 import SamplingParams
+
+    rng = random.Random(7)
+    prompts = [[rng.randrange(3, vocab) for _ in range(n)] for n in (1500, 700)]
+    params = [SamplingParams(max_new_tokens=40, deterministic=True, ignore_eos=True, logprobs=3),
+              SamplingParams(max_new_tokens=40, deterministic=True, ignore_eos=True, temperature=0.8, top_k=50,
+                             seed=11, logprobs=3)]
+    return prompts, params
+
+
+def run_beside_random_free(gen, prompts, params, *, num_free: int = 0) -> list:
+    """``run_beside_free`` with ``num_free`` free requests of random 20-300-token prompts (seeded)."""
+    from llm42 import SamplingParams
+
+    rng = random.Random(3)
+    free = [[rng.randrange(3, gen.vocab_size) for _ in range(rng.randint(20, 300))] for _ in range(num_free)]
+    return run_beside_free(gen, prompts, params, free, SamplingParams(max_new_tokens=60, ignore_eos=True))

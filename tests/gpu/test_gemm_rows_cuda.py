@@ -16,13 +16,14 @@ import torch
 
 pytest.importorskip("triton")
 
-from llm42 import DVRGenerator, SamplingParams  # noqa: E402
+from llm42 import SamplingParams  # noqa: E402
 from llm42.policies import FixedShapePolicy  # noqa: E402
-from tests.helpers import count_windows, prompt_kv, run_beside_free  # noqa: E402
+from tests.helpers import (WIDE_GROUP, WIDE_WINDOW, count_windows, prompt_kv, run_beside_random_free,  # noqa: E402
+                           wide_pass_generator, wide_pass_requests)
 
 pytestmark = pytest.mark.gpu
 
-WINDOW, GROUP = 32, 8
+WINDOW, GROUP = WIDE_WINDOW, WIDE_GROUP
 SMOLLM2_SHAPES = ((960, 576), (576, 576), (3072, 576), (576, 1536), (49152, 576))
 LLAMA8B_SHAPES = ((6144, 4096), (4096, 4096), (28672, 4096), (4096, 14336))
 
@@ -49,20 +50,10 @@ def test_fixed_gemm_rows_give_a_row_its_bits_at_any_number_of_rows(gemm_rows, re
     assert cublas_differs, f"cuBLAS gave row 0 the same bits at M = 1 and M = {gemm_rows} in every shape"
 
 
-def _generator(llama8b, max_canonical_tokens: int, **kwargs) -> DVRGenerator:
-    cfg, weights = llama8b
-    return DVRGenerator(weights, cfg, window=WINDOW, group=GROUP, kv_cache_tokens=16 * 1024,
-                        max_fast_tokens=1024, max_canonical_tokens=max_canonical_tokens, **kwargs)
 
 
-def _run(gen: DVRGenerator, prompts, params, *, num_free: int = 0):
-    rng = random.Random(3)
-    free = [[rng.randrange(3, gen.vocab_size) for _ in range(rng.randint(20, 300))] for _ in range(num_free)]
-    return run_beside_free(gen, prompts, params, free, SamplingParams(max_new_tokens=60, ignore_eos=True))
 
 
-def _prompt_kv(gen: DVRGenerator, prompt: list[int]) -> torch.Tensor:
-    return prompt_kv(gen, prompt, min_tokens=1025)
 
 
 def test_passes_of_any_width_with_fixed_gemm_rows_commit_the_same_bits_on_cuda(llama8b, report):
@@ -70,31 +61,28 @@ def test_passes_of_any_width_with_fixed_gemm_rows_commit_the_same_bits_on_cuda(l
     1,024 rows (buckets of whole blocks) and the same beside free requests commit the same tokens, log-probs, top
     alternatives and prompt K/V (1,500- and 700-token prompts, one greedy, one sampled)."""
     cfg, _ = llama8b
-    rng = random.Random(7)
-    prompts = [[rng.randrange(3, cfg.vocab_size) for _ in range(n)] for n in (1500, 700)]
-    params = [SamplingParams(max_new_tokens=40, deterministic=True, ignore_eos=True, logprobs=3),
-              SamplingParams(max_new_tokens=40, deterministic=True, ignore_eos=True, temperature=0.8, top_k=50,
-                             seed=11, logprobs=3)]
+    prompts, params = wide_pass_requests(cfg.vocab_size)
     policy = FixedShapePolicy(gemm_rows=1024)
-    narrow = _generator(llama8b, WINDOW * GROUP, canonical_policy=policy)
+    narrow = wide_pass_generator(llama8b, WINDOW * GROUP, canonical_policy=policy)
     assert narrow.verifier.canonical_pass.buckets == (256,)
-    reference = _run(narrow, prompts, params)
-    reference_kv = _prompt_kv(narrow, prompts[0])
+    reference = run_beside_random_free(narrow, prompts, params)
+    reference_kv = prompt_kv(narrow, prompts[0], min_tokens=1025)
     narrow.close()
-    wide = _generator(llama8b, 4 * WINDOW * GROUP, canonical_policy=policy)
+    wide = wide_pass_generator(llama8b, 4 * WINDOW * GROUP, canonical_policy=policy)
     assert wide.verifier.canonical_pass.buckets == (1024,)
-    alone = _run(wide, prompts, params)
-    wide_kv = _prompt_kv(wide, prompts[0])
+    alone = run_beside_random_free(wide, prompts, params)
+    wide_kv = prompt_kv(wide, prompts[0], min_tokens=1025)
     wide.close()
-    batched = _run(_generator(llama8b, 4 * WINDOW * GROUP, canonical_policy=policy), prompts, params, num_free=24)
+    batched = run_beside_random_free(wide_pass_generator(llama8b, 4 * WINDOW * GROUP, canonical_policy=policy),
+                                     prompts, params, num_free=24)
     report("gemm_rows_1024_wide_pass_kv_equal", bool(torch.equal(wide_kv, reference_kv)))
     assert torch.equal(wide_kv, reference_kv)
     assert alone == reference
     assert batched == reference
 
-    default = _generator(llama8b, 4 * WINDOW * GROUP)  # M = R: another canonical config
-    _run(default, prompts[:1], params[:1])
-    default_kv = _prompt_kv(default, prompts[0])
+    default = wide_pass_generator(llama8b, 4 * WINDOW * GROUP)  # M = R: another canonical config
+    run_beside_random_free(default, prompts[:1], params[:1])
+    default_kv = prompt_kv(default, prompts[0], min_tokens=1025)
     default.close()
     report("gemm_rows_1024_vs_default_kv_entries_differing", int((default_kv != reference_kv).sum()))
 
@@ -106,13 +94,13 @@ def test_wide_verify_passes_with_fixed_gemm_rows_commit_the_bits_of_narrow_passe
     params = [SamplingParams(max_new_tokens=48, deterministic=True, ignore_eos=True, logprobs=True,
                              temperature=0.0 if i % 2 else 0.8, seed=200 + i) for i in range(40)]
     policy = FixedShapePolicy(gemm_rows=512)
-    narrow = _generator(llama8b, WINDOW * GROUP, canonical_policy=policy)
-    reference = _run(narrow, prompts, params)
+    narrow = wide_pass_generator(llama8b, WINDOW * GROUP, canonical_policy=policy)
+    reference = run_beside_random_free(narrow, prompts, params)
     narrow.close()
-    wide = _generator(llama8b, 4 * WINDOW * GROUP, wide_verify=True, canonical_policy=policy)
+    wide = wide_pass_generator(llama8b, 4 * WINDOW * GROUP, wide_verify=True, canonical_policy=policy)
     assert wide.verifier.canonical_pass.buckets == (512, 1024)
     windows = count_windows(wide)
-    got = _run(wide, prompts, params, num_free=16)
+    got = run_beside_random_free(wide, prompts, params, num_free=16)
     wide.close()
     assert max(windows) > GROUP, f"no pass held more than G windows: {windows}"
     assert got == reference

@@ -20,54 +20,38 @@ import torch
 
 pytest.importorskip("triton")
 
-from llm42 import DVRGenerator, SamplingParams  # noqa: E402
+from llm42 import SamplingParams  # noqa: E402
 from llm42.verify import canonical_pass  # noqa: E402
 from llm42.policies import FixedShapePolicy  # noqa: E402
-from tests.helpers import count_windows, prompt_kv, run_beside_free  # noqa: E402
+from tests.helpers import (WIDE_GROUP, WIDE_WINDOW, count_windows, prompt_kv, run_beside_random_free,  # noqa: E402
+                           wide_pass_generator, wide_pass_requests)
 
 pytestmark = pytest.mark.gpu
 
-WINDOW, GROUP = 32, 8
+WINDOW, GROUP = WIDE_WINDOW, WIDE_GROUP
 
 
-def _generator(llama8b, max_canonical_tokens: int, **kwargs) -> DVRGenerator:
-    cfg, weights = llama8b
-    return DVRGenerator(weights, cfg, window=WINDOW, group=GROUP, kv_cache_tokens=16 * 1024,
-                        max_fast_tokens=1024, max_canonical_tokens=max_canonical_tokens, **kwargs)
 
 
-def _requests(vocab: int):
-    rng = random.Random(7)
-    prompts = [[rng.randrange(3, vocab) for _ in range(n)] for n in (1500, 700)]
-    params = [SamplingParams(max_new_tokens=40, deterministic=True, ignore_eos=True, logprobs=3),
-              SamplingParams(max_new_tokens=40, deterministic=True, ignore_eos=True, temperature=0.8, top_k=50,
-                             seed=11, logprobs=3)]
-    return prompts, params
 
 
-def _run(gen: DVRGenerator, prompts, params, *, num_free: int = 0):
-    rng = random.Random(3)
-    free = [[rng.randrange(3, gen.vocab_size) for _ in range(rng.randint(20, 300))] for _ in range(num_free)]
-    return run_beside_free(gen, prompts, params, free, SamplingParams(max_new_tokens=60, ignore_eos=True))
 
 
-def _prompt_kv(gen: DVRGenerator, prompt: list[int]) -> torch.Tensor:
-    return prompt_kv(gen, prompt, min_tokens=1025)
 
 
 def test_wide_passes_commit_the_bits_of_r_row_passes_on_cuda(llama8b, report):
     cfg, _ = llama8b
-    prompts, params = _requests(cfg.vocab_size)
-    narrow = _generator(llama8b, WINDOW * GROUP)
-    reference = _run(narrow, prompts, params)
-    reference_kv = _prompt_kv(narrow, prompts[0])
+    prompts, params = wide_pass_requests(cfg.vocab_size)
+    narrow = wide_pass_generator(llama8b, WINDOW * GROUP)
+    reference = run_beside_random_free(narrow, prompts, params)
+    reference_kv = prompt_kv(narrow, prompts[0], min_tokens=1025)
     narrow.close()
 
-    wide = _generator(llama8b, 4 * WINDOW * GROUP)
-    alone = _run(wide, prompts, params)
+    wide = wide_pass_generator(llama8b, 4 * WINDOW * GROUP)
+    alone = run_beside_random_free(wide, prompts, params)
     assert wide.stats["canonical_rows"] > 256 * wide.stats["canonical_passes"] - 256, "no wide pass ran"
-    wide_kv = _prompt_kv(wide, prompts[0])
-    batched = _run(_generator(llama8b, 4 * WINDOW * GROUP), prompts, params, num_free=24)
+    wide_kv = prompt_kv(wide, prompts[0], min_tokens=1025)
+    batched = run_beside_random_free(wide_pass_generator(llama8b, 4 * WINDOW * GROUP), prompts, params, num_free=24)
     wide.close()
     report("wide_pass_kv_equal", bool(torch.equal(wide_kv, reference_kv)))
     assert torch.equal(wide_kv, reference_kv)
@@ -75,9 +59,9 @@ def test_wide_passes_commit_the_bits_of_r_row_passes_on_cuda(llama8b, report):
     assert batched == reference
 
     # control: another canonical config's K/V differs, so the equality above is not vacuous
-    other = _generator(llama8b, 4 * WINDOW * GROUP, canonical_policy=FixedShapePolicy(key_block=32))
-    _run(other, prompts[:1], params[:1])
-    other_kv = _prompt_kv(other, prompts[0])
+    other = wide_pass_generator(llama8b, 4 * WINDOW * GROUP, canonical_policy=FixedShapePolicy(key_block=32))
+    run_beside_random_free(other, prompts[:1], params[:1])
+    other_kv = prompt_kv(other, prompts[0], min_tokens=1025)
     other.close()
     report("key_block_32_kv_entries_differing", int((other_kv != reference_kv).sum()))
     assert not torch.equal(other_kv, reference_kv)
@@ -91,12 +75,12 @@ def test_wide_verify_passes_commit_the_bits_of_r_row_passes_on_cuda(llama8b, rep
     prompts = [[rng.randrange(3, cfg.vocab_size) for _ in range(rng.randint(8, 40))] for _ in range(40)]
     params = [SamplingParams(max_new_tokens=48, deterministic=True, ignore_eos=True, logprobs=True,
                              temperature=0.0 if i % 2 else 0.8, seed=100 + i) for i in range(40)]
-    narrow = _generator(llama8b, WINDOW * GROUP)
-    reference = _run(narrow, prompts, params)
+    narrow = wide_pass_generator(llama8b, WINDOW * GROUP)
+    reference = run_beside_random_free(narrow, prompts, params)
     narrow.close()
-    wide = _generator(llama8b, 4 * WINDOW * GROUP, wide_verify=True)
+    wide = wide_pass_generator(llama8b, 4 * WINDOW * GROUP, wide_verify=True)
     windows = count_windows(wide)
-    got = _run(wide, prompts, params, num_free=16)
+    got = run_beside_random_free(wide, prompts, params, num_free=16)
     wide.close()
     report("wide_verify_max_windows_per_pass", max(windows))
     assert max(windows) > GROUP, f"no pass held more than G windows: {windows}"
@@ -115,15 +99,15 @@ def test_gemm_block_streams_and_tile_tables_keep_the_bits_on_cuda(llama8b, monke
     params = [SamplingParams(max_new_tokens=rng.randint(9, 70), deterministic=True, ignore_eos=True, logprobs=True,
                              temperature=0.0 if i % 2 else 0.8, seed=200 + i) for i in range(36)]
     monkeypatch.setattr(canonical_pass, "SEGMENT_TILES", False)
-    narrow = _generator(llama8b, WINDOW * GROUP)
-    reference = _run(narrow, prompts, params)
+    narrow = wide_pass_generator(llama8b, WINDOW * GROUP)
+    reference = run_beside_random_free(narrow, prompts, params)
     assert narrow.verifier.canonical_pass._rows.tiles is None  # bound (and staged) at its first pass
     narrow.close()
     monkeypatch.setattr(canonical_pass, "SEGMENT_TILES", True)
-    wide = _generator(llama8b, 4 * WINDOW * GROUP, wide_verify=True, canonical_gemm_streams=gemm_streams)
+    wide = wide_pass_generator(llama8b, 4 * WINDOW * GROUP, wide_verify=True, canonical_gemm_streams=gemm_streams)
     assert len(wide.verifier.canonical_pass._block_streams) == (gemm_streams if gemm_streams > 1 else 0)
     windows = count_windows(wide)
-    got = _run(wide, prompts, params, num_free=12)
+    got = run_beside_random_free(wide, prompts, params, num_free=12)
     assert wide.verifier.canonical_pass._rows.tiles is not None
     wide.close()
     report(f"gemm_streams_{gemm_streams}_max_windows_per_pass", max(windows))
@@ -158,26 +142,27 @@ def test_wide_passes_with_the_triton_gemm_commit_the_bits_of_r_row_passes_on_cud
     run each GEMM once over all their rows, and commit the tokens, log-probs and prompt K/V of R-row passes; free
     requests beside them change nothing. Control: the cuBLAS config's K/V differs (another canonical config)."""
     cfg, _ = llama8b
-    prompts, params = _requests(cfg.vocab_size)
+    prompts, params = wide_pass_requests(cfg.vocab_size)
     triton = FixedShapePolicy(gemm="triton")
-    narrow = _generator(llama8b, WINDOW * GROUP, canonical_policy=triton)
-    reference = _run(narrow, prompts, params)
-    reference_kv = _prompt_kv(narrow, prompts[0])
+    narrow = wide_pass_generator(llama8b, WINDOW * GROUP, canonical_policy=triton)
+    reference = run_beside_random_free(narrow, prompts, params)
+    reference_kv = prompt_kv(narrow, prompts[0], min_tokens=1025)
     narrow.close()
-    wide = _generator(llama8b, 4 * WINDOW * GROUP, canonical_policy=triton)
-    alone = _run(wide, prompts, params)
+    wide = wide_pass_generator(llama8b, 4 * WINDOW * GROUP, canonical_policy=triton)
+    alone = run_beside_random_free(wide, prompts, params)
     assert wide.stats["canonical_rows"] > 256 * wide.stats["canonical_passes"] - 256, "no wide pass ran"
-    wide_kv = _prompt_kv(wide, prompts[0])
+    wide_kv = prompt_kv(wide, prompts[0], min_tokens=1025)
     wide.close()
-    batched = _run(_generator(llama8b, 4 * WINDOW * GROUP, canonical_policy=triton), prompts, params, num_free=24)
+    batched = run_beside_random_free(wide_pass_generator(llama8b, 4 * WINDOW * GROUP, canonical_policy=triton),
+                                     prompts, params, num_free=24)
     report("triton_gemm_wide_pass_kv_equal", bool(torch.equal(wide_kv, reference_kv)))
     assert torch.equal(wide_kv, reference_kv)
     assert alone == reference
     assert batched == reference
 
-    cublas = _generator(llama8b, 4 * WINDOW * GROUP)
-    _run(cublas, prompts[:1], params[:1])
-    cublas_kv = _prompt_kv(cublas, prompts[0])
+    cublas = wide_pass_generator(llama8b, 4 * WINDOW * GROUP)
+    run_beside_random_free(cublas, prompts[:1], params[:1])
+    cublas_kv = prompt_kv(cublas, prompts[0], min_tokens=1025)
     cublas.close()
     report("triton_vs_cublas_kv_entries_differing", int((cublas_kv != reference_kv).sum()))
     assert not torch.equal(cublas_kv, reference_kv)
@@ -190,12 +175,12 @@ def test_wide_verify_passes_with_the_triton_gemm_commit_the_bits_of_r_row_passes
     params = [SamplingParams(max_new_tokens=48, deterministic=True, ignore_eos=True, logprobs=True,
                              temperature=0.0 if i % 2 else 0.8, seed=200 + i) for i in range(40)]
     triton = FixedShapePolicy(gemm="triton")
-    narrow = _generator(llama8b, WINDOW * GROUP, canonical_policy=triton)
-    reference = _run(narrow, prompts, params)
+    narrow = wide_pass_generator(llama8b, WINDOW * GROUP, canonical_policy=triton)
+    reference = run_beside_random_free(narrow, prompts, params)
     narrow.close()
-    wide = _generator(llama8b, 4 * WINDOW * GROUP, wide_verify=True, canonical_policy=triton)
+    wide = wide_pass_generator(llama8b, 4 * WINDOW * GROUP, wide_verify=True, canonical_policy=triton)
     windows = count_windows(wide)
-    got = _run(wide, prompts, params, num_free=16)
+    got = run_beside_random_free(wide, prompts, params, num_free=16)
     wide.close()
     assert max(windows) > GROUP, f"no pass held more than G windows: {windows}"
     assert got == reference
@@ -221,19 +206,19 @@ def test_a_triton_head_on_the_wanted_rows_commits_the_bits_of_an_r_row_head_on_c
     (``SMALLEST_RESULTS`` raised past R, the behaviour before round 21). Not vacuous: the head did run on fewer
     than R rows."""
     cfg, _ = llama8b
-    prompts, params = _requests(cfg.vocab_size)
+    prompts, params = wide_pass_requests(cfg.vocab_size)
     policy = _HeadRows(cfg.vocab_size)
     got = {}
     for tokens in (WINDOW * GROUP, 4 * WINDOW * GROUP):
-        gen = _generator(llama8b, tokens, canonical_policy=policy)
-        got[tokens] = _run(gen, prompts, params, num_free=8)
+        gen = wide_pass_generator(llama8b, tokens, canonical_policy=policy)
+        got[tokens] = run_beside_random_free(gen, prompts, params, num_free=8)
         gen.close()
     report("triton_head_rows_seen", sorted(set(policy.head_rows)))
     assert min(policy.head_rows) < WINDOW * GROUP, f"every head ran on R rows or more: {sorted(set(policy.head_rows))}"
     monkeypatch.setattr(canonical_pass, "SMALLEST_RESULTS", 1 << 30)  # no result sizes below R: every row's head
     everyone = _HeadRows(cfg.vocab_size)
-    gen = _generator(llama8b, WINDOW * GROUP, canonical_policy=everyone)
-    reference = _run(gen, prompts, params)
+    gen = wide_pass_generator(llama8b, WINDOW * GROUP, canonical_policy=everyone)
+    reference = run_beside_random_free(gen, prompts, params)
     gen.close()
     assert min(everyone.head_rows) >= WINDOW * GROUP
     assert got[WINDOW * GROUP] == reference
