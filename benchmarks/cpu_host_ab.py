@@ -23,8 +23,9 @@ tiny model (staging does not depend on the model's size):
   prompts, 300 outputs, that share deterministic), over a one-layer model of width 32 and 64 tokens, so that the
   model's CPU time is small: the step's host parts (``_STEP_PARTS``: views, scheduling, plan checks, drafts ahead,
   the fast step's launch less the model's work in it, reading tokens back, a pass's launch less its model work,
-  applying passes), ms per step over ``--reps`` steps after 12, summed. The digest: every request's committed
-  tokens after the steps.
+  applying passes), ms per step over ``--reps`` steps after 12, summed, with the objects built before them frozen out
+  of the garbage collector's full passes (their pauses are ``cpu_gc_pauses.py``'s). The digest: every request's
+  committed tokens after the steps.
 
 Each tree runs in its own process (``--base``'s ``src`` and this checkout's), ``--rounds`` times in turn (ABAB...), and
 every process also writes a digest of what it staged and committed per case: the two trees must stage and commit
@@ -209,6 +210,7 @@ def _timed_parts(acc: dict) -> list:
 
 
 def _engine_steps(share: float, reps: int) -> dict:
+    import gc
     import random
 
     from llm42 import DVRGenerator, SamplingParams
@@ -229,10 +231,16 @@ def _engine_steps(share: float, reps: int) -> dict:
         gen.step()
     acc = dict.fromkeys(_STEP_PARTS, 0.0)
     saved = _timed_parts(acc)
+    # the objects built so far out of the collector's full passes (gc.freeze, here in the script: the base tree has
+    # no frozen_gc), so that one ~80 ms pass falling into some part does not swamp a 40-step median of the host
+    # work; the pauses themselves are cpu_gc_pauses.py's measure
+    gc.collect()
+    gc.freeze()
     try:
         for _ in range(reps):
             gen.step()
     finally:
+        gc.unfreeze()
         unwrap(saved)
     parts = {label: total / reps * 1e3 for label, total in acc.items()}
     host = (sum(parts[k] for k in ("views", "schedule", "validate_plan", "drafts_ahead", "fast_read", "pass_apply"))

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Round 28, device call E (after a call that left the joined SmolLM2 GGUF on the warm machine, e.g. r27 call B or
 # C; it carries .dev_stage/base): the host A/B of round 28. Round 28 moved a canonical pass's staging and applying
-# into NumPy and cut the per-step bookkeeping (one-pass scheduling, written-out views and reads): 0.39-0.63x a
-# pass's host ms, 0.75x / 0.87x a step's at 1,000 requests (none / half deterministic) on the CPU
+# into NumPy and cut the per-step bookkeeping (one-pass scheduling, written-out views and reads): 0.44-0.70x a
+# pass's host ms, 0.79x / 0.71x a step's at 1,000 requests (none / half deterministic) on the CPU
 # (benchmarks/cpu_host_ab.py). Whether the H200's served runs gain is what this measures: dvr_ab.py (default
 # engine, nondet and dvr@50) on the tree before round 28 (its src/ and dvr_ab.py, staged into .dev_stage/base: each
 # tree runs its own script and package) and on this tree (with the gc_freeze variant beside its default), four
