@@ -20,6 +20,7 @@ from llm42.bench.figures import first_mismatch
 from llm42.bench.flips import flip_rate
 from llm42.bench.metrics import CDF_POINTS, RequestRecord, cdf
 from llm42.bench.roofline import model_sizes, roofline
+from llm42.bench.modes import mode_by_name
 from llm42.bench.runner import Clock
 from llm42.bench.workloads import chat_like, fixed_shape, sharegpt_like
 from llm42.policies import NoisyFastPolicy
@@ -80,6 +81,8 @@ def test_serving_runs_every_phase_and_writes_clean_json(serving):
     assert "free_itl_vs_nondet" in det and "itl_cdf_free" in det
     assert offline["checks"]["deterministic_outputs_agree_across_dvr_modes"]["is_ok"]
     assert results["transformers"] == {"skipped": "needs a checkpoint (--model PATH)"}
+    # timed as `llm42 serve` serves: start-up objects frozen out of the collector's full passes
+    assert results["meta"]["config"]["gc_freeze"] is True
     (load,) = results["online"]["loads"].values()
     assert list(load["modes"]) == ["nondet", "dvr@50"]
     assert load["rate_rps"] == pytest.approx(0.8 * results["online"]["capacity_rps"])
@@ -105,6 +108,25 @@ def test_serving_replot_redraws_from_the_json(serving, tmp_path):
     saved.write_text(json.dumps(results))
     assert main(["--replot", str(saved)]) == 0
     assert sorted(p.name for p in tmp_path.glob("*.png")) == ["saved_itl_cdf.png", "saved_throughput.png"]
+
+
+def test_serving_engine_takes_the_canonical_gemm_rows_and_the_gc_switch():
+    from llm42.bench.serving import ServingConfig, _engine, parse_args
+
+    args = parse_args(["--canonical-gemm-rows", "1024", "--no-gc-freeze"])
+    assert args.canonical_gemm_rows == 1024 and args.gc_freeze is False
+    assert parse_args([]).gc_freeze is True and parse_args([]).canonical_gemm_rows is None
+    model = build_model("tiny", device=CPU, dtype=torch.float32, max_positions=64)
+    workload = fixed_shape(8, 4, 2, length_scale=1.0, vocab_size=model.cfg.vocab_size, seed=0, sampled_share=0.0)
+    config = ServingConfig(device="cpu", model="tiny", dtype=torch.float32, budget_s=10, window=4, group=2,
+                           max_num_seqs=2, canonical_gemm_rows=16, gc_freeze=False)
+    engine = _engine(model, config, workload)
+    assert engine.canonical_gemm_rows == 16 and engine.gc_freeze is False
+    gen, _ = engine.generator(mode_by_name("dvr@50"))
+    try:
+        assert gen.canonical_policy.gemm_rows == 16
+    finally:
+        gen.close()
 
 
 def test_serving_cuda_without_cuda_fails_clearly(capsys, tmp_path):

@@ -111,6 +111,8 @@ class ServingConfig:
     canonical_stream: bool | None = None  # None: the engine's default (on CUDA: on)
     draft_ahead: bool = True
     wide_verify: bool | None = None  # None: the engine's default (on CUDA: on)
+    canonical_gemm_rows: int | None = None  # FixedShapePolicy(gemm_rows=...): every canonical GEMM at that M (CUDA)
+    gc_freeze: bool = True  # every timed run inside ``frozen_gc``, as ``llm42 serve`` serves
 
     def fast_policy(self):
         """The non-batch-invariant modes' fast path: None (the default FastPolicy) unless a decode kernel is set."""
@@ -276,7 +278,8 @@ def _engine(model: BenchModel, config: ServingConfig, workload: Workload) -> Eng
                   canonical_gemm=config.canonical_gemm, canonical_tile_m=config.canonical_tile_m,
                   fast_policy=config.fast_policy(), max_canonical_tokens=config.max_canonical_tokens,
                   canonical_stream=config.canonical_stream, draft_ahead=config.draft_ahead,
-                  wide_verify=config.wide_verify)
+                  wide_verify=config.wide_verify, canonical_gemm_rows=config.canonical_gemm_rows,
+                  gc_freeze=config.gc_freeze)
 
 
 def serving_summary(run: RunResult, *, nondet: RunResult | None) -> dict:
@@ -453,7 +456,7 @@ def transformers_phase(run: Run, model: BenchModel, deadline: float) -> None:
                     max_num_seqs=config.hf_batch, use_cuda_graphs=config.use_cuda_graphs,
                     max_fast_tokens=config.max_fast_tokens, canonical_attention=config.canonical_attention,
                     canonical_gemm=config.canonical_gemm, canonical_tile_m=config.canonical_tile_m,
-                    fast_policy=config.fast_policy())
+                    fast_policy=config.fast_policy(), gc_freeze=config.gc_freeze)
     det_order = deterministic_order(workload.num_requests, seed=config.seed)
     share = (deadline - time.perf_counter()) / 3
     mine = run.guarded("transformers llm42 side", lambda: run_offline(
@@ -604,6 +607,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--wide-verify", action=argparse.BooleanOptionalAction, default=None,
                    help="verify windows fill canonical passes of more than R rows (DVRGenerator knob; default: the "
                         "engine's, on for CUDA)")
+    p.add_argument("--canonical-gemm-rows", type=int, default=None,
+                   help="CUDA: every canonical GEMM at this M, a wide pass's rows in blocks of it "
+                        "(FixedShapePolicy(gemm_rows=...): its own canonical config; default: M = R)")
+    p.add_argument("--gc-freeze", action=argparse.BooleanOptionalAction, default=True,
+                   help="time every run with the objects built before it out of the cyclic collector's full passes "
+                        "(llm42.gc_freeze.frozen_gc, as `llm42 serve` serves; default on)")
     p.add_argument("--modes", default=",".join(OFFLINE_MODES), help="offline modes (must include nondet)")
     p.add_argument("--online-modes", default=",".join(ONLINE_MODES), help="online modes ('' skips online)")
     p.add_argument("--online-loads", default="0.4,0.7,0.9", help="fractions of the offline nondet request rate")
@@ -642,7 +651,7 @@ def main(argv: list[str] | None = None, *, repo: Path | None = None) -> int:
             canonical_gemm=args.canonical_gemm, canonical_tile_m=args.canonical_tile_m,
             fast_decode_kernel=args.fast_decode_kernel, max_canonical_tokens=args.max_canonical_tokens,
             canonical_stream=args.canonical_stream, draft_ahead=not args.no_draft_ahead,
-            wide_verify=args.wide_verify,
+            wide_verify=args.wide_verify, canonical_gemm_rows=args.canonical_gemm_rows, gc_freeze=args.gc_freeze,
         )
         out = args.out or repo / "benchmarks" / "results" / f"serving_{args.device}_{_model_stem(model)}.json"
         results = run_serving(config, out=out, repo=repo, cache_dir=args.cache_dir)
