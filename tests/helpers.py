@@ -182,3 +182,19 @@ def run_beside_random_free(gen, prompts, params, *, num_free: int = 0) -> list:
     rng = random.Random(3)
     free = [[rng.randrange(3, gen.vocab_size) for _ in range(rng.randint(20, 300))] for _ in range(num_free)]
     return run_beside_free(gen, prompts, params, free, SamplingParams(max_new_tokens=60, ignore_eos=True))
+
+
+def prompts_to_draft_without_rule(pool, max_rows: int) -> list:
+    """``RequestPool.prompts_to_draft`` without its rule (a negative control of ``prompt_drafts``): a prompt's fast run
+    goes on over positions canonical passes have, launched or committed, once they overtake it."""
+    from llm42.scheduler import PrefillChunk
+
+    out = []
+    for req in pool.running.values():
+        if max_rows <= 0:
+            break
+        if req.is_deterministic and req.num_fast_prompt < req.num_prompt_tokens and req.max_new_tokens > 2:
+            num = min(req.num_prompt_tokens - req.num_fast_prompt, max_rows)
+            out.append(PrefillChunk(req.rid, num))
+            max_rows -= num
+    return out

@@ -159,11 +159,11 @@ def _partial_windows_drafting(gen: DVRGenerator) -> list[int]:
     fast = gen.fast_step
     launch = fast.launch
 
-    def recording(plan):
+    def recording(plan, *args):
         rows, pool = set(plan.fast_decode), gen._pool
         counts.append(sum(1 for rid in plan.verify if rid in rows
                           and pool.running[rid].num_speculable(pool.window) > 0))
-        return launch(plan)
+        return launch(plan, *args)
 
     fast.launch = recording
     return counts

@@ -110,21 +110,21 @@ def test_serving_replot_redraws_from_the_json(serving, tmp_path):
     assert sorted(p.name for p in tmp_path.glob("*.png")) == ["saved_itl_cdf.png", "saved_throughput.png"]
 
 
-def test_serving_engine_takes_the_canonical_gemm_rows_and_the_gc_switch():
+def test_serving_engine_takes_the_canonical_gemm_rows_the_gc_switch_and_prompt_drafts():
     from llm42.bench.serving import ServingConfig, _engine, parse_args
 
-    args = parse_args(["--canonical-gemm-rows", "1024", "--no-gc-freeze"])
-    assert args.canonical_gemm_rows == 1024 and args.gc_freeze is False
+    args = parse_args(["--canonical-gemm-rows", "1024", "--no-gc-freeze", "--prompt-drafts"])
+    assert args.canonical_gemm_rows == 1024 and args.gc_freeze is False and args.prompt_drafts is True
     assert parse_args([]).gc_freeze is True and parse_args([]).canonical_gemm_rows is None
     model = build_model("tiny", device=CPU, dtype=torch.float32, max_positions=64)
     workload = fixed_shape(8, 4, 2, length_scale=1.0, vocab_size=model.cfg.vocab_size, seed=0, sampled_share=0.0)
     config = ServingConfig(device="cpu", model="tiny", dtype=torch.float32, budget_s=10, window=4, group=2,
-                           max_num_seqs=2, canonical_gemm_rows=16, gc_freeze=False)
+                           max_num_seqs=2, canonical_gemm_rows=16, gc_freeze=False, prompt_drafts=True)
     engine = _engine(model, config, workload)
-    assert engine.canonical_gemm_rows == 16 and engine.gc_freeze is False
+    assert engine.canonical_gemm_rows == 16 and engine.gc_freeze is False and engine.prompt_drafts is True
     gen, _ = engine.generator(mode_by_name("dvr@50"))
     try:
-        assert gen.canonical_policy.gemm_rows == 16
+        assert gen.canonical_policy.gemm_rows == 16 and gen.config.prompt_drafts is True
     finally:
         gen.close()
 

@@ -200,6 +200,11 @@ VARIANTS = {
     # (llm42.gc_freeze.frozen_gc, what `llm42 serve` does): on the CPU one full pass over ~181K objects took 75-79 ms
     # at 1,000 running requests, 4.7-6.3 ms frozen (cpu_gc_pauses.py). The same engine and bits: pauses, not tokens
     "gc_freeze": {"gc_freeze": True},
+    # round 30: a deterministic request drafts from a fast run of its prompt while its prompt's canonical passes wait
+    # (DVRGenerator(prompt_drafts=True)): round 25's dvr@50 ended ~1.1 s after the free requests, its deterministic
+    # requests' first tokens at 0.85 s p50 / 2.1 s p90 against 0.27 / 0.53 s for the free ones
+    "prompt_drafts": {"prompt_drafts": True},
+    "gemm_rows_1024_prompt_drafts": {"canonical_gemm_rows": 1024, "prompt_drafts": True},
 }
 
 

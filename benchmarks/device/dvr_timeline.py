@@ -187,17 +187,18 @@ class Timeline:
             return hooked
 
         def fast_launch(original):
-            def hooked(self, plan):
+            def hooked(self, plan, prompt_drafts=()):
                 if not timeline.is_recording:
-                    return original(self, plan)
+                    return original(self, plan, prompt_drafts)
                 det = timeline.det
                 if det is not None and timeline.step_index % det.every == 0:
                     det.record(self._pool, plan)
                 start = timeline.clock.mark()
                 try:
-                    return original(self, plan)
+                    return original(self, plan, prompt_drafts)
                 finally:
-                    rows = len(plan.fast_decode) + sum(c.num_tokens for c in plan.fast_prefill)
+                    rows = (len(plan.fast_decode) + sum(c.num_tokens for c in plan.fast_prefill)
+                            + sum(c.num_tokens for c in prompt_drafts))
                     timeline.fast.append((timeline.step_index, start, timeline.clock.mark(), rows))
             return hooked
 

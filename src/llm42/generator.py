@@ -51,7 +51,7 @@ from llm42.policies.base import ReductionPolicy
 from llm42.policies.fast import canonical_decode_mismatches
 from llm42.prompts import Tokenizer, encode_prompt
 from llm42.runner import ModelRunner, Segment
-from llm42.scheduler import DefaultScheduler, Plan, Scheduler, SchedulerState, validate_plan
+from llm42.scheduler import DefaultScheduler, Plan, PrefillChunk, Scheduler, SchedulerState, validate_plan
 from llm42.scoring import ScoreJob, score_jobs
 from llm42.verify import CanonicalConfig, CanonicalWork, Commit, LaunchedPass, Verifier
 
@@ -158,6 +158,7 @@ class DVRGenerator:
         chain_passes: str = "prompts",
         risk_margin: float = 0.0,
         canonical_sms: int | None = None,
+        prompt_drafts: bool = False,
     ):
         self.canonical_config = CanonicalConfig(window=window, group=group)
         self.config = EngineConfig(
@@ -169,6 +170,7 @@ class DVRGenerator:
             wide_verify=wide_verify, prioritize_fast=prioritize_fast, canonical_priority=canonical_priority,
             canonical_gemm_streams=canonical_gemm_streams, graph_bucket_step=graph_bucket_step,
             chain_passes=chain_passes, risk_margin=risk_margin, canonical_sms=canonical_sms,
+            prompt_drafts=prompt_drafts,
         )
         num_canonical_tokens = self.config.canonical_tokens(self.canonical_config.num_rows)
         scratch = getattr(kv_store, "num_scratch_slots", None)  # an injected store: a pass's padding rows write there
@@ -261,6 +263,10 @@ class DVRGenerator:
                           stacklevel=2)
         # drafting ahead of a window in a pass needs a verifier that leaves the rollback of K/V to the engine
         self._draft_ahead = draft_ahead and isinstance(verifier, Verifier)
+        if prompt_drafts and not self._draft_ahead:
+            raise ValueError("DVRGenerator prompt_drafts needs llm42's own Verifier (it drafts ahead of a prompt's "
+                             f"canonical pass), not an injected {type(verifier).__name__}")
+        self._prompt_drafts = prompt_drafts
         self.max_canonical_tokens = num_canonical_tokens
         # llm42's verifier computes results for every row of a wide pass (its windows' too); another, for R rows
         self._max_canonical_results = (num_canonical_tokens if wide_verify and isinstance(verifier, Verifier)
@@ -571,16 +577,17 @@ class DVRGenerator:
         plan = self.scheduler.schedule(state)
         validate_plan(plan, state)
         plan = self._with_drafts_ahead(plan)
+        prompt_drafts = self._prompts_to_draft(plan)
         fast = self.fast_step
         is_idle = fast.in_flight is None and self._canonical_in_flight is None
-        if plan.is_empty and is_idle and self._pool.running:
+        if plan.is_empty and not prompt_drafts and is_idle and self._pool.running:
             raise RuntimeError(
                 f"scheduler {type(self.scheduler).__name__} returned an empty plan with "
                 f"{len(self._pool.running)} requests running; no progress is possible"
             )
         previous = fast.take()
         try:
-            fast.launch(plan)  # leaves what ran in flight, even if part of the step failed
+            fast.launch(plan, prompt_drafts)  # leaves what ran in flight, even if part of the step failed
         finally:
             fast.read(previous, events, self._finish)
         if not self.config.overlap:
@@ -630,6 +637,14 @@ class DVRGenerator:
             return plan
         ahead = self._pool.drafting_ahead(set(plan.fast_decode), spare, joining=set(plan.verify))
         return dataclasses.replace(plan, fast_decode=plan.fast_decode + tuple(ahead)) if ahead else plan
+
+    def _prompts_to_draft(self, plan: Plan) -> list[PrefillChunk]:
+        """``prompt_drafts``: chunks of deterministic prompts in the rows the plan (drafts ahead included) leaves in
+        the fast step, for their requests to draft from before their prompts' passes commit."""
+        if not self._prompt_drafts:
+            return []
+        spare = self.config.max_fast_tokens - len(plan.fast_decode) - sum(c.num_tokens for c in plan.fast_prefill)
+        return self._pool.prompts_to_draft(spare) if spare > 0 else []
 
     def _deliver(self, events: dict[int, list[int]]) -> None:
         """Move the tokens of stream() requests from ``events`` to their streams' queues."""

@@ -73,10 +73,10 @@ class FastStepsBesidePasses:
         self.count = 0
         launch = gen.fast_step.launch
 
-        def counting_launch(plan):
+        def counting_launch(plan, *args):
             in_flight = gen._canonical_in_flight
             self.count += bool(plan.fast_decode) and in_flight is not None and not in_flight.is_ready()
-            return launch(plan)
+            return launch(plan, *args)
 
         gen.fast_step.launch = counting_launch
 

@@ -120,6 +120,7 @@ class Engine:
     scheduler_order: str = "arrival"  # DefaultScheduler's knob (order=): who is served first where rows are short
     canonical_sms: int | None = None  # DVRGenerator's knob: the canonical pass's kernels on that many SMs (CUDA)
     gc_freeze: bool = False  # the timed run inside ``frozen_gc`` (what ``llm42 serve`` does), after the warm-up
+    prompt_drafts: bool = False  # DVRGenerator's knob: deterministic requests draft from a fast run of their prompt
     # the scheduler's class: DefaultScheduler or a subclass taking its keywords (an A/B of a scheduling rule)
     scheduler_class: type = DefaultScheduler
 
@@ -145,7 +146,7 @@ class Engine:
             prioritize_fast=self.prioritize_fast, canonical_priority=self.canonical_priority,
             canonical_gemm_streams=self.canonical_gemm_streams,
             graph_bucket_step=self.graph_bucket_step, chain_passes=self.chain_passes, risk_margin=self.risk_margin,
-            canonical_sms=self.canonical_sms,
+            canonical_sms=self.canonical_sms, prompt_drafts=self.prompt_drafts,
         )
         notes = []
         if self.use_cuda_graphs and gen.device.type == "cuda":

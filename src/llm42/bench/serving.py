@@ -113,6 +113,7 @@ class ServingConfig:
     wide_verify: bool | None = None  # None: the engine's default (on CUDA: on)
     canonical_gemm_rows: int | None = None  # FixedShapePolicy(gemm_rows=...): every canonical GEMM at that M (CUDA)
     gc_freeze: bool = True  # every timed run inside ``frozen_gc``, as ``llm42 serve`` serves
+    prompt_drafts: bool = False  # DVRGenerator(prompt_drafts=...): drafting from a fast run of deterministic prompts
 
     def fast_policy(self):
         """The non-batch-invariant modes' fast path: None (the default FastPolicy) unless a decode kernel is set."""
@@ -279,7 +280,7 @@ def _engine(model: BenchModel, config: ServingConfig, workload: Workload) -> Eng
                   fast_policy=config.fast_policy(), max_canonical_tokens=config.max_canonical_tokens,
                   canonical_stream=config.canonical_stream, draft_ahead=config.draft_ahead,
                   wide_verify=config.wide_verify, canonical_gemm_rows=config.canonical_gemm_rows,
-                  gc_freeze=config.gc_freeze)
+                  gc_freeze=config.gc_freeze, prompt_drafts=config.prompt_drafts)
 
 
 def serving_summary(run: RunResult, *, nondet: RunResult | None) -> dict:
@@ -613,6 +614,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--gc-freeze", action=argparse.BooleanOptionalAction, default=True,
                    help="time every run with the objects built before it out of the cyclic collector's full passes "
                         "(llm42.gc_freeze.frozen_gc, as `llm42 serve` serves; default on)")
+    p.add_argument("--prompt-drafts", action="store_true",
+                   help="deterministic requests draft from a fast run of their prompts while the prompts' canonical "
+                        "passes wait (DVRGenerator(prompt_drafts=True))")
     p.add_argument("--modes", default=",".join(OFFLINE_MODES), help="offline modes (must include nondet)")
     p.add_argument("--online-modes", default=",".join(ONLINE_MODES), help="online modes ('' skips online)")
     p.add_argument("--online-loads", default="0.4,0.7,0.9", help="fractions of the offline nondet request rate")
@@ -652,6 +656,7 @@ def main(argv: list[str] | None = None, *, repo: Path | None = None) -> int:
             fast_decode_kernel=args.fast_decode_kernel, max_canonical_tokens=args.max_canonical_tokens,
             canonical_stream=args.canonical_stream, draft_ahead=not args.no_draft_ahead,
             wide_verify=args.wide_verify, canonical_gemm_rows=args.canonical_gemm_rows, gc_freeze=args.gc_freeze,
+            prompt_drafts=args.prompt_drafts,
         )
         out = args.out or repo / "benchmarks" / "results" / f"serving_{args.device}_{_model_stem(model)}.json"
         results = run_serving(config, out=out, repo=repo, cache_dir=args.cache_dir)

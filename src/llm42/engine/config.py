@@ -141,6 +141,13 @@ class EngineConfig:
     stream (``canonical_stream``) and a torch with green-context streams (2.11+, CUDA 12.8+); no effect on the
     CPU. Committed output is unchanged: a kernel's grid and each program's work do not depend on which SMs run
     it (tests/gpu/test_canonical_sms_cuda.py compares the bits).
+    ``prompt_drafts``: a deterministic request's prompt also runs through the fast path, in the fast step's spare
+    rows, while its canonical prefill waits for passes, and the request drafts from it: the first draft guesses the
+    token the pass of the prompt's last chunk commits, and the drafts after it stand if it is that token (as drafts
+    ahead of a window do). The fast path writes a prompt position's K/V only while no canonical pass has it, so
+    every canonical read sees canonical K/V. It costs the fast path the prompt's rows and saves the request the
+    wait for its prompt's passes before drafting. Needs ``draft_ahead`` (llm42's own ``Verifier``); off by default.
+    Committed output is unchanged.
     """
 
     max_num_seqs: int = 256
@@ -166,6 +173,7 @@ class EngineConfig:
     chain_passes: str = "prompts"
     risk_margin: float = 0.0
     canonical_sms: int | None = None
+    prompt_drafts: bool = False
 
     def __post_init__(self) -> None:
         owner = "DVRGenerator"
@@ -176,8 +184,11 @@ class EngineConfig:
             if getattr(self, name) is not None:
                 positive_int(owner, name, getattr(self, name))
         for name in ("prefix_cache", "use_cuda_graphs", "adaptive_draft", "overlap", "canonical_thread",
-                     "draft_ahead", "prioritize_fast"):
+                     "draft_ahead", "prioritize_fast", "prompt_drafts"):
             strict_bool(owner, name, getattr(self, name))
+        if self.prompt_drafts and not self.draft_ahead:
+            raise ValueError(f"{owner} prompt_drafts drafts ahead of a prompt's canonical pass: it needs "
+                             f"draft_ahead=True")
         if self.canonical_priority not in CANONICAL_PRIORITIES:
             raise ValueError(f"{owner} canonical_priority must be one of {CANONICAL_PRIORITIES}, got "
                              f"{self.canonical_priority!r}")

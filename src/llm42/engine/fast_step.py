@@ -8,7 +8,7 @@ at most one step is in flight while the one before it is read, so two buffers su
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import torch
@@ -21,7 +21,7 @@ from llm42.engine.requests import Request, RequestPool
 from llm42.kv import KVStoreProtocol
 from llm42.policies.base import ReductionPolicy
 from llm42.runner import ModelRunner, Segment
-from llm42.scheduler import Plan
+from llm42.scheduler import Plan, PrefillChunk
 from llm42.verify.canonical_pass import top_dicts
 
 
@@ -120,9 +120,13 @@ class FastStep:
         self.decode_graphs = None
         self.mixed = None
 
-    def launch(self, plan: Plan) -> None:
-        """Queue the plan's fast step on the device (``in_flight``); nothing is read back here."""
-        if not plan.fast_decode and not plan.fast_prefill:
+    def launch(self, plan: Plan, prompt_drafts: Sequence[PrefillChunk] = ()) -> None:
+        """Queue the plan's fast step on the device (``in_flight``); nothing is read back here.
+
+        ``prompt_drafts``: chunks of deterministic prompts run beside the plan's (``DVRGenerator(prompt_drafts=
+        True)``): from each request's ``num_fast_prompt``, advancing it; the chunk that ends a prompt samples the
+        request's first draft."""
+        if not plan.fast_decode and not plan.fast_prefill and not prompt_drafts:
             return
         running, state = self._pool.running, self._decode_state
         record = FastRecord()
@@ -140,7 +144,7 @@ class FastStep:
                     if position > max_position:
                         max_position = position
                 state.flush()
-                segments = self._prefill_segments(plan) if plan.fast_prefill else []
+                segments = self._prefill_segments(plan, prompt_drafts)
                 details = self._details(decode)
                 if segments and details is None and self._can_mix(decode, segments):
                     self._launch_mixed(decode, max_position + 1, segments, record)
@@ -148,7 +152,7 @@ class FastStep:
                     return
                 self._launch_decode(decode, max_position + 1, details, record)
             else:
-                segments = self._prefill_segments(plan)
+                segments = self._prefill_segments(plan, prompt_drafts)
             if segments:
                 self._launch_prefill(segments, record)
                 is_prefilled = True
@@ -199,13 +203,16 @@ class FastStep:
         record.add(decode, tokens, logprobs)
         self._prefilled(segments, prompt_tokens, prompt_logprobs, None, record)
 
-    def _prefill_segments(self, plan: Plan) -> list[Segment]:
-        """The plan's prompt chunks as segments, their positions appended in the K/V store."""
+    def _prefill_segments(self, plan: Plan, prompt_drafts: Sequence[PrefillChunk] = ()) -> list[Segment]:
+        """The plan's prompt chunks, then ``prompt_drafts``', as segments, their positions appended in the K/V
+        store."""
         running, state = self._pool.running, self._decode_state
         segments = []
-        for chunk in plan.fast_prefill:
+        for chunk in (*plan.fast_prefill, *prompt_drafts):
             req = running[chunk.rid]
-            start = req.num_prefilled
+            # a free prompt from where its prefill stands; a deterministic one from where the fast path's run of it
+            # does (its prefill is the canonical pass's)
+            start = req.num_fast_prompt if req.is_deterministic else req.num_prefilled
             seg = Segment(req.rid, tuple(req.prompt[start: start + chunk.num_tokens]), start, req.params, req.seed)
             self._kv.append(req.rid, seg.end)
             state.sync_table(req.slot, req.rid)
@@ -234,9 +241,16 @@ class FastStep:
                    top: tuple[torch.Tensor, torch.Tensor] | None, record: FastRecord) -> None:
         """Advance each chunk's request; a chunk that completes its prompt feeds its token to the decode state."""
         running, state = self._pool.running, self._decode_state
-        finals = []
+        finals, drafts = [], []
         for i, seg in enumerate(segments):
             req = running[seg.rid]
+            if req.is_deterministic:  # ``prompt_drafts``: its token is the request's first draft
+                req.num_fast_prompt = seg.end
+                self._pool.stats["prompt_draft_tokens"] += len(seg.tokens)
+                if seg.end == req.num_prompt_tokens:
+                    finals.append(i)
+                    drafts.append(len(finals) - 1)
+                continue
             req.num_prefilled = seg.end
             if not req.is_prefill:
                 finals.append(i)
@@ -246,7 +260,10 @@ class FastStep:
             state.set_first_tokens(to_device([r.slot for r in reqs], torch.int64, self._device), tokens[index])
             for req in reqs:
                 state.set_next(req.slot, None, len(req.prompt))
-            record.add(reqs, tokens[index], logprobs[index], None if top is None else (top[0][index], top[1][index]))
+            values = logprobs[index]
+            if drafts:  # a draft's value is its margin (``DecodeState.draft_values``): a prompt row's is not measured
+                values = values.index_fill(0, to_device(drafts, torch.int64, self._device), float("inf"))
+            record.add(reqs, tokens[index], values, None if top is None else (top[0][index], top[1][index]))
 
     def _details(self, reqs: list[Request]) -> tuple[torch.Tensor, int] | None:
         """(is_processed [rows] or None, N) when a free request among ``reqs`` wants processed or top-N log-probs.

@@ -16,14 +16,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from llm42.params import Completion, SamplingParams
-from llm42.scheduler import RequestView
+from llm42.scheduler import PrefillChunk, RequestView
 from llm42.verify.windows import Commit
 
 STAT_NAMES = (
     "steps", "fast_steps", "mixed_steps", "fast_tokens", "canonical_passes", "canonical_rows", "canonical_rows_used",
     "committed_tokens", "accepted_tokens", "rollbacks", "recomputed_tokens", "prefix_cached_tokens",
     "score_passes", "scored_tokens", "ahead_tokens_kept", "ahead_tokens_dropped",
-    "deferred_passes", "risky_drafts", "risky_rollbacks",
+    "deferred_passes", "risky_drafts", "risky_rollbacks", "prompt_draft_tokens",
 )
 # Draft margins (``llm42.sampler.sample_with_margins``, in logits) are counted per bucket when a canonical pass
 # verifies them: ``verified_margin_<edge>`` (drafts under that edge and at or over the one before; ``_inf`` the
@@ -64,6 +64,9 @@ class Request:
     # the end of the prompt positions handed to canonical passes (committed or in flight); the next chunk of a
     # deterministic prompt starts here. Only a chained pass launches a chunk before the one before it commits
     num_prefill_launched: int = 0
+    # ``prompt_drafts``: the end of the prompt positions the fast path has run (its K/V written where no canonical
+    # pass had them) for a deterministic request to draft from before its prompt's passes commit
+    num_fast_prompt: int = 0
     num_rollbacks: int = 0
     num_recomputed: int = 0
     finish_reason: str | None = None
@@ -188,7 +191,8 @@ class Request:
         return max(0, min(self._full_depth(window), remaining - 1) - self.num_candidates)
 
     def num_draftable_ahead(self, window: int, *, joins_pass: bool = False) -> int:
-        """Candidates the engine may still draft *ahead* of a window that is due or in a canonical pass.
+        """Candidates the engine may still draft *ahead* of a window that is due or in a canonical pass, or of a
+        prompt whose canonical prefill is pending once the fast path has run it (``prompt_drafts``).
 
         Up to a next window's worth plus one: the fast path's guess at the token the pass commits after a
         fully accepted window (the drafts after it stand only if the pass commits that very token).
@@ -196,9 +200,15 @@ class Request:
         every candidate drafted so far is in it (a partial window then drafts ahead as a due one does, instead of
         losing the step's row; if the pass is deferred the draft is one more candidate of the window).
         """
-        if not self.is_deterministic or self.is_prefill:
+        if not self.is_deterministic:
             return 0
-        if self.is_verifying:
+        if self.is_prefill:
+            if self.num_fast_prompt < self.num_prompt_tokens:
+                return 0
+            # drafting from the fast path's prompt (``prompt_drafts``): the first draft guesses the token the pass of
+            # the prompt's last chunk commits, the ones after it are a next window's worth
+            in_window = 0
+        elif self.is_verifying:
             in_window = self.num_in_pass
         elif joins_pass:
             in_window = min(self.num_candidates, self.window_depth(window))
@@ -313,7 +323,7 @@ class RequestPool:
                 break
             self.waiting.popleft()
             kv.allocate(req.rid, req.max_tokens, prefix)
-            req.num_prefilled = len(prefix) * kv.block_size
+            req.num_prefilled = req.num_fast_prompt = len(prefix) * kv.block_size
             self.stats["prefix_cached_tokens"] += req.num_prefilled
             req.arrival = self._num_arrivals
             self._num_arrivals += 1
@@ -388,8 +398,14 @@ class RequestPool:
         else the verifier has done so.
         """
         keeps = False
+        has_prompt_drafts = False
         if commit.is_prefill:
             req.num_prefilled = commit.num_kv_valid
+            # the prompt's last chunk with drafts from the fast path's prompt (``prompt_drafts``): its first draft
+            # guessed the committed token
+            has_prompt_drafts = bool(commit.token_ids) and bool(req.candidates or req.num_live_pending)
+            if has_prompt_drafts:
+                keeps = self._keep_ahead(req, 0, commit.token_ids[-1])
         else:
             stats = self.stats
             stats["accepted_tokens"] += commit.num_accepted
@@ -399,24 +415,15 @@ class RequestPool:
                 req.num_recomputed += commit.num_rejected
                 stats["rollbacks"] += 1
                 stats["recomputed_tokens"] += commit.num_rejected
-            num_in_pass = req.num_in_pass
-            ahead = req.candidates[num_in_pass:]  # drafted while the pass ran
-            if not commit.num_rejected and (ahead or req.num_live_pending):
-                if ahead:  # the draft at the committed token's position guessed it, or the drafts fall
-                    keeps = ahead[0] == commit.token_ids[-1]
-                    req.drop_leading_candidates(num_in_pass + 1)
-                else:  # that draft is still in flight: ``check_ahead`` compares it when it is read back
-                    keeps = True
-                    req.clear_candidates()
-                    req.ahead_check = commit.token_ids[-1]
-            if keeps:
-                stats["ahead_tokens_kept"] += len(ahead)
+            if not commit.num_rejected and (len(req.candidates) > req.num_in_pass or req.num_live_pending):
+                keeps = self._keep_ahead(req, req.num_in_pass, commit.token_ids[-1])
             else:
-                self.drop_drafts(req, len(ahead))
+                self.drop_drafts(req, max(0, len(req.candidates) - req.num_in_pass))
             if self.adaptive_draft:
                 req.adapt_draft_limit(commit, self.window)
         req.num_in_pass = 0
-        if truncate and not keeps and not commit.is_prefill:  # a chunk's K/V stands (a chained chunk's past it)
+        # a chunk's K/V stands (a chained chunk's past it); a last chunk's drafts that fell leave theirs past it
+        if truncate and not keeps and (not commit.is_prefill or has_prompt_drafts):
             kv.truncate(req.rid, commit.num_kv_valid)
         # index the now-canonical full blocks before the request may finish and release them
         kv.publish(req.rid, _Joined(req.prompt, req.token_ids, commit.token_ids))
@@ -424,6 +431,25 @@ class RequestPool:
             return self.commit_tokens(req, list(commit.token_ids), list(commit.logprobs), events,
                                       list(commit.top_logprobs)), keeps
         return False, keeps
+
+    def _keep_ahead(self, req: Request, num_in_pass: int, token: int) -> bool:
+        """Whether the drafts after ``req``'s first ``num_in_pass`` candidates (the window a pass accepted whole, or
+        none: a prompt's last chunk) stand: the first of them, at the committed ``token``'s position, must be that
+        token. Read back: compared now (the drafts fall, or stand less that one); in flight: ``check_ahead``
+        compares it when it is read back."""
+        ahead = req.candidates[num_in_pass:]  # drafted while the pass ran
+        if ahead:
+            keeps = ahead[0] == token
+            req.drop_leading_candidates(num_in_pass + 1)
+        else:
+            keeps = True
+            req.clear_candidates()
+            req.ahead_check = token
+        if keeps:
+            self.stats["ahead_tokens_kept"] += len(ahead)
+        else:
+            self.drop_drafts(req, len(ahead))
+        return keeps
 
     def drop_drafts(self, req: Request, num_read: int) -> None:
         """Drop ``req``'s candidates (``num_read`` of them drafted ahead of a window) and void its tokens in
@@ -477,6 +503,22 @@ class RequestPool:
             if (req.is_deterministic and rid not in exclude
                     and req.num_draftable_ahead(window, joins_pass=rid in joining) > 0):
                 out.append(rid)
+        return out
+
+    def prompts_to_draft(self, max_rows: int) -> list[PrefillChunk]:
+        """``prompt_drafts``: chunks of deterministic prompts for the fast path, in at most ``max_rows`` rows, oldest
+        first, each from where the fast path's run of it stands. Only positions no canonical pass has (launched or
+        committed: the prefill frontier not past that point), so a fast K/V write never lands where a canonical pass
+        wrote or will have written first; and only for requests with more than two output tokens to draft."""
+        out = []
+        for req in self.running.values():
+            if max_rows <= 0:
+                break
+            if (req.is_deterministic and req.num_fast_prompt < req.num_prompt_tokens and req.max_new_tokens > 2
+                    and req.num_fast_prompt >= req.num_prefilled and req.num_fast_prompt >= req.num_prefill_launched):
+                num = min(req.num_prompt_tokens - req.num_fast_prompt, max_rows)
+                out.append(PrefillChunk(req.rid, num))
+                max_rows -= num
         return out
 
     def commit_tokens(self, req: Request, tokens: list[int], logprobs: list[float],
