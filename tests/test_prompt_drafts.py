@@ -165,3 +165,18 @@ def test_dvr_ab_serves_the_prompt_drafts_variant_with_the_defaults_outputs(tmp_p
     (check,) = got["deterministic_outputs_identical"].values()
     assert check["num_checked"] > 0 and check["num_identical"] == check["num_checked"]
     assert got["variants"]["prompt_drafts"] == {"prompt_drafts": True}
+
+
+def test_the_step_model_benchmark_runs_both_ways_with_the_same_bits():
+    """benchmarks/cpu_prompt_drafts.py's run (passes done a fixed number of steps after launch), small."""
+    import importlib.util
+    from pathlib import Path
+
+    script = Path(__file__).resolve().parents[1] / "benchmarks" / "cpu_prompt_drafts.py"
+    spec = importlib.util.spec_from_file_location("cpu_prompt_drafts", script)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    off, on = (bench.run(num_requests=16, share=0.5, lag=2, prompt_drafts=flag) for flag in (False, True))
+    assert off["deterministic_digest"] == on["deterministic_digest"]
+    assert off["prompt_draft_tokens"] == 0 < on["prompt_draft_tokens"]
+    assert on["num_deterministic"] == 8 and on["deterministic_finish_step"]["max"] <= on["steps"]

@@ -7,12 +7,12 @@
 source "$(dirname "$0")/session_preamble.sh"
 export LLM42_GPU_REPORT="$OUT/gpu_report_a.jsonl"
 first="tests/gpu/test_engine_cuda.py tests/gpu/test_wide_pass_cuda.py tests/gpu/test_mixed_cuda.py
-       tests/gpu/test_chained_prefill_cuda.py tests/test_batch_invariant.py"
+       tests/gpu/test_chained_prefill_cuda.py tests/gpu/test_prompt_drafts_cuda.py tests/test_batch_invariant.py"
 timeout 300 python3 -m pytest -v -m gpu $first -p no:cacheprovider --durations=15 -rfE \
     >"$OUT/gpu_tests_a_first.txt" 2>&1
 log "gpu tests (first) exit $?"; grep -E "passed|failed|FAILED|ERROR" "$OUT/gpu_tests_a_first.txt" | tail -n 12
 rest=$(ls tests/gpu/test_*.py tests/test_sampling_kernels.py tests/test_flash_backend.py tests/test_plugin.py \
-       tests/test_close.py | grep -v -F -e test_engine_cuda -e test_wide_pass -e test_mixed_cuda -e test_chained_prefill)
+       tests/test_close.py | grep -v -F -e test_engine_cuda -e test_wide_pass -e test_mixed_cuda -e test_chained_prefill -e test_prompt_drafts)
 left=$(( 560 - ($(date +%s) - START) ))
 [ "$left" -gt 30 ] && timeout "$left" python3 -m pytest -v -m gpu $rest -p no:cacheprovider --durations=10 -rfE \
     >"$OUT/gpu_tests_a_rest.txt" 2>&1
