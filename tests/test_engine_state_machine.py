@@ -16,11 +16,13 @@ WEIGHTS = random_weights(CFG, seed=3)
 
 class EngineMachine(RuleBasedStateMachine):
     @initialize(window=st.integers(1, 4), group=st.integers(1, 3), noisy=st.booleans(),
-                kv_tokens=st.sampled_from([64, 96, 160]))
-    def build(self, window, group, noisy, kv_tokens):
+                kv_tokens=st.sampled_from([64, 96, 160]), prompt_drafts=st.booleans())
+    def build(self, window, group, noisy, kv_tokens, prompt_drafts):
         policy = NoisyFastPolicy(scale=3.0, seed=window) if noisy else None
+        # prompt_drafts: the fast path also appends K/V positions for deterministic prompts and drafts from them
         self.gen = DVRGenerator(WEIGHTS, CFG, window=window, group=group, fast_policy=policy,
-                                kv_cache_tokens=kv_tokens, block_size=8, max_fast_tokens=16)
+                                kv_cache_tokens=kv_tokens, block_size=8, max_fast_tokens=16,
+                                prompt_drafts=prompt_drafts)
         self.committed: dict[int, list[int]] = {}
         self.limits: dict[int, int] = {}
         self.finished: set[int] = set()

@@ -170,7 +170,8 @@ def test_aborts_at_random_points_lose_nothing_and_leave_others_bit_exact(data):
     picked = [data.draw(st.sampled_from(choices), label=f"request {i}") for i in range(num)]
     abort_at = {i: data.draw(st.integers(0, 12), label=f"abort {i} at step") for i in range(num)
                 if data.draw(st.booleans(), label=f"abort {i}")}
-    gen = make(lagging=data.draw(st.booleans(), label="lagging"), max_num_seqs=data.draw(st.integers(1, 4)))
+    gen = make(lagging=data.draw(st.booleans(), label="lagging"), max_num_seqs=data.draw(st.integers(1, 4)),
+               prompt_drafts=data.draw(st.booleans(), label="prompt_drafts"))
     rids = [gen.submit(p, s) for p, s in picked]
     streamed = {rid: [] for rid in rids}
     aborted = {}
