@@ -1,7 +1,7 @@
 """What ``prompt_drafts`` changes in engine steps, with canonical passes that take several steps (round 30).
 
     PYTHONPATH=src python3 benchmarks/cpu_prompt_drafts.py [--out benchmarks/results/cpu_prompt_drafts.json]
-        [--num-requests 200] [--share 0.5] [--lags 2,4]
+        [--num-requests 200] [--share 0.5] [--lags 2,4] [--orders arrival,budget]
 
 A step-count model of a busy device, not a timing: the CPU runs each canonical pass when it is launched, and the
 engine is told it is done only ``lag`` engine steps later (round 25's real SmolLM2 runs took 3-4.6 ms a step and
@@ -10,7 +10,9 @@ engine is told it is done only ``lag`` engine steps later (round 25's real SmolL
 deterministic; each configuration runs with ``prompt_drafts`` off and on. Reported, in engine steps: the run's
 length, the deterministic requests' first committed token and finish (p50 / p90 / max), the free requests' finish,
 and the rows the fast path spent on prompts it ran for drafts; the deterministic outputs of both runs must be
-identical (``same_bits``: the contract, with the fast path doing more work).
+identical (``same_bits``: the contract, with the fast path doing more work). ``--orders``: the default scheduler's
+order of service (``DefaultScheduler(order=)``: ``arrival``, the default, or ``budget``, the largest output budget
+left first), each a case of its own.
 
 What it cannot say: how much a step costs. Prompt drafts add fast rows (the deterministic prompts run twice), which
 on a device bound by the fast steps' rows lengthens the steps; whether the steps saved outweigh it is the H200 A/B's
@@ -28,7 +30,7 @@ from pathlib import Path
 
 import torch
 
-from llm42 import DVRGenerator, SamplingParams
+from llm42 import DefaultScheduler, DVRGenerator, SamplingParams
 from llm42.bench.modes import deterministic_order
 from llm42.bench.workloads import sharegpt_like
 from llm42.model.config import ModelConfig, RopeConfig
@@ -70,13 +72,14 @@ def _pct(values: list[int]) -> dict:
             "max": ordered[-1]}
 
 
-def run(*, num_requests: int, share: float, lag: int, prompt_drafts: bool, seed: int = 0) -> dict:
+def run(*, num_requests: int, share: float, lag: int, prompt_drafts: bool, seed: int = 0,
+        order: str = "arrival") -> dict:
     cfg = ModelConfig(family="llama", vocab_size=64, hidden_size=32, intermediate_size=64, num_layers=1, num_heads=2,
                       num_kv_heads=1, head_dim=16, max_position_embeddings=1024, rms_norm_eps=1e-5,
                       rope=RopeConfig(theta=10000.0), eos_token_ids=(2,), bos_token_id=1)
     gen = _lagging(DVRGenerator(random_weights(cfg, seed=seed), cfg, window=8, group=4, max_num_seqs=64,
                                 max_fast_tokens=256, max_canonical_tokens=128, kv_cache_tokens=64 * 700,
-                                prompt_drafts=prompt_drafts), lag)
+                                prompt_drafts=prompt_drafts, scheduler=DefaultScheduler(order=order)), lag)
     workload = sharegpt_like(num_requests, length_scale=1 / 8, vocab_size=cfg.vocab_size, seed=seed)
     deterministic = set(deterministic_order(num_requests, seed=seed)[:round(share * num_requests)])
     rids, is_det = [], []
@@ -121,23 +124,25 @@ def main() -> None:
     ap.add_argument("--num-requests", type=int, default=200)
     ap.add_argument("--share", type=float, default=0.5)
     ap.add_argument("--lags", default="2,4")
+    ap.add_argument("--orders", default="arrival")
     args = ap.parse_args()
     torch.set_num_threads(1)
     out = {"command": "python benchmarks/cpu_prompt_drafts.py " + " ".join(
         f"--{k.replace('_', '-')} {v}" for k, v in vars(args).items() if k != "out"), "cases": {}}
-    for lag in (int(x) for x in args.lags.split(",")):
-        case = {name: run(num_requests=args.num_requests, share=args.share, lag=lag, prompt_drafts=on)
-                for name, on in (("off", False), ("on", True))}
-        case["same_bits"] = case["off"]["deterministic_digest"] == case["on"]["deterministic_digest"]
-        out["cases"][f"lag_{lag}"] = case
-        off, on = case["off"], case["on"]
-        print(f"lag {lag}: steps {off['steps']} -> {on['steps']}; det first token p50/p90 "
-              f"{off['deterministic_first_token_step']['p50']}/{off['deterministic_first_token_step']['p90']} -> "
-              f"{on['deterministic_first_token_step']['p50']}/{on['deterministic_first_token_step']['p90']}; det finish "
-              f"p50/max {off['deterministic_finish_step']['p50']}/{off['deterministic_finish_step']['max']} -> "
-              f"{on['deterministic_finish_step']['p50']}/{on['deterministic_finish_step']['max']}; prompt draft rows "
-              f"{on['prompt_draft_tokens']} of {on['fast_tokens']} fast tokens; same bits {case['same_bits']}",
-              flush=True)
+    for order in args.orders.split(","):
+        for lag in (int(x) for x in args.lags.split(",")):
+            case = {name: run(num_requests=args.num_requests, share=args.share, lag=lag, prompt_drafts=on, order=order)
+                    for name, on in (("off", False), ("on", True))}
+            case["same_bits"] = case["off"]["deterministic_digest"] == case["on"]["deterministic_digest"]
+            out["cases"][f"lag_{lag}" + ("" if order == "arrival" else f"_{order}")] = case
+            off, on = case["off"], case["on"]
+            print(f"order {order}, lag {lag}: steps {off['steps']} -> {on['steps']}; det first token p50/p90 "
+                  f"{off['deterministic_first_token_step']['p50']}/{off['deterministic_first_token_step']['p90']} -> "
+                  f"{on['deterministic_first_token_step']['p50']}/{on['deterministic_first_token_step']['p90']}; det finish "
+                  f"p50/max {off['deterministic_finish_step']['p50']}/{off['deterministic_finish_step']['max']} -> "
+                  f"{on['deterministic_finish_step']['p50']}/{on['deterministic_finish_step']['max']}; prompt draft rows "
+                  f"{on['prompt_draft_tokens']} of {on['fast_tokens']} fast tokens; same bits {case['same_bits']}",
+                  flush=True)
     Path(args.out).write_text(json.dumps(out, indent=1))
 
 
