@@ -184,14 +184,14 @@ def run_beside_random_free(gen, prompts, params, *, num_free: int = 0) -> list:
     return run_beside_free(gen, prompts, params, free, SamplingParams(max_new_tokens=60, ignore_eos=True))
 
 
-def prompts_to_draft_without_rule(pool, max_rows: int) -> list:
+def prompts_to_draft_without_rule(pool, max_rows: int, max_chunks: int) -> list:
     """``RequestPool.prompts_to_draft`` without its rule (a negative control of ``prompt_drafts``): a prompt's fast run
     goes on over positions canonical passes have, launched or committed, once they overtake it."""
     from llm42.scheduler import PrefillChunk
 
     out = []
     for req in pool.running.values():
-        if max_rows <= 0:
+        if max_rows <= 0 or len(out) == max_chunks:
             break
         if req.is_deterministic and req.num_fast_prompt < req.num_prompt_tokens and req.max_new_tokens > 2:
             num = min(req.num_prompt_tokens - req.num_fast_prompt, max_rows)

@@ -180,3 +180,22 @@ def test_the_step_model_benchmark_runs_both_ways_with_the_same_bits():
     assert off["deterministic_digest"] == on["deterministic_digest"]
     assert off["prompt_draft_tokens"] == 0 < on["prompt_draft_tokens"]
     assert on["num_deterministic"] == 8 and on["deterministic_finish_step"]["max"] <= on["steps"]
+
+
+def test_prompt_drafts_keep_a_step_within_the_prompt_staging_of_its_graphs():
+    """Forty short deterministic prompts at once: a step runs no more prompt chunks in all than the fast path's
+    prompt staging holds (``FastPrefill.max_seqs``, 32; a step with more would run eagerly on CUDA), and reaches it."""
+    gen = make(prompt_drafts=True, max_num_seqs=40, max_fast_tokens=512)
+    chunks = []
+    launch = gen.fast_step.launch
+
+    def counting(plan, prompt_drafts=()):
+        chunks.append(len(plan.fast_prefill) + len(prompt_drafts))
+        return launch(plan, prompt_drafts)
+
+    gen.fast_step.launch = counting
+    prompts = [[3 + i, 4 + i, 5 + i] for i in range(40)]
+    params = [SamplingParams(max_new_tokens=4, deterministic=True, logprobs=True, ignore_eos=True)] * 40
+    expected = [deterministic_outputs(make(), [p], [q])[0] for p, q in zip(prompts, params)]
+    assert deterministic_outputs(gen, prompts, params) == expected
+    assert max(chunks) == gen.fast_step.fast_prefill.max_seqs == 32

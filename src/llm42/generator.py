@@ -644,7 +644,9 @@ class DVRGenerator:
         if not self._prompt_drafts:
             return []
         spare = self.config.max_fast_tokens - len(plan.fast_decode) - sum(c.num_tokens for c in plan.fast_prefill)
-        return self._pool.prompts_to_draft(spare) if spare > 0 else []
+        # no more prompt chunks in all than the fast path's prompt staging holds (a step with more runs eagerly)
+        chunks = self.fast_step.fast_prefill.max_seqs - len(plan.fast_prefill)
+        return self._pool.prompts_to_draft(spare, chunks) if spare > 0 and chunks > 0 else []
 
     def _deliver(self, events: dict[int, list[int]]) -> None:
         """Move the tokens of stream() requests from ``events`` to their streams' queues."""

@@ -505,14 +505,14 @@ class RequestPool:
                 out.append(rid)
         return out
 
-    def prompts_to_draft(self, max_rows: int) -> list[PrefillChunk]:
-        """``prompt_drafts``: chunks of deterministic prompts for the fast path, in at most ``max_rows`` rows, oldest
-        first, each from where the fast path's run of it stands. Only positions no canonical pass has (launched or
+    def prompts_to_draft(self, max_rows: int, max_chunks: int) -> list[PrefillChunk]:
+        """``prompt_drafts``: chunks of deterministic prompts for the fast path, at most ``max_chunks`` of them in at
+        most ``max_rows`` rows, oldest first, each from where the fast path's run of it stands. Only positions no canonical pass has (launched or
         committed: the prefill frontier not past that point), so a fast K/V write never lands where a canonical pass
         wrote or will have written first; and only for requests with more than two output tokens to draft."""
         out = []
         for req in self.running.values():
-            if max_rows <= 0:
+            if max_rows <= 0 or len(out) == max_chunks:
                 break
             if (req.is_deterministic and req.num_fast_prompt < req.num_prompt_tokens and req.max_new_tokens > 2
                     and req.num_fast_prompt >= req.num_prefilled and req.num_fast_prompt >= req.num_prefill_launched):
