@@ -187,3 +187,23 @@ def test_a_partial_window_joining_a_pass_drafts_ahead_in_that_step(reference, mo
     assert deterministic_outputs(old) == reference
     assert sum(old_counts) == 0
     assert gen.stats["steps"] < old.stats["steps"], (gen.stats["steps"], old.stats["steps"])
+
+
+def test_without_overlap_a_window_holds_the_candidates_the_plan_counted():
+    """``overlap=False`` reads a step's drafts back before its pass is launched: a partial window joining the pass
+    drafts ahead in that step, and that draft must stay ahead of the window rather than grow it past the rows the
+    plan was checked for (before round 30 the pass got 9 rows of its 8 and raised). Found by
+    ``llm42.testing.strategies.engine_knobs``."""
+    mix = [([0], SamplingParams(max_new_tokens=1, deterministic=True, logprobs=True)),
+           ([0], SamplingParams(max_new_tokens=4, deterministic=True, logprobs=True)),
+           ([0], SamplingParams(max_new_tokens=1, logprobs=True)),
+           ([0] * 6, SamplingParams(max_new_tokens=1, deterministic=True, logprobs=True))]
+    prompts, params = [p for p, _ in mix], [q for _, q in mix]
+    gen = DVRGenerator(WEIGHTS, CFG, window=WINDOW, group=GROUP, kv_cache_tokens=2048, block_size=8,
+                       fast_policy=NoisyFastPolicy(scale=1.0, seed=0), max_num_seqs=2, max_fast_tokens=2,
+                       overlap=False, max_canonical_tokens=WINDOW * GROUP)
+    got = gen.generate(prompts, params)
+    for prompt, q, c in zip(prompts, params, got):
+        if q.deterministic:
+            alone = make().generate([prompt], q)[0]
+            assert (c.token_ids, c.logprobs) == (alone.token_ids, alone.logprobs)

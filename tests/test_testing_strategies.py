@@ -10,7 +10,7 @@ import subprocess
 import sys
 
 import pytest
-from hypothesis import given
+from hypothesis import find, given, settings
 from hypothesis import strategies as st
 
 from llm42 import Completion, DVRGenerator, ModelConfig, SamplingParams
@@ -25,6 +25,19 @@ from llm42.testing import (
 )
 from llm42.testing import strategies as ls
 from llm42.verify import CanonicalConfig
+
+
+KNOBS_CFG = ModelConfig(family="llama", vocab_size=96, hidden_size=32, intermediate_size=64, num_layers=2,
+                        num_heads=2, num_kv_heads=1, head_dim=16, max_position_embeddings=128, rms_norm_eps=1e-5,
+                        rope=RopeConfig(theta=10000.0), eos_token_ids=(2,), bos_token_id=1)
+KNOBS_WEIGHTS = random_weights(KNOBS_CFG, seed=4)
+
+
+@functools.lru_cache(maxsize=None)
+def _knobs_reference(prompt: tuple[int, ...], params: SamplingParams) -> Completion:
+    """A deterministic request alone on a generator with every knob at its default: the contract's reference."""
+    gen = DVRGenerator(KNOBS_WEIGHTS, KNOBS_CFG, window=4, group=2, kv_cache_tokens=2048, block_size=8)
+    return gen.generate([list(prompt)], params)[0]
 
 
 # -- strategies ------------------------------------------------------------------------------------
@@ -174,6 +187,34 @@ def test_wide_model_config_builds_a_working_generator(family):
     assert len(out.token_ids) == 3 and out.finish_reason == "length"
 
 
+@settings(max_examples=15, deadline=None)
+@given(knobs=ls.engine_knobs(max_num_seqs=4, max_fast_tokens=24, num_canonical_rows=8),
+       mix=ls.batch_mixes(vocab_size=KNOBS_CFG.vocab_size, max_size=4, max_prompt_len=14, max_new_tokens=9,
+                          logprobs=True),
+       policy=ls.fast_policies(max_scale=4.0))
+def test_engine_knobs_build_generators_that_keep_the_contract(knobs, mix, policy):
+    prompts, params = [p for p, _ in mix], [q for _, q in mix]
+    gen = DVRGenerator(KNOBS_WEIGHTS, KNOBS_CFG, window=4, group=2, kv_cache_tokens=2048, block_size=8,
+                       fast_policy=policy, **knobs)
+    got = gen.generate(prompts, params)
+    for prompt, q, c in zip(prompts, params, got):
+        if q.deterministic:
+            alone = _knobs_reference(tuple(prompt), q)
+            assert (c.token_ids, c.logprobs) == (alone.token_ids, alone.logprobs), knobs
+
+
+def test_engine_knobs_reach_every_knob_and_the_defaults():
+    strategy = ls.engine_knobs(num_canonical_rows=8)
+    assert find(strategy, lambda k: k.get("prompt_drafts", False) and k["scheduler"].order == "budget")
+    assert find(strategy, lambda k: not k["overlap"] and k["canonical_thread"] and k["risk_margin"] > 0)
+    assert find(strategy, lambda k: k["max_canonical_tokens"] == 32 and k["mixed_steps"] is False)
+    assert find(strategy, lambda k: not k["draft_ahead"] and "prompt_drafts" not in k)  # it needs draft_ahead
+    assert find(strategy, lambda k: k["draft_ahead"] and k["overlap"] and not k["prompt_drafts"]
+                and not k["adaptive_draft"] and k["prefix_cache"] and k["mixed_steps"] is None
+                and not k["canonical_thread"] and k["risk_margin"] == 0 and k["max_canonical_tokens"] == 8
+                and k["scheduler"].order == "arrival" and not k["scheduler"].eager_verify)
+
+
 @pytest.mark.parametrize("build", [
     lambda: ls.prompts(vocab_size=0),
     lambda: ls.prompts(vocab_size=10, min_len=5, max_len=4),
@@ -184,6 +225,8 @@ def test_wide_model_config_builds_a_working_generator(family):
     lambda: ls.batch_mixes(vocab_size=10, max_size=1, min_deterministic=2),
     lambda: ls.fast_policies(min_scale=2.0, max_scale=1.0),
     lambda: ls.canonical_configs(min_window=0),
+    lambda: ls.engine_knobs(max_fast_tokens=1),
+    lambda: ls.engine_knobs(num_canonical_rows=0),
     lambda: ls.wide_model_config(hidden_size=256),
     lambda: ls.wide_model_config(family="gpt2"),
 ])

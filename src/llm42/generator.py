@@ -78,6 +78,12 @@ def _default_kv_tokens(cfg: ModelConfig, dtype: torch.dtype, device: torch.devic
 _IDLE_WAIT_S = 0.005
 
 
+def _planned_windows(plan: Plan, state: SchedulerState) -> dict[int, int]:
+    """The candidates of each window in ``plan.verify`` as ``state`` showed them (the rows ``validate_plan`` counted)."""
+    verify = set(plan.verify)
+    return {v.rid: v.num_candidates for v in state.requests if v.rid in verify}
+
+
 def _wait_ready(launched: LaunchedPass, timeout_s: float) -> bool:
     """Whether ``launched`` finished within ``timeout_s`` (a result without ``wait_ready``: wait for it)."""
     wait_ready = getattr(launched.result, "wait_ready", None)
@@ -576,6 +582,9 @@ class DVRGenerator:
                                (self._canonical_in_flight is not None) + (self._canonical_chained is not None))
         plan = self.scheduler.schedule(state)
         validate_plan(plan, state)
+        # each window's candidates as planned (its rows): drafts read back before the pass launches (overlap=False
+        # reads this step's own) stay ahead of the window instead of growing it past the rows the plan was checked for
+        windows = _planned_windows(plan, state) if plan.verify else {}
         plan = self._with_drafts_ahead(plan)
         prompt_drafts = self._prompts_to_draft(plan)
         fast = self.fast_step
@@ -606,11 +615,11 @@ class DVRGenerator:
                 is_next_chunks = not plan.verify and all(self._pool.running[c.rid].is_verifying
                                                          for c in plan.canonical_prefill)
                 if self._canonical_chained is None and (is_next_chunks or self.config.chain_passes == "all"):
-                    self._canonical_chained = self._launch_canonical(plan)
+                    self._canonical_chained = self._launch_canonical(plan, windows)
                     return
                 if is_next_chunks:  # a long prompt's next chunk: the oldest applied, the chained one is the oldest
                     self._finish_canonical(events)
-                    self._canonical_chained = self._launch_canonical(plan)
+                    self._canonical_chained = self._launch_canonical(plan, windows)
                     return
             if (in_flight is not None and self._draft_ahead and fast.in_flight is not None
                     and not in_flight.is_ready()):
@@ -620,7 +629,7 @@ class DVRGenerator:
                 return
             while self._canonical_in_flight is not None:  # windows wait for what the passes in flight commit
                 self._finish_canonical(events)
-            self._canonical_in_flight = self._launch_canonical(plan)
+            self._canonical_in_flight = self._launch_canonical(plan, windows)
             # applied now when it has already finished (always on the CPU without canonical_thread), else later
             launched = self._canonical_in_flight
             if launched is not None and (not self.config.overlap or launched.is_ready()):
@@ -902,8 +911,11 @@ class DVRGenerator:
         for req in self._pool.admit(self.kv):
             self.decode_state.admit(req.slot, req.rid, req.params, req.seed)
 
-    def _launch_canonical(self, plan: Plan) -> LaunchedPass | None:
-        """Launch the plan's canonical pass; returns it in flight (None: a synchronous verifier, applied here)."""
+    def _launch_canonical(self, plan: Plan, windows: dict[int, int]) -> LaunchedPass | None:
+        """Launch the plan's canonical pass; returns it in flight (None: a synchronous verifier, applied here).
+
+        ``windows``: each verify request's candidates as the scheduler saw them (``_planned_windows``): a window
+        holds no more, whatever was read back since."""
         running = self._pool.running
         work: list[CanonicalWork] = []
         for chunk in plan.canonical_prefill:
@@ -914,7 +926,7 @@ class DVRGenerator:
         for rid in plan.verify:
             req = running[rid]
             start = req.num_committed - 1
-            req.num_in_pass = min(len(req.candidates), req.window_depth(self.canonical_config.window))
+            req.num_in_pass = min(len(req.candidates), req.window_depth(self.canonical_config.window), windows[rid])
             window = (req.committed_token(start), *req.candidates[: req.num_in_pass])
             work.append(CanonicalWork(Segment(req.rid, window, start, req.params, req.seed), is_prefill=False))
         launch = getattr(self.verifier, "launch", None)

@@ -24,10 +24,11 @@ from llm42.model.config import ModelConfig, RopeConfig
 from llm42.params import SamplingParams
 from llm42.policies import FastPolicy, NoisyFastPolicy
 from llm42.policies.base import ReductionPolicy
+from llm42.scheduler import DefaultScheduler
 from llm42.verify import CanonicalConfig
 
 __all__ = [
-    "prompts", "sampling_params", "arrival_schedules", "batch_mixes", "fast_policies",
+    "prompts", "sampling_params", "arrival_schedules", "batch_mixes", "fast_policies", "engine_knobs",
     "canonical_configs", "wide_model_config", "wide_model_configs", "MIN_WIDE_HIDDEN_SIZE",
 ]
 
@@ -255,6 +256,52 @@ def _fast_policies(draw, allow_plain: bool, min_scale: float, max_scale: float) 
         return FastPolicy()
     scale = draw(st.floats(min_scale, max_scale, allow_nan=False, allow_infinity=False))
     return NoisyFastPolicy(scale=scale, seed=draw(st.integers(0, 2**31 - 1)))
+
+
+def engine_knobs(
+    *, max_num_seqs: int = 8, max_fast_tokens: int = 64, num_canonical_rows: int | None = None
+) -> st.SearchStrategy[dict]:
+    """Keyword arguments for :class:`~llm42.DVRGenerator` among the knobs that never change a committed bit: how
+    many requests run and how many rows a fast step takes, the overlapped loop, drafting ahead of a pass and from a
+    fast run of deterministic prompts, adaptive speculation, risky windows, the prefix cache, mixed steps, the CPU's
+    canonical thread, and the default scheduler's rules (a :class:`~llm42.DefaultScheduler` in ``scheduler``).
+
+    ``max_num_seqs`` / ``max_fast_tokens``: the largest values drawn (from 1 and from 2). ``num_canonical_rows``:
+    R = window x group of the generators the knobs are for; given, ``max_canonical_tokens`` is drawn too (R, 2R or
+    4R: passes of more than R rows, and the wide verify passes they allow). Every draw is a fresh dict (and
+    scheduler); each choice lists the engine's default first, which hypothesis shrinks towards. A determinism suite
+    passes them to the generator under test, not to its batch-size-1 reference::
+
+        @given(mix=ls.batch_mixes(vocab_size=512), knobs=ls.engine_knobs(num_canonical_rows=8))
+        def test_knobs_keep_the_contract(mix, knobs):
+            assert_matches_reference(lambda: make(window=4, group=2, **knobs), ...)
+    """
+    _check_int("max_num_seqs", max_num_seqs, minimum=1)
+    _check_int("max_fast_tokens", max_fast_tokens, minimum=2)
+    if num_canonical_rows is not None:
+        _check_int("num_canonical_rows", num_canonical_rows, minimum=1)
+    return _engine_knobs(max_num_seqs, max_fast_tokens, num_canonical_rows)
+
+
+@st.composite
+def _engine_knobs(draw, max_num_seqs: int, max_fast_tokens: int, num_canonical_rows: int | None) -> dict:
+    def pick(*values):  # the first value is the default: draws shrink to it
+        return draw(st.sampled_from(values))
+
+    knobs: dict = {"max_num_seqs": draw(st.integers(1, max_num_seqs)),
+                   "max_fast_tokens": draw(st.integers(2, max_fast_tokens))}
+    for name, value in (("overlap", pick(True, False)), ("draft_ahead", pick(True, False)),
+                        ("adaptive_draft", pick(False, True)), ("prefix_cache", pick(True, False)),
+                        ("mixed_steps", pick(None, True, False)), ("canonical_thread", pick(False, True)),
+                        ("risk_margin", pick(0.0, 0.25, 4.0))):
+        knobs[name] = value
+    if knobs["draft_ahead"]:
+        knobs["prompt_drafts"] = pick(False, True)
+    if num_canonical_rows is not None:
+        knobs["max_canonical_tokens"] = num_canonical_rows * pick(1, 2, 4)
+    knobs["scheduler"] = DefaultScheduler(order=pick("arrival", "budget"), eager_verify=pick(False, True),
+                                          risky_windows=pick("ride", "due", "off"), prompt_share=pick(0.0, 0.5))
+    return knobs
 
 
 def canonical_configs(
