@@ -289,14 +289,13 @@ def _engine_knobs(draw, max_num_seqs: int, max_fast_tokens: int, num_canonical_r
     def pick(*values):  # the first value is the default: draws shrink to it
         return draw(st.sampled_from(values))
 
-    knobs: dict = {"max_num_seqs": draw(st.integers(1, max_num_seqs)),
-                   "max_fast_tokens": draw(st.integers(2, max_fast_tokens))}
-    for name, value in (("overlap", pick(True, False)), ("draft_ahead", pick(True, False)),
-                        ("adaptive_draft", pick(False, True)), ("prefix_cache", pick(True, False)),
-                        ("mixed_steps", pick(None, True, False)), ("canonical_thread", pick(False, True)),
-                        ("risk_margin", pick(0.0, 0.25, 4.0)), ("wide_verify", pick(None, True, False)),
-                        ("chain_passes", pick("prompts", "all", "off"))):
-        knobs[name] = value
+    knobs: dict = {
+        "max_num_seqs": draw(st.integers(1, max_num_seqs)), "max_fast_tokens": draw(st.integers(2, max_fast_tokens)),
+        "overlap": pick(True, False), "draft_ahead": pick(True, False), "adaptive_draft": pick(False, True),
+        "prefix_cache": pick(True, False), "mixed_steps": pick(None, True, False),
+        "canonical_thread": pick(False, True), "risk_margin": pick(0.0, 0.25, 4.0),
+        "wide_verify": pick(None, True, False), "chain_passes": pick("prompts", "all", "off"),
+    }
     if knobs["draft_ahead"]:
         knobs["prompt_drafts"] = pick(False, True)
     if num_canonical_rows is not None:
