@@ -124,8 +124,19 @@ def test_a_window_ends_at_its_first_risky_draft_and_commits_the_same_bits(risky_
 
 
 def test_the_check_catches_a_window_that_ignores_the_cut(monkeypatch):
-    # negative control: a request whose depth ignores its risky drafts builds windows that hold them inside
+    # negative control: a request whose depth ignores its risky drafts (in what the scheduler sees and in the window
+    # launched, which holds no more candidates than the plan counted) builds windows that hold them inside
     monkeypatch.setattr(Request, "_depth_from", lambda self, window, start: self._full_depth(window))
+    view = Request.view
+
+    def view_without_the_cut(self, window):
+        risky, self.risky = self.risky, []
+        try:
+            return view(self, window)
+        finally:
+            self.risky = risky
+
+    monkeypatch.setattr(Request, "view", view_without_the_cut)
     _, windows = _run(_generator(risk_margin=RISK))
     assert any(m < RISK for w in windows for m in w[:-1])
 
