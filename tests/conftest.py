@@ -1,4 +1,6 @@
+import gc
 import os
+import sys
 
 import pytest
 import torch
@@ -36,6 +38,31 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)
+
+
+@pytest.fixture(autouse=True)
+def _free_device_memory(request):
+    """After each GPU test: drop what the last failure's traceback holds (pytest keeps it in ``sys.last_*``, with
+    the frames and their generators), collect the cycles and return the cached blocks, so one test's leftovers never
+    run the next out of device memory (an H100 has 80 GB; the suite's 8B-shaped generators take ~13 GB of K/V each)."""
+    yield
+    if "gpu" not in request.keywords or not torch.cuda.is_available():
+        return
+    for name in ("last_type", "last_value", "last_traceback", "last_exc"):
+        if hasattr(sys, name):
+            delattr(sys, name)
+    gc.collect()
+    torch.cuda.synchronize()
+    torch.cuda.empty_cache()
+
+
+def pytest_runtest_logreport(report):
+    """With ``LLM42_FAIL_LOG`` set, each failure's traceback is appended to that file as it happens (a device call
+    cut by its time limit keeps the failures so far; pytest prints them only at the end)."""
+    path = os.environ.get("LLM42_FAIL_LOG")
+    if path and report.failed:
+        with open(path, "a") as f:
+            f.write(f"===== {report.nodeid} ({report.when})\n{report.longreprtext}\n")
 
 
 @pytest.fixture(scope="session")

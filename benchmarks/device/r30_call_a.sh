@@ -13,7 +13,7 @@ timeout 300 python3 -m pytest -v -m gpu $first -p no:cacheprovider --durations=1
 log "gpu tests (first) exit $?"; grep -E "passed|failed|FAILED|ERROR" "$OUT/gpu_tests_a_first.txt" | tail -n 12
 rest=$(ls tests/gpu/test_*.py tests/test_sampling_kernels.py tests/test_flash_backend.py tests/test_plugin.py \
        tests/test_close.py | grep -v -F -e test_engine_cuda -e test_wide_pass -e test_mixed_cuda -e test_chained_prefill -e test_prompt_drafts)
-left=$(( 420 - ($(date +%s) - START) ))
+left=$(( ${CAP:-420} - ($(date +%s) - START) ))
 [ "$left" -gt 30 ] && timeout "$left" python3 -m pytest -v -m gpu $rest -p no:cacheprovider --durations=10 -rfE \
     >"$OUT/gpu_tests_a_rest.txt" 2>&1
 log "gpu tests (the rest, ${left}s) exit $?"; grep -E "passed|failed|FAILED|ERROR" "$OUT/gpu_tests_a_rest.txt" | tail -n 12
