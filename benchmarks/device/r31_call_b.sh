@@ -12,7 +12,8 @@
 source "$(dirname "$0")/session_preamble.sh"
 source "$(dirname "$0")/smollm2_env.sh"
 timeout "${CAP:-460}" python3 benchmarks/device/dvr_ab.py --model "$SMOL" --cache-dir /tmp/llm42_models \
-    --variants default,gemm_rows_1024,order_budget --modes nondet,dvr@50 --repeats 2 --budget-s 120 \
+    --variants "${VARIANTS:-default,gemm_rows_1024,order_budget}" --modes nondet,dvr@50 --repeats 2 \
+    --budget-s "${BUDGET:-120}" \
     --warmup-requests 8 --warmup-modes dvr@50 --out "$OUT/levers_b.json" >"$OUT/levers_b.txt" 2>&1
 log "dvr_ab exit $?"
 grep -E "^\[dvr_ab\]|^\{" "$OUT/levers_b.txt" | grep -v warm-up | tail -n 40
