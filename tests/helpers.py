@@ -198,3 +198,23 @@ def prompts_to_draft_without_rule(pool, max_rows: int, max_chunks: int) -> list:
             out.append(PrefillChunk(req.rid, num))
             max_rows -= num
     return out
+
+
+def run_dvr_ab(out, monkeypatch, variants: str, *args: str) -> dict:
+    """``benchmarks/device/dvr_ab.py`` end to end on the CPU (the tiny model, 8 requests, nondet and dvr@50, no
+    warm-up) with ``variants`` and more command-line ``args``; its JSON (written to ``out``)."""
+    import importlib.util
+    import json
+    import sys
+    from pathlib import Path
+
+    script = Path(__file__).resolve().parents[1] / "benchmarks" / "device" / "dvr_ab.py"
+    spec = importlib.util.spec_from_file_location("dvr_ab_script", script)
+    dvr_ab = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(dvr_ab)
+    monkeypatch.setattr(sys, "argv", [
+        "dvr_ab.py", "--model", "tiny", "--out", str(out), "--variants", variants, "--modes", "nondet,dvr@50",
+        "--num-requests", "8", "--max-num-seqs", "16", "--max-fast-tokens", "64", "--budget-s", "400",
+        "--warmup-requests", "0", *args])
+    dvr_ab.main()
+    return json.loads(Path(out).read_text())

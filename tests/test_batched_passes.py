@@ -17,7 +17,7 @@ from llm42 import DVRGenerator, SamplingParams
 from llm42.model.weights import random_weights
 from llm42.scheduler import DefaultScheduler
 from llm42.testing import strategies as ls
-from tests.helpers import serve
+from tests.helpers import run_dvr_ab, serve
 
 DEVICE_DIR = Path(__file__).resolve().parents[1] / "benchmarks" / "device"
 CFG = ls.wide_model_config(vocab_size=256, max_position_embeddings=256)
@@ -48,3 +48,13 @@ def test_held_passes_commit_the_default_schedulers_bits_in_fewer_passes():
         assert held[i].token_ids == default[i].token_ids and held[i].logprobs == default[i].logprobs
     assert scheduler.num_held > 0
     assert held_passes <= default_passes
+
+
+def test_dvr_ab_serves_the_batched_gemm_rows_variant_with_its_configs_outputs(tmp_path, monkeypatch):
+    """The benchmark's ``gemm_rows_1024_batched`` (the next A/B on a GPU) end to end on the CPU: it commits the
+    outputs of ``gemm_rows_1024`` (its canonical config: the contract check compares them) with the batched
+    scheduler in place."""
+    got = run_dvr_ab(tmp_path / "ab.json", monkeypatch, "gemm_rows_1024,gemm_rows_1024_batched")
+    (check,) = got["deterministic_outputs_identical"].values()
+    assert check["num_checked"] > 0 and check["num_identical"] == check["num_checked"]
+    assert got["variants"]["gemm_rows_1024_batched"] == {"canonical_gemm_rows": 1024, "scheduler": "batched_1024_8"}

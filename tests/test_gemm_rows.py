@@ -113,13 +113,15 @@ def test_fixed_row_blocks_hand_every_call_exactly_rows_rows(n, rows, seed):
     assert torch.equal(by_m(x, torch.empty_like(x)), out) == (n == rows)
 
 
-def test_pass_buckets_are_whole_gemm_blocks():
+def test_pass_buckets_of_a_block_or_more_are_whole_gemm_blocks():
     assert pass_buckets(256, 2048) == (256, 512, 1024, 2048)
-    assert pass_buckets(256, 2048, gemm_rows=1024) == (1024, 2048)
-    assert pass_buckets(256, 2048, gemm_rows=512) == (512, 1024, 2048)
-    assert pass_buckets(256, 2048, gemm_rows=2048) == (2048,)
-    assert pass_buckets(256, 512, gemm_rows=1024) == (512,)  # a block wider than any pass: the pass pads it
-    assert pass_buckets(8, 40, is_graphed=False, gemm_rows=16) == (16, 32, 40)
+    # a narrower bucket stays (its GEMMs pad their one block, its row ops run on its own rows)
+    assert pass_buckets(256, 2048, gemm_rows=1024) == (256, 512, 1024, 2048)
+    assert pass_buckets(256, 3072, gemm_rows=1024) == (256, 512, 1024, 2048, 3072)
+    assert pass_buckets(256, 2048, gemm_rows=2048) == (256, 512, 1024, 2048)
+    assert pass_buckets(256, 512, gemm_rows=1024) == (256, 512)  # a block wider than any pass: every pass pads it
+    assert pass_buckets(8, 40, is_graphed=False, gemm_rows=16) == (8, 16, 32, 40)  # 24 -> 32, 40 stays the cap
+    assert pass_buckets(8, 48, is_graphed=False, gemm_rows=16) == (8, 16, 32, 48)
     # CUDA only, and only a multiple of R (the buckets stay multiples of R)
     assert bucket_gemm_rows(FixedShapePolicy(gemm_rows=1024), torch.device("cuda"), 256) == 1024
     assert bucket_gemm_rows(FixedShapePolicy(gemm_rows=1000), torch.device("cuda"), 256) is None

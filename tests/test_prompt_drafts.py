@@ -23,7 +23,7 @@ from llm42.model.weights import random_weights
 from llm42.policies import NoisyFastPolicy
 from llm42.testing.strategies import batch_mixes
 from llm42.verify.verifier import Verifier
-from tests.helpers import lag_passes, prompts_to_draft_without_rule, tiny_config
+from tests.helpers import lag_passes, prompts_to_draft_without_rule, run_dvr_ab, tiny_config
 from tests.test_draft_ahead import PARAMS as DRAFT_AHEAD_PARAMS
 
 CFG = tiny_config(max_position_embeddings=256)
@@ -146,22 +146,7 @@ def test_prompt_drafts_config_errors_name_the_field():
 def test_dvr_ab_serves_the_prompt_drafts_variant_with_the_defaults_outputs(tmp_path, monkeypatch):
     """The benchmark's variant (benchmarks/device/dvr_ab.py, run on the H200 next) end to end on the CPU: the same
     deterministic outputs as the default config in its contract check, and prompts run by the fast path."""
-    import importlib.util
-    import json
-    import sys
-    from pathlib import Path
-
-    script = Path(__file__).resolve().parents[1] / "benchmarks" / "device" / "dvr_ab.py"
-    spec = importlib.util.spec_from_file_location("dvr_ab_script", script)
-    dvr_ab = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(dvr_ab)
-    out = tmp_path / "ab.json"
-    monkeypatch.setattr(sys, "argv", [
-        "dvr_ab.py", "--model", "tiny", "--out", str(out), "--variants", "default,prompt_drafts", "--modes",
-        "nondet,dvr@50", "--num-requests", "8", "--max-num-seqs", "16", "--max-fast-tokens", "64", "--budget-s",
-        "400", "--warmup-requests", "0"])
-    dvr_ab.main()
-    got = json.loads(out.read_text())
+    got = run_dvr_ab(tmp_path / "ab.json", monkeypatch, "default,prompt_drafts")
     (check,) = got["deterministic_outputs_identical"].values()
     assert check["num_checked"] > 0 and check["num_identical"] == check["num_checked"]
     assert got["variants"]["prompt_drafts"] == {"prompt_drafts": True}

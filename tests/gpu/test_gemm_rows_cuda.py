@@ -58,7 +58,8 @@ def test_fixed_gemm_rows_give_a_row_its_bits_at_any_number_of_rows(gemm_rows, re
 
 def test_passes_of_any_width_with_fixed_gemm_rows_commit_the_same_bits_on_cuda(llama8b, report):
     """``gemm_rows=1024`` on the 8B shape: narrow passes (256 rows, every GEMM padded to 1,024), passes of up to
-    1,024 rows (buckets of whole blocks) and the same beside free requests commit the same tokens, log-probs, top
+    1,024 rows (buckets of 256 and 512 rows padding their GEMMs' one block, and of one whole block) and the same
+    beside free requests commit the same tokens, log-probs, top
     alternatives and prompt K/V (1,500- and 700-token prompts, one greedy, one sampled)."""
     cfg, _ = llama8b
     prompts, params = wide_pass_requests(cfg.vocab_size)
@@ -69,7 +70,7 @@ def test_passes_of_any_width_with_fixed_gemm_rows_commit_the_same_bits_on_cuda(l
     reference_kv = prompt_kv(narrow, prompts[0], min_tokens=1025)
     narrow.close()
     wide = wide_pass_generator(llama8b, 4 * WINDOW * GROUP, canonical_policy=policy)
-    assert wide.verifier.canonical_pass.buckets == (1024,)
+    assert wide.verifier.canonical_pass.buckets == (256, 512, 1024)
     alone = run_beside_random_free(wide, prompts, params)
     wide_kv = prompt_kv(wide, prompts[0], min_tokens=1025)
     wide.close()
@@ -98,7 +99,7 @@ def test_wide_verify_passes_with_fixed_gemm_rows_commit_the_bits_of_narrow_passe
     reference = run_beside_random_free(narrow, prompts, params)
     narrow.close()
     wide = wide_pass_generator(llama8b, 4 * WINDOW * GROUP, wide_verify=True, canonical_policy=policy)
-    assert wide.verifier.canonical_pass.buckets == (512, 1024)
+    assert wide.verifier.canonical_pass.buckets == (256, 512, 1024)
     windows = count_windows(wide)
     got = run_beside_random_free(wide, prompts, params, num_free=16)
     wide.close()
