@@ -188,7 +188,8 @@ VARIANTS = {
         "960,576": "small", "576,576": "small", "3072,576": "small", "576,1536": "small"}},
     # round 27: every canonical GEMM as cuBLAS at M = 512 / 1,024 / 2,048 rows (FixedShapePolicy(gemm_rows=N): other
     # committed bits, each N its own config), a wide pass's GEMMs a few large calls instead of one per 256 rows, a
-    # narrow pass's padded up to N (its bucket too until round 31; now its GEMMs only): on SmolLM2 one 2,048-row call costs 1.5x one 256-row call, eight cost 6-8x
+    # narrow pass's padded up to N (its bucket too until round 31; now its GEMMs only): on SmolLM2 one 2,048-row
+    # call costs 1.5x one 256-row call, eight cost 6-8x
     # (gemm_rows_256: M = R, the default's M, its blocks written into one output: the default's bits exactly where
     # mm(out=) gives F.linear's, which the contract check below compares)
     "gemm_rows_256": {"canonical_gemm_rows": 256},

@@ -59,8 +59,8 @@ def test_fixed_gemm_rows_give_a_row_its_bits_at_any_number_of_rows(gemm_rows, re
 def test_passes_of_any_width_with_fixed_gemm_rows_commit_the_same_bits_on_cuda(llama8b, report):
     """``gemm_rows=1024`` on the 8B shape: narrow passes (256 rows, every GEMM padded to 1,024), passes of up to
     1,024 rows (buckets of 256 and 512 rows padding their GEMMs' one block, and of one whole block) and the same
-    beside free requests commit the same tokens, log-probs, top
-    alternatives and prompt K/V (1,500- and 700-token prompts, one greedy, one sampled)."""
+    beside free requests commit the same tokens, log-probs, top alternatives and prompt K/V (1,500- and 700-token
+    prompts, one greedy, one sampled)."""
     cfg, _ = llama8b
     prompts, params = wide_pass_requests(cfg.vocab_size)
     policy = FixedShapePolicy(gemm_rows=1024)
