@@ -145,11 +145,15 @@ def test_prompt_drafts_config_errors_name_the_field():
 
 def test_dvr_ab_serves_the_prompt_drafts_variant_with_the_defaults_outputs(tmp_path, monkeypatch):
     """The benchmark's variant (benchmarks/device/dvr_ab.py, run on the H200 next) end to end on the CPU: the same
-    deterministic outputs as the default config in its contract check, and prompts run by the fast path."""
-    got = run_dvr_ab(tmp_path / "ab.json", monkeypatch, "default,prompt_drafts")
-    (check,) = got["deterministic_outputs_identical"].values()
-    assert check["num_checked"] > 0 and check["num_identical"] == check["num_checked"]
+    deterministic outputs as the default config in its contract check (with longest-output-first service too, round
+    32's variant), and prompts run by the fast path."""
+    got = run_dvr_ab(tmp_path / "ab.json", monkeypatch, "default,prompt_drafts,order_budget_prompt_drafts")
+    checks = got["deterministic_outputs_identical"]
+    assert len(checks) == 2, checks
+    for check in checks.values():
+        assert check["num_checked"] > 0 and check["num_identical"] == check["num_checked"]
     assert got["variants"]["prompt_drafts"] == {"prompt_drafts": True}
+    assert got["variants"]["order_budget_prompt_drafts"] == {"scheduler_order": "budget", "prompt_drafts": True}
 
 
 def test_the_step_model_benchmark_runs_both_ways_with_the_same_bits():

@@ -211,6 +211,10 @@ VARIANTS = {
     # against 398, 53 deferred against 351). A narrow pass now keeps its bucket (pass_buckets); with this scheduler
     # its verify-only passes also wait for 1,024 rows (or 8 steps), so most GEMM blocks are full
     "gemm_rows_1024_batched": {"canonical_gemm_rows": 1024, "scheduler": "batched_1024_8"},
+    # round 32: round 31's default dvr@50 ended on its longest deterministic replies admitted last (1,024 tokens,
+    # first token at 2.2 s against 1.45 s in nondet, the free requests done at 5.4 s, these at 6.0 s); longest
+    # output first, with their prompts drafted from while their canonical passes wait
+    "order_budget_prompt_drafts": {"scheduler_order": "budget", "prompt_drafts": True},
 }
 
 
