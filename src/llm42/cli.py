@@ -39,6 +39,7 @@ from llm42.model.loader import Checkpoint, embedded_model_path, load_checkpoint
 from llm42.params import Completion, SamplingParams
 from llm42.policies import NoisyFastPolicy
 from llm42.prompts import has_chat_template
+from llm42.scheduler import ORDERS, DefaultScheduler
 from llm42.testing.harness import describe, filler_prompts, random_token_prompts, run_random_batches, stat_line
 
 EXIT_OK, EXIT_DIVERGED, EXIT_USAGE = 0, 1, 2
@@ -185,6 +186,11 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--max-pending", type=int, default=1024,
                        help="requests the engine holds, queued or running; beyond it: HTTP 429 (default: 1024)")
     serve.add_argument("--max-num-seqs", type=int, default=256, help="requests decoded at once (default: 256)")
+    serve.add_argument("--order", choices=ORDERS, default="arrival",
+                       help="who is served first where a step's rows are short: 'arrival' (oldest first) or "
+                            "'budget' (the largest max_tokens left first: faster with deterministic traffic, "
+                            "but a short request may wait behind long ones under sustained overload; "
+                            "docs/serving.md) (default: arrival)")
     _add_engine_args(serve)
     serve.add_argument("--max-n", type=int, default=16, help="largest n (samples per prompt) (default: 16)")
     serve.add_argument("--max-tokens", type=int, default=None,
@@ -552,7 +558,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         raise CLIError(str(exc).replace("Limits.", "--").replace("_", "-")) from None
     loader = _Loader(args, args.model)
     gen = loader(max_num_seqs=args.max_num_seqs, max_model_len=args.max_model_len,
-                 canonical_thread=args.canonical_thread)
+                 canonical_thread=args.canonical_thread, scheduler=DefaultScheduler(order=args.order))
     name = args.served_model_name or (loader.path.stem if loader.path.is_file() else loader.path.name)
     print(f"llm42 serve: {loader.path} on {args.device} as {name!r}; canonical pass R = {args.window} x "
           f"{args.group} rows; http://{args.host}:{args.port}/v1", file=sys.stderr)
