@@ -8,8 +8,8 @@ import pytest
 
 from llm42 import DefaultScheduler, DVRGenerator, SamplingParams
 from llm42.model.weights import random_weights
-from llm42.scheduler import ORDERS, RequestView, SchedulerState, in_order, validate_plan
-from tests.helpers import first_token_steps, tiny_config
+from llm42.scheduler import ADMISSIONS, ORDERS, RequestView, SchedulerState, in_order, validate_plan
+from tests.helpers import first_token_steps, run_dvr_ab, tiny_config
 from tests.property.schedulers import RecordingScheduler
 
 WINDOW, GROUP = 4, 2  # R = 8
@@ -97,3 +97,72 @@ def test_budget_order_starts_the_longest_request_sooner_and_commits_the_same_bit
 
 def test_every_order_is_named():
     assert ORDERS == ("arrival", "budget")
+
+
+def _run_admission(scheduler, *, kv_cache_tokens: int):
+    """Twelve requests whose worst cases do not all fit the K/V store at once (each reserves 40 + its budget
+    positions), the one that may produce most submitted last; their outputs and first-token steps."""
+    gen = DVRGenerator(WEIGHTS, CFG, window=WINDOW, group=GROUP, kv_cache_tokens=kv_cache_tokens, block_size=8,
+                       max_fast_tokens=64, max_canonical_tokens=16, wide_verify=True, max_num_seqs=64,
+                       scheduler=scheduler)
+    params = [SamplingParams(max_new_tokens=n, deterministic=i % 3 != 0, ignore_eos=True, seed=i,
+                             temperature=0.9 if i % 2 else 0.0, top_k=20) for i, n in enumerate(BUDGETS)]
+    rids = [gen.submit(p, params[i]) for i, p in enumerate(PROMPTS)]
+    first = first_token_steps(gen)
+    return [gen.result(r).token_ids for r in rids], [first[r] for r in rids], gen
+
+
+def test_budget_admission_admits_the_largest_budget_first_where_k_v_is_short_and_commits_the_same_bits():
+    # 208 positions: the 80-position request and two or three 46-position ones at a time
+    arrival_out, arrival_first, arrival_gen = _run_admission(DefaultScheduler(order="budget"), kv_cache_tokens=208)
+    budget_out, budget_first, gen = _run_admission(DefaultScheduler(order="budget", admission="budget"),
+                                                   kv_cache_tokens=208)
+    assert budget_out == arrival_out
+    assert all(len(out) == n for out, n in zip(budget_out, BUDGETS))
+    # the negative control: admitted in arrival order, the longest request starts after every other
+    assert arrival_first[-1] == max(arrival_first), arrival_first
+    # admitted first by budget, it has its first token in the first steps (request 0, free, at once beside it)
+    assert budget_first[-1] <= sorted(budget_first)[1] < arrival_first[-1], (budget_first, arrival_first)
+    # and the run is no longer as long as the last request's prompt wait plus its 40 tokens (48 steps against 64)
+    assert gen.stats["steps"] < arrival_gen.stats["steps"]
+
+
+def test_budget_admission_admits_everything_at_once_where_everything_fits():
+    for admission in ADMISSIONS:
+        gen = DVRGenerator(WEIGHTS, CFG, window=WINDOW, group=GROUP, kv_cache_tokens=4096, block_size=8,
+                           max_num_seqs=64, scheduler=DefaultScheduler(admission=admission))
+        for i, p in enumerate(PROMPTS):
+            gen.submit(p, SamplingParams(max_new_tokens=BUDGETS[i], deterministic=True, ignore_eos=True))
+        gen.step()
+        assert gen.num_waiting == 0 and gen.num_running == len(PROMPTS), admission
+
+
+@pytest.mark.parametrize("bad", ["fifo", None, "Budget"])
+def test_a_bad_admission_is_refused_naming_the_field(bad):
+    with pytest.raises(ValueError, match="admission"):
+        DefaultScheduler(admission=bad)
+
+    class Odd:
+        admission = bad
+
+        def schedule(self, state):
+            return DefaultScheduler().schedule(state)
+
+    with pytest.raises(ValueError, match="admission"):
+        DVRGenerator(WEIGHTS, CFG, window=WINDOW, group=GROUP, kv_cache_tokens=512, scheduler=Odd())
+
+
+def test_a_scheduler_without_admission_admits_in_arrival_order():
+    out, first, _ = _run_admission(RecordingScheduler(DefaultScheduler(admission="budget")), kv_cache_tokens=208)
+    base_out, base_first, _ = _run_admission(DefaultScheduler(), kv_cache_tokens=208)
+    assert not hasattr(RecordingScheduler(DefaultScheduler()), "admission")
+    assert (out, first) == (base_out, base_first)
+
+
+def test_dvr_ab_serves_the_budget_admission_variant_with_the_same_outputs(tmp_path, monkeypatch):
+    """The benchmark's variant (benchmarks/device/dvr_ab.py, for the next device session) end to end on the CPU: the
+    same deterministic outputs as the budget order alone."""
+    got = run_dvr_ab(tmp_path / "ab.json", monkeypatch, "order_budget,order_budget_admit")
+    (check,) = got["deterministic_outputs_identical"].values()
+    assert check["num_checked"] > 0 and check["num_identical"] == check["num_checked"]
+    assert got["variants"]["order_budget_admit"] == {"scheduler_order": "budget", "scheduler_admission": "budget"}

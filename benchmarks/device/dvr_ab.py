@@ -215,6 +215,10 @@ VARIANTS = {
     # first token at 2.2 s against 1.45 s in nondet, the free requests done at 5.4 s, these at 6.0 s); longest
     # output first, with their prompts drafted from while their canonical passes wait
     "order_budget_prompt_drafts": {"scheduler_order": "budget", "prompt_drafts": True},
+    # round 32: order_budget served SmolLM2's dvr@50 at 0.83-0.88 of nondet (the default 0.65-0.68, one H100), but
+    # its runs still ended on 1,024-token replies admitted last (K/V-limited admission, oldest first: first token at
+    # 1-2 s); with DefaultScheduler(admission="budget") the largest budget is admitted first too
+    "order_budget_admit": {"scheduler_order": "budget", "scheduler_admission": "budget"},
 }
 
 

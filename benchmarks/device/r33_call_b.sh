@@ -1,17 +1,10 @@
 #!/usr/bin/env bash
-# Round 33, device call B (carry .dev_stage/b, at once after a call that carried .dev_stage/a, e.g. r32_call_a.sh
-# with a small CAP): SmolLM2 online, Poisson at 0.7 x the default's offline nondet capacity, 500 requests, nondet
-# and dvr@50, the default against DefaultScheduler(order="budget"): the free requests' ITL p50 / p99 over nondet's
-# (issue 10's 1.15x; round 25's default 1.15x / 1.31x). In round 32's offline dvr@50 runs the budget order's free
-# ITL p99 was 16.4 ms against the default's 36.9 ms (one sample each, offline): online is what the target asks.
+# Round 33, device call B (carry .dev_stage/b, at once after a call that carried .dev_stage/a, e.g.
+# `CAP=100 bash benchmarks/device/r32_call_a.sh`): SmolLM2 offline, 1,000 chat requests, nondet and dvr@50, ABBA in
+# one process: the default, DefaultScheduler(order="budget") (round 32, one H100: 0.88 / 0.83 of nondet against the
+# default's 0.65 / 0.68) and the same with admission="budget" (round 32's budget-order runs still ended on
+# 1,024-token replies admitted last, K/V-limited, first token at 1-2 s). On an H200 if one is lent.
 #
 #   bash benchmarks/device/r33_call_b.sh
-source "$(dirname "$0")/session_preamble.sh"
-source "$(dirname "$0")/smollm2_env.sh"
-timeout "${CAP:-420}" python3 benchmarks/device/dvr_ab.py --model "$SMOL" --cache-dir /tmp/llm42_models \
-    --variants default,order_budget --modes nondet --budget-s 60 --warmup-requests 8 --warmup-modes dvr@50 \
-    --online-load 0.7 --online-modes nondet,dvr@50 --online-requests 500 --online-budget-s 140 \
-    --out "$OUT/dvr_ab_smollm2_r33_b_online.json" >"$OUT/dvr_ab_online.txt" 2>&1
-log "dvr_ab online exit $?"
-grep -E "^\[dvr_ab\]|rror" "$OUT/dvr_ab_online.txt" | grep -v warm-up | tail -n 30
-log "done"
+VARIANTS=${VARIANTS:-default,order_budget,order_budget_admit} CAP=${CAP:-520} BUDGET=${BUDGET:-120} \
+    exec bash "$(dirname "$0")/r31_call_b.sh"

@@ -51,7 +51,8 @@ from llm42.policies.base import ReductionPolicy
 from llm42.policies.fast import canonical_decode_mismatches
 from llm42.prompts import Tokenizer, encode_prompt
 from llm42.runner import ModelRunner, Segment
-from llm42.scheduler import DefaultScheduler, Plan, PrefillChunk, Scheduler, SchedulerState, validate_plan
+from llm42.scheduler import (ADMISSIONS, DefaultScheduler, Plan, PrefillChunk, Scheduler, SchedulerState,
+                             validate_plan)
 from llm42.scoring import ScoreJob, score_jobs
 from llm42.verify import CanonicalConfig, CanonicalWork, Commit, LaunchedPass, Verifier
 
@@ -278,6 +279,10 @@ class DVRGenerator:
         self._max_canonical_results = (num_canonical_tokens if wide_verify and isinstance(verifier, Verifier)
                                        else None)
         self.scheduler = scheduler if scheduler is not None else DefaultScheduler()
+        self._admission = getattr(self.scheduler, "admission", "arrival")
+        if self._admission not in ADMISSIONS:
+            raise ValueError(f"DVRGenerator scheduler's admission must be one of {ADMISSIONS}, got "
+                             f"{self._admission!r}")
         if kv_store is None:
             kv_store = KVStore(
                 cfg,
@@ -908,7 +913,7 @@ class DVRGenerator:
 
     # -- engine internals -----------------------------------------------------------------------
     def _admit(self) -> None:
-        for req in self._pool.admit(self.kv):
+        for req in self._pool.admit(self.kv, self._admission):
             self.decode_state.admit(req.slot, req.rid, req.params, req.seed)
 
     def _launch_canonical(self, plan: Plan, windows: dict[int, int]) -> LaunchedPass | None:

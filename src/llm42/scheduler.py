@@ -138,6 +138,8 @@ class Scheduler(Protocol):
     """Anything with ``schedule(state) -> Plan``: called once per engine step (docs/extending.md).
 
     Any valid plan keeps the determinism contract; a scheduler only moves latency and throughput.
+    A scheduler may also carry ``admission`` (one of ``ADMISSIONS``; ``"arrival"`` where it has none): the order in
+    which the engine admits waiting requests while seats and K/V reservations are short (``DefaultScheduler``).
     """
 
     def schedule(self, state: SchedulerState) -> Plan: ...
@@ -252,6 +254,7 @@ def _prompt_chunks(views: Sequence[RequestView], budget: int) -> list[PrefillChu
 
 RISKY_WINDOWS = ("ride", "due", "off")
 ORDERS = ("arrival", "budget")
+ADMISSIONS = ("arrival", "budget")
 
 
 def in_order(views: Sequence[RequestView], order: str) -> Sequence[RequestView]:
@@ -310,15 +313,22 @@ class DefaultScheduler:
     the largest output budget left first (``in_order``: longest-output-first, as SGLang's ``lof`` policy orders
     by ``max_new_tokens``), so that a deterministic request that may produce many tokens gets its prompt's pass,
     and its windows verified, before those that may produce few. Scheduling never changes a committed bit.
+
+    ``admission``: the order in which the engine admits waiting requests while seats (``max_num_seqs``) or K/V
+    reservations are short: ``"arrival"`` (default) oldest first; ``"budget"`` the largest ``max_new_tokens``
+    first (oldest among equals). Either way a request that does not fit stops admission until running requests
+    free enough, so none behind it goes first. ``order="budget"`` orders only admitted requests: in round 32's runs
+    the 1,024-token replies admitted last (K/V-limited) got their first token at 1-2 s, and ended the run.
     """
 
     prompt_share: float = 0.0  # class defaults too: subclasses that skip __init__ keep working
     eager_verify: bool = False
     risky_windows: str = "ride"
     order: str = "arrival"
+    admission: str = "arrival"
 
     def __init__(self, *, prompt_share: float = 0.0, eager_verify: bool = False, risky_windows: str = "ride",
-                 order: str = "arrival"):
+                 order: str = "arrival", admission: str = "arrival"):
         if isinstance(prompt_share, bool) or not isinstance(prompt_share, (int, float)) or not (
                 0.0 <= prompt_share <= 1.0):
             raise ValueError(f"DefaultScheduler prompt_share must be a number in [0, 1], got {prompt_share!r}")
@@ -329,6 +339,9 @@ class DefaultScheduler:
             raise ValueError(f"DefaultScheduler risky_windows must be one of {RISKY_WINDOWS}, got {risky_windows!r}")
         if order not in ORDERS:
             raise ValueError(f"DefaultScheduler order must be one of {ORDERS}, got {order!r}")
+        if admission not in ADMISSIONS:
+            raise ValueError(f"DefaultScheduler admission must be one of {ADMISSIONS}, got {admission!r}")
+        self.admission = admission
         self.prompt_share = float(prompt_share)
         self.eager_verify = eager_verify
         self.risky_windows = risky_windows

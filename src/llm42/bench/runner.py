@@ -118,6 +118,7 @@ class Engine:
     risk_margin: float = 0.0  # DVRGenerator's knob: a draft of smaller margin (logits) closes its window
     risky_windows: str = "ride"  # DefaultScheduler's knob: what a window closed at a risky draft does
     scheduler_order: str = "arrival"  # DefaultScheduler's knob (order=): who is served first where rows are short
+    scheduler_admission: str = "arrival"  # DefaultScheduler's knob (admission=): who is admitted first
     canonical_sms: int | None = None  # DVRGenerator's knob: the canonical pass's kernels on that many SMs (CUDA)
     gc_freeze: bool = False  # the timed run inside ``frozen_gc`` (what ``llm42 serve`` does), after the warm-up
     prompt_drafts: bool = False  # DVRGenerator's knob: deterministic requests draft from a fast run of their prompt
@@ -142,7 +143,8 @@ class Engine:
             max_canonical_tokens=self.max_canonical_tokens, canonical_stream=self.canonical_stream,
             draft_ahead=self.draft_ahead, wide_verify=self.wide_verify, adaptive_draft=self.adaptive_draft,
             scheduler=self.scheduler_class(prompt_share=self.prompt_share, eager_verify=self.eager_verify,
-                                           risky_windows=self.risky_windows, order=self.scheduler_order),
+                                           risky_windows=self.risky_windows, order=self.scheduler_order,
+                                           admission=self.scheduler_admission),
             prioritize_fast=self.prioritize_fast, canonical_priority=self.canonical_priority,
             canonical_gemm_streams=self.canonical_gemm_streams,
             graph_bucket_step=self.graph_bucket_step, chain_passes=self.chain_passes, risk_margin=self.risk_margin,

@@ -271,6 +271,10 @@ class Request:
         )
 
 
+def _larger_budget_first(req: Request) -> int:
+    return -req.max_new_tokens
+
+
 class RequestPool:
     """Waiting and running requests, finished Completions, and the engine's counters.
 
@@ -311,8 +315,14 @@ class RequestPool:
             return "waiting"
         return "unknown"
 
-    def admit(self, kv) -> list[Request]:
-        """Admit waiting requests, oldest first, while seats and K/V reservations allow."""
+    def admit(self, kv, order: str = "arrival") -> list[Request]:
+        """Admit waiting requests while seats and K/V reservations allow: oldest first, or with ``order="budget"``
+        the largest ``max_new_tokens`` first (oldest among equals; the queue is kept in that order). Either way the
+        first request that does not fit stops admission, so no request behind it goes first and it waits only for
+        running requests to finish."""
+        if order == "budget" and len(self.waiting) > 1 and len(self.running) < self.max_num_seqs:
+            # a stable sort of a queue already in this order but for its new arrivals: nearly linear
+            self.waiting = deque(sorted(self.waiting, key=_larger_budget_first))
         admitted = []
         while self.waiting and len(self.running) < self.max_num_seqs:
             req = self.waiting[0]
