@@ -73,13 +73,14 @@ def _pct(values: list[int]) -> dict:
 
 
 def run(*, num_requests: int, share: float, lag: int, prompt_drafts: bool, seed: int = 0,
-        order: str = "arrival") -> dict:
+        order: str = "arrival", admission: str = "arrival") -> dict:
     cfg = ModelConfig(family="llama", vocab_size=64, hidden_size=32, intermediate_size=64, num_layers=1, num_heads=2,
                       num_kv_heads=1, head_dim=16, max_position_embeddings=1024, rms_norm_eps=1e-5,
                       rope=RopeConfig(theta=10000.0), eos_token_ids=(2,), bos_token_id=1)
     gen = _lagging(DVRGenerator(random_weights(cfg, seed=seed), cfg, window=8, group=4, max_num_seqs=64,
                                 max_fast_tokens=256, max_canonical_tokens=128, kv_cache_tokens=64 * 700,
-                                prompt_drafts=prompt_drafts, scheduler=DefaultScheduler(order=order)), lag)
+                                prompt_drafts=prompt_drafts,
+                                scheduler=DefaultScheduler(order=order, admission=admission)), lag)
     workload = sharegpt_like(num_requests, length_scale=1 / 8, vocab_size=cfg.vocab_size, seed=seed)
     deterministic = set(deterministic_order(num_requests, seed=seed)[:round(share * num_requests)])
     rids, is_det = [], []

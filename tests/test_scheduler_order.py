@@ -167,3 +167,17 @@ def test_dvr_ab_serves_the_budget_admission_variant_with_the_same_outputs(tmp_pa
     (check,) = got["deterministic_outputs_identical"].values()
     assert check["num_checked"] > 0 and check["num_identical"] == check["num_checked"]
     assert got["variants"]["order_budget_admit"] == {"scheduler_order": "budget", "scheduler_admission": "budget"}
+
+
+def test_the_order_and_admission_step_model_runs_every_pair_with_the_same_bits(tmp_path):
+    """benchmarks/cpu_order_admission.py, small: the four (order, admission) pairs commit the same bits."""
+    import importlib.util
+    from pathlib import Path
+
+    script = Path(__file__).resolve().parents[1] / "benchmarks" / "cpu_order_admission.py"
+    spec = importlib.util.spec_from_file_location("cpu_order_admission", script)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    got = bench.main(["--num-requests", "16", "--lags", "2", "--out", str(tmp_path / "out.json")])
+    assert got["same_bits"] and len(got["cases"]) == 4
+    assert all(case["num_deterministic"] == 8 and case["steps"] > 0 for case in got["cases"].values())
