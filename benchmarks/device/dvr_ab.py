@@ -219,6 +219,8 @@ VARIANTS = {
     # its runs still ended on 1,024-token replies admitted last (K/V-limited admission, oldest first: first token at
     # 1-2 s); with DefaultScheduler(admission="budget") the largest budget is admitted first too
     "order_budget_admit": {"scheduler_order": "budget", "scheduler_admission": "budget"},
+    # admission by budget alone: the best of the four pairs in the CPU step model (cpu_order_admission.py)
+    "admit_budget": {"scheduler_admission": "budget"},
 }
 
 
