@@ -153,11 +153,25 @@ def test_a_bad_admission_is_refused_naming_the_field(bad):
         DVRGenerator(WEIGHTS, CFG, window=WINDOW, group=GROUP, kv_cache_tokens=512, scheduler=Odd())
 
 
+class _NoAdmission:
+    """A scheduler with no ``admission`` attribute (the default scheduler's plans)."""
+
+    def __init__(self):
+        self._inner = DefaultScheduler(admission="budget")
+
+    def schedule(self, state):
+        return self._inner.schedule(state)
+
+
 def test_a_scheduler_without_admission_admits_in_arrival_order():
-    out, first, _ = _run_admission(RecordingScheduler(DefaultScheduler(admission="budget")), kv_cache_tokens=208)
+    out, first, _ = _run_admission(_NoAdmission(), kv_cache_tokens=208)
     base_out, base_first, _ = _run_admission(DefaultScheduler(), kv_cache_tokens=208)
-    assert not hasattr(RecordingScheduler(DefaultScheduler()), "admission")
+    assert not hasattr(_NoAdmission(), "admission")
     assert (out, first) == (base_out, base_first)
+    # a wrapper that forwards it (tests' RecordingScheduler) admits as its inner scheduler does
+    budget = _run_admission(DefaultScheduler(admission="budget"), kv_cache_tokens=208)[1]
+    assert _run_admission(RecordingScheduler(DefaultScheduler(admission="budget")), kv_cache_tokens=208)[1] == budget
+    assert budget != base_first
 
 
 def test_dvr_ab_serves_the_budget_admission_variant_with_the_same_outputs(tmp_path, monkeypatch):

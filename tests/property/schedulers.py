@@ -70,13 +70,21 @@ class RecordingScheduler:
         self.history.append((state, plan))
         return plan
 
+    @property
+    def admission(self) -> str:
+        """The inner scheduler's order of admission (``"arrival"`` where it has none)."""
+        return getattr(self.inner, "admission", "arrival")
 
-SCHEDULER_KINDS = ("default", "perturbing", "budget")
+
+SCHEDULER_KINDS = ("default", "perturbing", "budget", "budget_admit")
 
 
 def make_scheduler(kind: str, seed: int) -> Scheduler:
-    """A scheduler kind the properties draw from: ``"default"``, ``"perturbing"`` (seeded) or ``"budget"`` (the
-    default scheduler serving the largest output budget left first: other requests' windows and prompts first)."""
+    """A scheduler kind the properties draw from: ``"default"``, ``"perturbing"`` (seeded), ``"budget"`` (the
+    default scheduler serving the largest output budget left first: other requests' windows and prompts first) or
+    ``"budget_admit"`` (the same, admitting the largest budget first too)."""
     if kind == "perturbing":
         return PerturbingScheduler(seed)
+    if kind == "budget_admit":
+        return DefaultScheduler(order="budget", admission="budget")
     return DefaultScheduler(order="budget") if kind == "budget" else DefaultScheduler()
