@@ -5,10 +5,20 @@ Scheduling never changes a committed bit; what the order changes is who starts f
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from llm42 import DefaultScheduler, DVRGenerator, SamplingParams
+from llm42.engine.requests import Request, RequestPool
 from llm42.model.weights import random_weights
-from llm42.scheduler import ADMISSIONS, ORDERS, RequestView, SchedulerState, in_order, validate_plan
+from llm42.scheduler import (
+    ADMISSIONS,
+    ORDERS,
+    RequestView,
+    SchedulerState,
+    in_order,
+    validate_plan,
+)
 from tests.helpers import first_token_steps, run_dvr_ab, tiny_config
 from tests.property.schedulers import RecordingScheduler
 
@@ -198,3 +208,17 @@ def test_the_order_and_admission_step_model_runs_every_pair_with_the_same_bits(t
     got = bench.main(["--num-requests", "16", "--lags", "2", "--out", str(tmp_path / "out.json")])
     assert got["same_bits"] and len(got["cases"]) == 4
     assert all(case["num_deterministic"] == 8 and case["steps"] > 0 for case in got["cases"].values())
+
+
+@settings(max_examples=100, deadline=None)
+@given(budgets=st.lists(st.integers(1, 6), max_size=20))
+def test_the_waiting_queue_keeps_the_admission_order_as_requests_arrive(budgets):
+    """``RequestPool.enqueue`` keeps ``admission="budget"``'s queue sorted by budget, oldest first among equals (the
+    rule a stable sort gives); ``"arrival"`` keeps submission order."""
+    pools = {a: RequestPool(max_num_seqs=4, window=4, adaptive_draft=False, admission=a) for a in ADMISSIONS}
+    reqs = [Request(rid, [3], SamplingParams(max_new_tokens=n), 0, frozenset()) for rid, n in enumerate(budgets)]
+    for req in reqs:
+        for pool in pools.values():
+            pool.enqueue(req)
+    assert list(pools["arrival"].waiting) == reqs
+    assert list(pools["budget"].waiting) == sorted(reqs, key=lambda r: -r.max_new_tokens)

@@ -279,10 +279,9 @@ class DVRGenerator:
         self._max_canonical_results = (num_canonical_tokens if wide_verify and isinstance(verifier, Verifier)
                                        else None)
         self.scheduler = scheduler if scheduler is not None else DefaultScheduler()
-        self._admission = getattr(self.scheduler, "admission", "arrival")
-        if self._admission not in ADMISSIONS:
-            raise ValueError(f"DVRGenerator scheduler's admission must be one of {ADMISSIONS}, got "
-                             f"{self._admission!r}")
+        admission = getattr(self.scheduler, "admission", "arrival")
+        if admission not in ADMISSIONS:
+            raise ValueError(f"DVRGenerator scheduler's admission must be one of {ADMISSIONS}, got {admission!r}")
         if kv_store is None:
             kv_store = KVStore(
                 cfg,
@@ -307,7 +306,7 @@ class DVRGenerator:
         self._rng = random.Random(seed)  # seeds for non-deterministic requests that give none
         self._num_ids = 0
         self._pool = RequestPool(max_num_seqs=max_num_seqs, window=window, adaptive_draft=adaptive_draft,
-                                 risk_margin=float(risk_margin))
+                                 risk_margin=float(risk_margin), admission=admission)
         self.stats = self._pool.stats
         is_mixed = is_fast_graphed if mixed_steps is None else mixed_steps
         mixed = (MixedStep(self.decode_state, fast_prefill, decode_graphs, use_graph=is_fast_graphed,
@@ -913,7 +912,7 @@ class DVRGenerator:
 
     # -- engine internals -----------------------------------------------------------------------
     def _admit(self) -> None:
-        for req in self._pool.admit(self.kv, self._admission):
+        for req in self._pool.admit(self.kv):
             self.decode_state.admit(req.slot, req.rid, req.params, req.seed)
 
     def _launch_canonical(self, plan: Plan, windows: dict[int, int]) -> LaunchedPass | None:

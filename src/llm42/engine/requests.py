@@ -283,8 +283,12 @@ class RequestPool:
     store passed in, device state through the caller.
     """
 
-    def __init__(self, *, max_num_seqs: int, window: int, adaptive_draft: bool, risk_margin: float = 0.0):
+    def __init__(self, *, max_num_seqs: int, window: int, adaptive_draft: bool, risk_margin: float = 0.0,
+                 admission: str = "arrival"):
         self.max_num_seqs = max_num_seqs
+        # the waiting queue's order: "arrival" (oldest first) or "budget" (the largest max_new_tokens first, oldest
+        # among equals), kept as requests are enqueued
+        self.admission = admission
         self.window = window
         self.adaptive_draft = adaptive_draft
         self.risk_margin = risk_margin
@@ -300,7 +304,10 @@ class RequestPool:
         self.chain_prefill = False
 
     def enqueue(self, req: Request) -> None:
-        self.waiting.append(req)
+        if self.admission == "budget":  # after every request with at least its budget: oldest first among equals
+            bisect.insort_right(self.waiting, req, key=_larger_budget_first)
+        else:
+            self.waiting.append(req)
 
     def has_unfinished(self) -> bool:
         return bool(self.waiting or self.running)
@@ -315,14 +322,10 @@ class RequestPool:
             return "waiting"
         return "unknown"
 
-    def admit(self, kv, order: str = "arrival") -> list[Request]:
-        """Admit waiting requests while seats and K/V reservations allow: oldest first, or with ``order="budget"``
-        the largest ``max_new_tokens`` first (oldest among equals; the queue is kept in that order). Either way the
-        first request that does not fit stops admission, so no request behind it goes first and it waits only for
-        running requests to finish."""
-        if order == "budget" and len(self.waiting) > 1 and len(self.running) < self.max_num_seqs:
-            # a stable sort of a queue already in this order but for its new arrivals: nearly linear
-            self.waiting = deque(sorted(self.waiting, key=_larger_budget_first))
+    def admit(self, kv) -> list[Request]:
+        """Admit waiting requests from the front of the queue (in ``admission`` order) while seats and K/V
+        reservations allow. The first request that does not fit stops admission, so no request behind it goes
+        first and it waits only for running requests to finish."""
         admitted = []
         while self.waiting and len(self.running) < self.max_num_seqs:
             req = self.waiting[0]
