@@ -222,3 +222,23 @@ def test_the_waiting_queue_keeps_the_admission_order_as_requests_arrive(budgets)
             pool.enqueue(req)
     assert list(pools["arrival"].waiting) == reqs
     assert list(pools["budget"].waiting) == sorted(reqs, key=lambda r: -r.max_new_tokens)
+
+
+def test_the_kv_bound_admission_model_starts_the_longest_replies_first(tmp_path):
+    """benchmarks/cpu_admission_kv.py, small: with a K/V store that holds a fraction of the set, admission by budget
+    serves every token of the set in fewer steps than admission by arrival, and the longest reply starts no later."""
+    import importlib.util
+    from pathlib import Path
+
+    script = Path(__file__).resolve().parents[1] / "benchmarks" / "cpu_admission_kv.py"
+    spec = importlib.util.spec_from_file_location("cpu_admission_kv", script)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    got = bench.main(["--num-requests", "40", "--kv-tokens", "6000", "--max-num-seqs", "64",
+                      "--max-fast-tokens", "256", "--out", str(tmp_path / "out.json")])
+    case = got["cases"]["kv_6000"]
+    arrival, budget = case["arrival"], case["budget"]
+    assert arrival["output_tokens"] == budget["output_tokens"] > 0
+    assert budget["steps"] < arrival["steps"]
+    longest = budget["longest_replies"][0]
+    assert longest["first_token_step"] <= min(r["first_token_step"] for r in arrival["longest_replies"][:1])
