@@ -277,8 +277,11 @@ def test_models_health_and_metrics(client, server, reference_gen):
 # -- a small server: the bounded queue and graceful shutdown --------------------------------------------
 def test_a_full_queue_answers_429_and_shutdown_ends_in_flight_requests():
     server = ServerProcess("--window", str(WINDOW), "--group", str(GROUP), "--max-pending", "2",
-                           "--shutdown-timeout", "1")
-    body = {"prompt": PROMPT, "max_tokens": 480, "ignore_eos": True, "stream": True}
+                           "--shutdown-timeout", "0.5")
+    # deterministic: canonical passes make each reply take seconds on a CPU (2.5 s for the two here, against 0.7 s
+    # free), so both are still running when the 0.5 s drain ends (free replies of 480 tokens finished inside a 1 s
+    # drain on a fast machine: "length", not "abort")
+    body = {"prompt": PROMPT, "max_tokens": 480, "ignore_eos": True, "stream": True, "deterministic": True}
     try:
         with httpx.Client(timeout=60) as http:
             streams = [http.stream("POST", f"{server.url}/v1/completions", json=body) for _ in range(2)]
