@@ -242,3 +242,111 @@ def test_the_kv_bound_admission_model_starts_the_longest_replies_first(tmp_path)
     assert budget["steps"] < arrival["steps"]
     longest = budget["longest_replies"][0]
     assert longest["first_token_step"] <= min(r["first_token_step"] for r in arrival["longest_replies"][:1])
+
+
+class _FitsAll:
+    """A K/V store for the pool alone: every request fits; no prefix is cached."""
+
+    block_size = 8
+
+    def match_prefix(self, prompt):
+        return []
+
+    def can_allocate(self, num_tokens, prefix):
+        return True
+
+    def allocate(self, rid, num_tokens, prefix):
+        pass
+
+
+@settings(max_examples=100, deadline=None)
+@given(arrivals=st.lists(st.tuples(st.integers(0, 3), st.integers(1, 9)), min_size=1, max_size=24),
+       wait=st.one_of(st.none(), st.integers(1, 6)))
+def test_budget_admission_admits_a_request_that_waited_max_wait_steps_next(arrivals, wait):
+    """One seat, freed every step; each step some requests arrive (budgets drawn). The pool admits the oldest
+    request queued ``max_wait_steps`` or more steps ago where there is one, else the largest budget (oldest among
+    equals); with the bound, no request waits more than the bound plus the requests queued before it."""
+    pool = RequestPool(max_num_seqs=1, window=4, adaptive_draft=False, admission="budget", max_wait_steps=wait)
+    kv, rid, step, waited, out_of_order = _FitsAll(), 0, 0, {}, 0
+    pending = list(arrivals)
+    while pending or pool.waiting:
+        if pending:
+            for _ in range(pending[0][0]):
+                pool.enqueue(Request(rid, [3], SamplingParams(max_new_tokens=pending[0][1] + rid % 3), 0,
+                                     frozenset()), step)
+                rid += 1
+            pending.pop(0)
+        queued = list(pool.waiting)
+        aged = [r for r in sorted(queued, key=lambda r: r.rid) if wait is not None and step - r.submitted_step >= wait]
+        got = pool.admit(kv, step)
+        if queued:
+            expected = aged[0] if aged else queued[0]
+            assert got == [expected]
+            assert queued[0] is max(queued, key=lambda r: (r.max_new_tokens, -r.rid))
+            waited[expected.rid] = step - expected.submitted_step
+            out_of_order += expected is not queued[0]
+            pool.running.clear()  # the seat frees
+            pool._free_slots.append(expected.slot)
+        step += 1
+    assert sorted(waited) == list(range(rid))
+    if wait is not None:
+        assert all(w <= wait + r for r, w in waited.items()), waited
+    assert pool.stats["admitted_by_wait"] == out_of_order
+
+
+def _stream(scheduler, *, num_long: int = 10):
+    """Two seats, filled by two long deterministic requests; a short one submitted behind them, then a long one
+    every step for ``num_long`` steps: every output, the step of the short request's first token and each
+    request's first-token step."""
+    gen = DVRGenerator(WEIGHTS, CFG, window=WINDOW, group=GROUP, kv_cache_tokens=4096, block_size=8,
+                       max_num_seqs=2, max_fast_tokens=64, max_canonical_tokens=16, scheduler=scheduler)
+
+    def submit(i: int, budget: int) -> int:
+        return gen.submit(PROMPTS[i % len(PROMPTS)][i // len(PROMPTS):][:12], SamplingParams(max_new_tokens=budget, deterministic=True,
+                                                           ignore_eos=True, seed=i))
+
+    rids = [submit(0, 12), submit(1, 12)]
+    short = submit(2, 4)
+    rids.append(short)
+    first, step = {}, 0
+    while gen.has_unfinished() or len(rids) < 3 + num_long:
+        if len(rids) < 3 + num_long:
+            rids.append(submit(len(rids), 12))
+        for r in gen.step():
+            first.setdefault(r, step)
+        step += 1
+    return [gen.result(r).token_ids for r in rids], first[short], first, gen.stats
+
+
+def test_a_wait_bound_admits_a_short_request_that_a_stream_of_long_ones_would_keep_queued():
+    arrival_out, arrival_first, _, _ = _stream(DefaultScheduler())
+    unbounded_out, unbounded_first, first, _ = _stream(DefaultScheduler(admission="budget"))
+    bounded_out, bounded_first, _, stats = _stream(DefaultScheduler(admission="budget", max_wait_steps=3))
+    assert bounded_out == unbounded_out == arrival_out  # the same bits, whatever the admission order
+    # the negative control: without a bound the short request is admitted after every long one
+    assert unbounded_first == max(first.values()), (unbounded_first, first)
+    # with it, as soon as a seat frees after its 3 steps: as arrival order admits it
+    assert bounded_first < unbounded_first, (bounded_first, unbounded_first)
+    assert bounded_first == arrival_first, (bounded_first, arrival_first)
+    assert stats["admitted_by_wait"] >= 1
+
+
+@pytest.mark.parametrize("bad, error", [(0, ValueError), (-2, ValueError), (True, TypeError), (2.0, TypeError)])
+def test_a_bad_wait_bound_is_refused_naming_the_field(bad, error):
+    with pytest.raises(error, match="max_wait_steps"):
+        DefaultScheduler(admission="budget", max_wait_steps=bad)
+
+    class Odd:
+        admission = "budget"
+        max_wait_steps = bad
+
+        def schedule(self, state):
+            return DefaultScheduler().schedule(state)
+
+    with pytest.raises(error, match="max_wait_steps"):
+        DVRGenerator(WEIGHTS, CFG, window=WINDOW, group=GROUP, kv_cache_tokens=512, scheduler=Odd())
+
+
+def test_a_wait_bound_needs_admission_by_budget():
+    with pytest.raises(ValueError, match="max_wait_steps"):
+        DefaultScheduler(max_wait_steps=4)

@@ -39,7 +39,7 @@ from llm42.model.loader import Checkpoint, embedded_model_path, load_checkpoint
 from llm42.params import Completion, SamplingParams
 from llm42.policies import NoisyFastPolicy
 from llm42.prompts import has_chat_template
-from llm42.scheduler import ORDERS, DefaultScheduler
+from llm42.scheduler import ADMISSIONS, ORDERS, DefaultScheduler
 from llm42.testing.harness import describe, filler_prompts, random_token_prompts, run_random_batches, stat_line
 
 EXIT_OK, EXIT_DIVERGED, EXIT_USAGE = 0, 1, 2
@@ -191,6 +191,13 @@ def build_parser() -> argparse.ArgumentParser:
                             "'budget' (the largest max_tokens left first: faster with deterministic traffic, "
                             "but a short request may wait behind long ones under sustained overload; "
                             "docs/serving.md) (default: arrival)")
+    serve.add_argument("--admission", choices=ADMISSIONS, default="arrival",
+                       help="who is admitted first where seats or K/V are short: 'arrival' (oldest first) or "
+                            "'budget' (the largest max_tokens first; bound the wait with --max-wait-steps) "
+                            "(default: arrival)")
+    serve.add_argument("--max-wait-steps", type=int, default=None,
+                       help="with --admission budget: a request queued this many engine steps is admitted next, "
+                            "ahead of larger budgets (default: no bound)")
     _add_engine_args(serve)
     serve.add_argument("--max-n", type=int, default=16, help="largest n (samples per prompt) (default: 16)")
     serve.add_argument("--max-tokens", type=int, default=None,
@@ -556,9 +563,14 @@ def _cmd_serve(args: argparse.Namespace) -> int:
                                max_prompt_tokens=args.max_prompt_tokens)
     except ValueError as exc:
         raise CLIError(str(exc).replace("Limits.", "--").replace("_", "-")) from None
+    if args.max_wait_steps is not None and args.admission != "budget":
+        raise CLIError("--max-wait-steps needs --admission budget (arrival order admits the oldest first already)")
+    if args.max_wait_steps is not None and args.max_wait_steps < 1:
+        raise CLIError(f"--max-wait-steps must be >= 1, got {args.max_wait_steps}")
+    scheduler = DefaultScheduler(order=args.order, admission=args.admission, max_wait_steps=args.max_wait_steps)
     loader = _Loader(args, args.model)
     gen = loader(max_num_seqs=args.max_num_seqs, max_model_len=args.max_model_len,
-                 canonical_thread=args.canonical_thread, scheduler=DefaultScheduler(order=args.order))
+                 canonical_thread=args.canonical_thread, scheduler=scheduler)
     name = args.served_model_name or (loader.path.stem if loader.path.is_file() else loader.path.name)
     print(f"llm42 serve: {loader.path} on {args.device} as {name!r}; canonical pass R = {args.window} x "
           f"{args.group} rows; http://{args.host}:{args.port}/v1", file=sys.stderr)

@@ -31,7 +31,7 @@ from pathlib import Path
 import torch
 
 from llm42.cuda_graphs import DecodeGraphs, lend_streams
-from llm42.engine.config import EngineConfig
+from llm42.engine.config import EngineConfig, positive_int
 from llm42.engine.decode_state import DecodeState
 from llm42.engine.fast_step import FastStep
 from llm42.engine.mixed import MixedStep
@@ -282,6 +282,9 @@ class DVRGenerator:
         admission = getattr(self.scheduler, "admission", "arrival")
         if admission not in ADMISSIONS:
             raise ValueError(f"DVRGenerator scheduler's admission must be one of {ADMISSIONS}, got {admission!r}")
+        max_wait_steps = getattr(self.scheduler, "max_wait_steps", None)
+        if max_wait_steps is not None:
+            positive_int("DVRGenerator scheduler's", "max_wait_steps", max_wait_steps)
         if kv_store is None:
             kv_store = KVStore(
                 cfg,
@@ -306,7 +309,8 @@ class DVRGenerator:
         self._rng = random.Random(seed)  # seeds for non-deterministic requests that give none
         self._num_ids = 0
         self._pool = RequestPool(max_num_seqs=max_num_seqs, window=window, adaptive_draft=adaptive_draft,
-                                 risk_margin=float(risk_margin), admission=admission)
+                                 risk_margin=float(risk_margin), admission=admission,
+                                 max_wait_steps=max_wait_steps)
         self.stats = self._pool.stats
         is_mixed = is_fast_graphed if mixed_steps is None else mixed_steps
         mixed = (MixedStep(self.decode_state, fast_prefill, decode_graphs, use_graph=is_fast_graphed,
@@ -466,7 +470,8 @@ class DVRGenerator:
         for index in range(params.n):
             rid = self._num_ids
             self._num_ids += 1
-            self._pool.enqueue(Request(rid, ids, params, sample_seed(seed, index), frozenset(stop_ids)))
+            self._pool.enqueue(Request(rid, ids, params, sample_seed(seed, index), frozenset(stop_ids)),
+                               self._num_steps)
             rids.append(rid)
         return rids
 
@@ -912,7 +917,7 @@ class DVRGenerator:
 
     # -- engine internals -----------------------------------------------------------------------
     def _admit(self) -> None:
-        for req in self._pool.admit(self.kv):
+        for req in self._pool.admit(self.kv, self._num_steps):
             self.decode_state.admit(req.slot, req.rid, req.params, req.seed)
 
     def _launch_canonical(self, plan: Plan, windows: dict[int, int]) -> LaunchedPass | None:

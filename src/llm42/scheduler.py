@@ -16,6 +16,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import NamedTuple, Protocol, runtime_checkable
 
+from llm42.engine.config import positive_int
+
 
 class RequestView(NamedTuple):
     """What a scheduler may know about one admitted, unfinished request (immutable).
@@ -319,6 +321,11 @@ class DefaultScheduler:
     first (oldest among equals). Either way a request that does not fit stops admission until running requests
     free enough, so none behind it goes first. ``order="budget"`` orders only admitted requests: in round 32's runs
     the 1,024-token replies admitted last (K/V-limited) got their first token at 1-2 s, and ended the run.
+
+    ``max_wait_steps`` (with ``admission="budget"``; None, the default: no bound): a request that has waited that
+    many engine steps or more since it was submitted is admitted next, the oldest such first, ahead of larger
+    budgets, so a stream of long requests cannot keep a short one queued forever (arrival order never can). It
+    waits there, as the front of the queue does, only for running requests to free seats or K/V.
     """
 
     prompt_share: float = 0.0  # class defaults too: subclasses that skip __init__ keep working
@@ -326,9 +333,10 @@ class DefaultScheduler:
     risky_windows: str = "ride"
     order: str = "arrival"
     admission: str = "arrival"
+    max_wait_steps: int | None = None
 
     def __init__(self, *, prompt_share: float = 0.0, eager_verify: bool = False, risky_windows: str = "ride",
-                 order: str = "arrival", admission: str = "arrival"):
+                 order: str = "arrival", admission: str = "arrival", max_wait_steps: int | None = None):
         if isinstance(prompt_share, bool) or not isinstance(prompt_share, (int, float)) or not (
                 0.0 <= prompt_share <= 1.0):
             raise ValueError(f"DefaultScheduler prompt_share must be a number in [0, 1], got {prompt_share!r}")
@@ -341,7 +349,13 @@ class DefaultScheduler:
             raise ValueError(f"DefaultScheduler order must be one of {ORDERS}, got {order!r}")
         if admission not in ADMISSIONS:
             raise ValueError(f"DefaultScheduler admission must be one of {ADMISSIONS}, got {admission!r}")
+        if max_wait_steps is not None:
+            positive_int("DefaultScheduler", "max_wait_steps", max_wait_steps)
+            if admission != "budget":
+                raise ValueError("DefaultScheduler max_wait_steps bounds the wait that admission='budget' adds; "
+                                 f"admission={admission!r} admits the oldest first already")
         self.admission = admission
+        self.max_wait_steps = max_wait_steps
         self.prompt_share = float(prompt_share)
         self.eager_verify = eager_verify
         self.risky_windows = risky_windows

@@ -75,6 +75,11 @@ class RecordingScheduler:
         """The inner scheduler's order of admission (``"arrival"`` where it has none)."""
         return getattr(self.inner, "admission", "arrival")
 
+    @property
+    def max_wait_steps(self) -> int | None:
+        """The inner scheduler's bound on a wait for admission (None where it has none)."""
+        return getattr(self.inner, "max_wait_steps", None)
+
 
 SCHEDULER_KINDS = ("default", "perturbing", "budget", "budget_admit")
 
@@ -82,9 +87,9 @@ SCHEDULER_KINDS = ("default", "perturbing", "budget", "budget_admit")
 def make_scheduler(kind: str, seed: int) -> Scheduler:
     """A scheduler kind the properties draw from: ``"default"``, ``"perturbing"`` (seeded), ``"budget"`` (the
     default scheduler serving the largest output budget left first: other requests' windows and prompts first) or
-    ``"budget_admit"`` (the same, admitting the largest budget first too)."""
+    ``"budget_admit"`` (the same, admitting the largest budget first too, a request queued 1-4 steps admitted next)."""
     if kind == "perturbing":
         return PerturbingScheduler(seed)
     if kind == "budget_admit":
-        return DefaultScheduler(order="budget", admission="budget")
+        return DefaultScheduler(order="budget", admission="budget", max_wait_steps=1 + seed % 4)
     return DefaultScheduler(order="budget") if kind == "budget" else DefaultScheduler()

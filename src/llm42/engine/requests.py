@@ -23,7 +23,7 @@ STAT_NAMES = (
     "steps", "fast_steps", "mixed_steps", "fast_tokens", "canonical_passes", "canonical_rows", "canonical_rows_used",
     "committed_tokens", "accepted_tokens", "rollbacks", "recomputed_tokens", "prefix_cached_tokens",
     "score_passes", "scored_tokens", "ahead_tokens_kept", "ahead_tokens_dropped",
-    "deferred_passes", "risky_drafts", "risky_rollbacks", "prompt_draft_tokens",
+    "deferred_passes", "risky_drafts", "risky_rollbacks", "prompt_draft_tokens", "admitted_by_wait",
 )
 # Draft margins (``llm42.sampler.sample_with_margins``, in logits) are counted per bucket when a canonical pass
 # verifies them: ``verified_margin_<edge>`` (drafts under that edge and at or over the one before; ``_inf`` the
@@ -45,6 +45,7 @@ class Request:
     seed: int
     stop_ids: frozenset[int]
     arrival: int | None = None  # admission order; None while waiting
+    submitted_step: int = 0  # the engine step at which it was queued (``RequestPool.enqueue``)
     slot: int | None = None  # row of the device-resident decode state; None while waiting
     token_ids: list[int] = field(default_factory=list)
     logprobs: list[float] = field(default_factory=list)
@@ -284,11 +285,16 @@ class RequestPool:
     """
 
     def __init__(self, *, max_num_seqs: int, window: int, adaptive_draft: bool, risk_margin: float = 0.0,
-                 admission: str = "arrival"):
+                 admission: str = "arrival", max_wait_steps: int | None = None):
         self.max_num_seqs = max_num_seqs
         # the waiting queue's order: "arrival" (oldest first) or "budget" (the largest max_new_tokens first, oldest
         # among equals), kept as requests are enqueued
         self.admission = admission
+        # with "budget": a request queued this many engine steps or more goes next, oldest first (None: no bound);
+        # the queue in submission order beside the budget-ordered one, left lazily as requests leave the queue
+        self.max_wait_steps = max_wait_steps
+        self._by_submission: deque[Request] | None = (
+            deque() if admission == "budget" and max_wait_steps is not None else None)
         self.window = window
         self.adaptive_draft = adaptive_draft
         self.risk_margin = risk_margin
@@ -303,9 +309,13 @@ class RequestPool:
         # engine sets it where its verifier chains passes (CUDA: each pass's staging waits on the device)
         self.chain_prefill = False
 
-    def enqueue(self, req: Request) -> None:
+    def enqueue(self, req: Request, step: int = 0) -> None:
+        """Queue ``req`` for admission at engine step ``step`` (its wait counts from there)."""
+        req.submitted_step = step
         if self.admission == "budget":  # after every request with at least its budget: oldest first among equals
             bisect.insort_right(self.waiting, req, key=_larger_budget_first)
+            if self._by_submission is not None:
+                self._by_submission.append(req)
         else:
             self.waiting.append(req)
 
@@ -322,19 +332,24 @@ class RequestPool:
             return "waiting"
         return "unknown"
 
-    def admit(self, kv) -> list[Request]:
+    def admit(self, kv, step: int = 0) -> list[Request]:
         """Admit waiting requests from the front of the queue (in ``admission`` order) while seats and K/V
-        reservations allow. The first request that does not fit stops admission, so no request behind it goes
-        first and it waits only for running requests to finish."""
+        reservations allow, at engine step ``step``. The first request that does not fit stops admission, so no
+        request behind it goes first and it waits only for running requests to finish. With ``max_wait_steps``,
+        the front is the oldest request queued that many steps ago or more, where there is one."""
         admitted = []
         while self.waiting and len(self.running) < self.max_num_seqs:
-            req = self.waiting[0]
+            req = self._front(step)
             # reuse canonical K/V of a cached prefix; the last prompt token is always computed,
             # since its row yields the first output token
             prefix = kv.match_prefix(req.prompt[:-1])
             if not kv.can_allocate(req.max_tokens, prefix):
                 break
-            self.waiting.popleft()
+            if req is self.waiting[0]:
+                self.waiting.popleft()
+            else:  # a request that waited max_wait_steps: out of the middle of the budget order (by identity)
+                del self.waiting[next(i for i, r in enumerate(self.waiting) if r is req)]
+                self.stats["admitted_by_wait"] += 1
             kv.allocate(req.rid, req.max_tokens, prefix)
             req.num_prefilled = req.num_fast_prompt = len(prefix) * kv.block_size
             self.stats["prefix_cached_tokens"] += req.num_prefilled
@@ -345,6 +360,17 @@ class RequestPool:
             self.running[req.rid] = req
             admitted.append(req)
         return admitted
+
+    def _front(self, step: int) -> Request:
+        """The request to admit next: the queue's first, or with ``max_wait_steps`` the oldest request queued at
+        least that many steps before ``step`` (those that left the queue are dropped from the front lazily)."""
+        oldest = self._by_submission
+        if oldest is not None:
+            while oldest and (oldest[0].arrival is not None or oldest[0].finish_reason is not None):
+                oldest.popleft()  # admitted, or aborted while waiting
+            if oldest and step - oldest[0].submitted_step >= self.max_wait_steps:
+                return oldest[0]
+        return self.waiting[0]
 
     def views(self) -> tuple[RequestView, ...]:
         """What the scheduler may see: schedulable running requests, oldest first (dicts keep admission order):

@@ -300,7 +300,9 @@ def _engine_knobs(draw, max_num_seqs: int, max_fast_tokens: int, num_canonical_r
         knobs["prompt_drafts"] = pick(False, True)
     if num_canonical_rows is not None:
         knobs["max_canonical_tokens"] = num_canonical_rows * pick(1, 2, 4)
-    knobs["scheduler"] = DefaultScheduler(order=pick("arrival", "budget"), admission=pick("arrival", "budget"),
+    admission = pick("arrival", "budget")
+    knobs["scheduler"] = DefaultScheduler(order=pick("arrival", "budget"), admission=admission,
+                                          max_wait_steps=pick(None, 1, 8) if admission == "budget" else None,
                                           eager_verify=pick(False, True),
                                           risky_windows=pick("ride", "due", "off"), prompt_share=pick(0.0, 0.5))
     return knobs
