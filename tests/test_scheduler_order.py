@@ -187,13 +187,16 @@ def test_a_scheduler_without_admission_admits_in_arrival_order():
 def test_dvr_ab_serves_the_budget_admission_variant_with_the_same_outputs(tmp_path, monkeypatch):
     """The benchmark's variant (benchmarks/device/dvr_ab.py, for the next device session) end to end on the CPU: the
     same deterministic outputs as the budget order alone."""
-    got = run_dvr_ab(tmp_path / "ab.json", monkeypatch, "order_budget,order_budget_admit,admit_budget")
+    got = run_dvr_ab(tmp_path / "ab.json", monkeypatch,
+                     "order_budget,order_budget_admit,admit_budget,admit_budget_wait_500")
     checks = got["deterministic_outputs_identical"]
-    assert len(checks) == 2
+    assert len(checks) == 3
     for check in checks.values():
         assert check["num_checked"] > 0 and check["num_identical"] == check["num_checked"]
     assert got["variants"]["order_budget_admit"] == {"scheduler_order": "budget", "scheduler_admission": "budget"}
     assert got["variants"]["admit_budget"] == {"scheduler_admission": "budget"}
+    assert got["variants"]["admit_budget_wait_500"] == {"scheduler_admission": "budget",
+                                                        "scheduler_max_wait_steps": 500}
 
 
 def test_the_order_and_admission_step_model_runs_every_pair_with_the_same_bits(tmp_path):

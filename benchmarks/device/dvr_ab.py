@@ -221,6 +221,10 @@ VARIANTS = {
     "order_budget_admit": {"scheduler_order": "budget", "scheduler_admission": "budget"},
     # admission by budget alone: the best of the four pairs in the CPU step model (cpu_order_admission.py)
     "admit_budget": {"scheduler_admission": "budget"},
+    # round 33: admission by budget with a bound on the wait it adds (DefaultScheduler(max_wait_steps=)): offline,
+    # where every request is queued at step 0, a bound under the run's length admits the rest in arrival order
+    # once it passes; 500 steps is ~1.5 s of SmolLM2's offline run on an H100 (1,031 steps, 64K tok/s)
+    "admit_budget_wait_500": {"scheduler_admission": "budget", "scheduler_max_wait_steps": 500},
 }
 
 

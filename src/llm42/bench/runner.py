@@ -119,6 +119,8 @@ class Engine:
     risky_windows: str = "ride"  # DefaultScheduler's knob: what a window closed at a risky draft does
     scheduler_order: str = "arrival"  # DefaultScheduler's knob (order=): who is served first where rows are short
     scheduler_admission: str = "arrival"  # DefaultScheduler's knob (admission=): who is admitted first
+    # DefaultScheduler's knob (max_wait_steps=, with admission "budget"): a request queued that long is admitted next
+    scheduler_max_wait_steps: int | None = None
     canonical_sms: int | None = None  # DVRGenerator's knob: the canonical pass's kernels on that many SMs (CUDA)
     gc_freeze: bool = False  # the timed run inside ``frozen_gc`` (what ``llm42 serve`` does), after the warm-up
     prompt_drafts: bool = False  # DVRGenerator's knob: deterministic requests draft from a fast run of their prompt
@@ -144,7 +146,9 @@ class Engine:
             draft_ahead=self.draft_ahead, wide_verify=self.wide_verify, adaptive_draft=self.adaptive_draft,
             scheduler=self.scheduler_class(prompt_share=self.prompt_share, eager_verify=self.eager_verify,
                                            risky_windows=self.risky_windows, order=self.scheduler_order,
-                                           admission=self.scheduler_admission),
+                                           admission=self.scheduler_admission,
+                                           **({} if self.scheduler_max_wait_steps is None
+                                              else {"max_wait_steps": self.scheduler_max_wait_steps})),
             prioritize_fast=self.prioritize_fast, canonical_priority=self.canonical_priority,
             canonical_gemm_streams=self.canonical_gemm_streams,
             graph_bucket_step=self.graph_bucket_step, chain_passes=self.chain_passes, risk_margin=self.risk_margin,
