@@ -40,11 +40,37 @@ def random_paged_cache(*, num_seqs, max_context, num_kv_heads, head_dim, block_s
 
 
 def reference_attention(q, k, v, tables, row_seq, positions, *, block_size, scale, sliding_window=None):
-    """float64 attention of each row over keys [0, position] (or its window), gathered through the table."""
+    """float64 attention of each row over keys [0, position] (or its window), gathered through the table; on the
+    CPU. One masked attention per sequence over its keys up to its rows' last position (a query head h reads K/V
+    head h // (heads / K/V heads)), not a loop over rows: the GPU sessions spent seconds a test on the loop."""
     q64, k64, v64 = q.double().cpu(), k.double().cpu(), v.double().cpu()
     tables, row_seq, positions = tables.cpu(), row_seq.cpu(), positions.cpu()
-    num_heads, num_kv_heads = q.shape[1], k.shape[1]
+    num_rows, num_heads, head_dim = q.shape
+    num_kv_heads = k.shape[1]
     groups = num_heads // num_kv_heads
+    out = torch.empty(q.shape, dtype=torch.float64)
+    for seq in row_seq.unique().tolist():
+        rows = (row_seq == seq).nonzero().squeeze(1)
+        pos = positions[rows]
+        key_pos = torch.arange(int(pos.max()) + 1)
+        slots = tables[seq, key_pos // block_size] * block_size + key_pos % block_size
+        keys, vals = k64[slots], v64[slots]  # [K, Hkv, D]
+        qs = q64[rows].view(len(rows), num_kv_heads, groups, head_dim)
+        scores = torch.einsum("nhgd,khd->nhgk", qs, keys) * scale
+        visible = key_pos[None, :] <= pos[:, None]  # [n, K]
+        if sliding_window is not None:
+            visible &= key_pos[None, :] > pos[:, None] - sliding_window
+        scores = scores.masked_fill(~visible[:, None, None, :], float("-inf"))
+        out[rows] = torch.einsum("nhgk,khd->nhgd", torch.softmax(scores, dim=-1), vals).reshape(
+            len(rows), num_heads, head_dim)
+    return out
+
+
+def _reference_by_row(q, k, v, tables, row_seq, positions, *, block_size, scale, sliding_window=None):
+    """The reference as first written, one row at a time: what ``reference_attention`` is checked against."""
+    q64, k64, v64 = q.double().cpu(), k.double().cpu(), v.double().cpu()
+    tables, row_seq, positions = tables.cpu(), row_seq.cpu(), positions.cpu()
+    groups = q.shape[1] // k.shape[1]
     out = torch.empty(q.shape, dtype=torch.float64)
     for r in range(q.shape[0]):
         pos = int(positions[r])
