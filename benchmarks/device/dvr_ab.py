@@ -50,7 +50,9 @@ at that point, e.g. round 5's head calibrated to SmolLM2's flip rate on the 8B s
 ``--online-load L``: then, per variant, ``--online-modes`` (default nondet,dvr@50) serve the first
 ``--online-requests`` requests arriving as a Poisson process at L x the first variant's offline nondet capacity
 (requests per second); reported: free and deterministic requests' ITL and TTFT percentiles, and each free ITL
-percentile over the same variant's online nondet's. ``--profile-mode M``: last, one more run of M per variant
+percentile over the same variant's online nondet's, and (``free_gaps``, round 33) the free gaps by what the steps
+they span did: launched a canonical pass, delivered its commits, both or neither (``free_gap_attribution``: each
+kind's share and percentiles, the kinds among the slowest 1 %, the steps' own times by kind). ``--profile-mode M``: last, one more run of M per variant
 with ``cProfile`` on the engine's steps (the host's own time by function, top 40 by own and by cumulative time,
 under ``host_profile`` in the ``--out`` JSON); a diagnostic, its run is slower and is not a figure.
 """
@@ -74,6 +76,7 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "src"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # batched_passes.py beside it
 
+from llm42.bench.metrics import free_gap_attribution  # noqa: E402
 from llm42.bench.models import build_model  # noqa: E402
 from llm42.bench.modes import deterministic_order, mode_by_name  # noqa: E402
 from llm42.bench import runner as runner_module  # noqa: E402
@@ -633,7 +636,9 @@ def online_runs(engines: dict, workload, modes: list[str], *, det_order: list[in
                      "free_itl_s": free["itl_s"], "free_ttft_s": free["ttft_s"],
                      "deterministic_itl_s": summary["latency_deterministic"]["itl_s"],
                      "deterministic_ttft_s": summary["latency_deterministic"]["ttft_s"],
-                     "canonical_passes": result.stats.get("canonical_passes")}
+                     "canonical_passes": result.stats.get("canonical_passes"),
+                     # round 33: which free gaps a pass's launch or commits fall in (the ITL target's p99 was 2.1x)
+                     "free_gaps": free_gap_attribution(result)}
             if name == "nondet":
                 base = entry
             elif base is not None:
@@ -645,6 +650,9 @@ def online_runs(engines: dict, workload, modes: list[str], *, det_order: list[in
             itl = entry["free_itl_s"]
             print(f"[dvr_ab]   free ITL p50 {itl.get('p50')}  p99 {itl.get('p99')}  "
                   f"{entry.get('free_itl_over_nondet')}  complete {result.is_complete}", flush=True)
+            gaps = entry["free_gaps"]
+            print(f"[dvr_ab]   free gaps by kind {({k: g['share'] for k, g in gaps['gaps'].items()})}; "
+                  f"slowest 1 % {gaps['slowest_1pct_share']}", flush=True)
     return got
 
 

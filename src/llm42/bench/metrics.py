@@ -19,8 +19,20 @@ from __future__ import annotations
 import hashlib
 import math
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 PERCENTILES = (50, 90, 99)
+
+
+class StepRecord(NamedTuple):
+    """One engine step of a run: when ``step()`` was called and returned (seconds from the run's start, the clock
+    of ``RequestRecord.delivery_s``), the canonical passes it launched (``stats["canonical_passes"]``) and the
+    deterministic requests it delivered committed tokens to (a pass's commits arrive in the step that applies it)."""
+
+    start_s: float
+    end_s: float
+    passes_launched: int
+    deterministic_delivered: int
 
 
 @dataclass
@@ -73,6 +85,8 @@ class RunResult:
     stats: dict[str, int]  # the generator's stats for this run (warm-up excluded)
     is_complete: bool  # False when the time budget cut the run short
     notes: list[str] = field(default_factory=list)  # how the run deviated from the plan, if it did
+    # one StepRecord per engine step of the timed run, in order (``free_gap_attribution``)
+    steps: list[StepRecord] = field(default_factory=list)
 
     @property
     def num_output_tokens(self) -> int:
@@ -212,3 +226,61 @@ def summarize(run: RunResult, *, nondet: RunResult | None = None,
         out["e2e_s_values"] = [round(r.e2e_s, 6) for r in records if r.e2e_s is not None]
         out["ttft_s_values"] = [round(r.ttft_s, 6) for r in records if r.ttft_s is not None]
     return out
+
+
+GAP_KINDS = ("neither", "launch", "apply", "launch_and_apply")
+
+
+def _gap_kind(launched: bool, applied: bool) -> str:
+    return GAP_KINDS[launched + 2 * applied]
+
+
+def free_gap_attribution(run: RunResult) -> dict:
+    """Where free requests' inter-token gaps come from, from ``run.steps``.
+
+    Each gap (two successive deliveries to one free request) spans the steps after the first delivery up to the
+    step that made the second; it is of kind ``"launch"`` if one of those steps launched a canonical pass,
+    ``"apply"`` if one delivered a pass's commits to deterministic requests, ``"launch_and_apply"`` if both,
+    ``"neither"`` otherwise (``GAP_KINDS``). Reported per kind: the share of gaps and their p50 / p90 / p99 (ms); the
+    kinds' shares among the slowest 1 % of gaps; and the steps themselves (count, p50 / p99 ms of ``step()``'s
+    wall time) by the same kinds. What it separates: gaps a pass's device work or host work lengthens from those
+    of plain steps (``dvr_ab.py`` online, the free ITL target)."""
+    steps = run.steps
+    index_of = {s.end_s: i for i, s in enumerate(steps)}
+    gaps: dict[str, list[float]] = {k: [] for k in GAP_KINDS}
+    every: list[tuple[float, str]] = []
+    unmatched = 0
+    for rec in run.records:
+        if rec.is_deterministic:
+            continue
+        previous = None
+        for t in rec.delivery_s:
+            i = index_of.get(t)
+            if i is None:
+                unmatched += 1
+            elif previous is not None:
+                spanned = steps[previous + 1: i + 1]
+                kind = _gap_kind(any(s.passes_launched for s in spanned),
+                                 any(s.deterministic_delivered for s in spanned))
+                gap = t - steps[previous].end_s
+                gaps[kind].append(gap)
+                every.append((gap, kind))
+            previous = i
+    every.sort(reverse=True)
+    slowest = every[: max(1, len(every) // 100)] if every else []
+    by_step: dict[str, list[float]] = {k: [] for k in GAP_KINDS}
+    for s in steps:
+        by_step[_gap_kind(s.passes_launched > 0, s.deterministic_delivered > 0)].append(s.end_s - s.start_s)
+
+    def ms(values: list[float], q: int) -> float | None:
+        value = percentile(values, q)
+        return None if value is None else round(value * 1e3, 4)
+
+    return {
+        "num_gaps": len(every), "unmatched_deliveries": unmatched,
+        "gaps": {k: {"share": len(v) / len(every) if every else None, "p50_ms": ms(v, 50), "p90_ms": ms(v, 90),
+                     "p99_ms": ms(v, 99)} for k, v in gaps.items()},
+        "slowest_1pct_share": {k: sum(1 for _, kind in slowest if kind == k) / len(slowest) if slowest else None
+                               for k in GAP_KINDS},
+        "steps": {k: {"count": len(v), "p50_ms": ms(v, 50), "p99_ms": ms(v, 99)} for k, v in by_step.items()},
+    }

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 import torch
 
-from llm42.bench.metrics import RequestRecord, RunResult
+from llm42.bench.metrics import RequestRecord, RunResult, StepRecord
 from llm42.bench.models import BenchModel
 from llm42.bench.modes import BATCH_INVARIANT, Mode, deterministic_indices, sampling_params
 from llm42.bench.workloads import FIRST_TOKEN_ID, Workload
@@ -269,6 +269,7 @@ class _Tracker:
         self.records: dict[int, RequestRecord] = {}  # rid -> record
         self.max_tokens: dict[int, int] = {}
         self.num_open = 0
+        self.steps: list[StepRecord] = []  # one per step() (``free_gap_attribution``)
 
     def submit(self, workload: Workload, index: int, is_deterministic: bool, arrival_s: float) -> None:
         request = workload.requests[index]
@@ -278,12 +279,16 @@ class _Tracker:
         self.num_open += 1
 
     def step(self, t0: float) -> None:
+        stats = self.gen.stats
+        start, launched = self.clock.now() - t0, stats["canonical_passes"]
         events = self.gen.step()
         now = self.clock.now() - t0
+        deterministic = 0
         for rid, tokens in events.items():
             rec = self.records.get(rid)
             if rec is None or not tokens:
                 continue
+            deterministic += rec.is_deterministic
             if rec.first_token_s is None:
                 rec.first_token_s = now
             rec.delivery_s.append(now)
@@ -291,6 +296,7 @@ class _Tracker:
             if rec.num_tokens >= self.max_tokens[rid]:
                 rec.finish_s = now
                 self.num_open -= 1
+        self.steps.append(StepRecord(start, now, stats["canonical_passes"] - launched, deterministic))
 
     def collect(self) -> list[RequestRecord]:
         for rid, rec in self.records.items():
@@ -354,7 +360,7 @@ def run_offline(engine: Engine, workload: Workload, mode: Mode, *, det_order: li
         device_elapsed = clock.elapsed_since(event)
         elapsed = clock.stop() - t0
     result = RunResult(mode.name, tracker.collect(), elapsed, device_elapsed, _stats_since(gen, before),
-                       is_complete, notes)
+                       is_complete, notes, tracker.steps)
     del gen, tracker
     _release(clock.device)
     return result
@@ -391,7 +397,7 @@ def run_online(engine: Engine, workload: Workload, mode: Mode, arrivals: list[fl
         device_elapsed = clock.elapsed_since(event)
         elapsed = clock.stop() - t0
     result = RunResult(mode.name, tracker.collect(), elapsed, device_elapsed, _stats_since(gen, before),
-                       is_complete, notes)
+                       is_complete, notes, tracker.steps)
     del gen, tracker
     _release(clock.device)
     return result
