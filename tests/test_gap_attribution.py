@@ -13,8 +13,8 @@ from tests.helpers import run_dvr_ab
 def _run() -> RunResult:
     # five steps of 1 ms, the third 10 ms: it launched a pass; the fourth applied it (deterministic tokens)
     steps, t = [], 0.0
-    for launched, applied, length in ((0, 0, 1), (0, 0, 1), (1, 0, 10), (0, 2, 1), (0, 0, 1)):
-        steps.append(StepRecord(t, t + length / 1e3, launched, applied))
+    for launched, applied, length, gc_ms in ((0, 0, 1, 0), (0, 0, 1, 0), (1, 0, 10, 0), (0, 2, 1, 0.5), (0, 0, 1, 0)):
+        steps.append(StepRecord(t, t + length / 1e3, launched, applied, gc_ms / 1e3))
         t += length / 1e3
     ends = [s.end_s for s in steps]
     free = RequestRecord(0, False, 0.0, delivery_s=[ends[0], ends[1], ends[2], ends[4]])  # skips step 3 (index)
@@ -36,6 +36,8 @@ def test_each_gap_takes_the_kind_of_the_steps_it_spans():
     assert {k: s["count"] for k, s in got["steps"].items()} == {"neither": 3, "launch": 1, "apply": 1,
                                                                  "launch_and_apply": 0}
     assert got["steps"]["launch"]["p50_ms"] == pytest.approx(10.0)
+    # the collector ran in step 3 only: the gaps spanning it are free's 2->4 and other's 1->3 (the slowest)
+    assert got["gc"] == {"steps": 1, "total_ms": 0.5, "max_step_ms": 0.5, "gap_share": 0.5, "slowest_1pct_share": 1.0}
 
 
 def test_a_delivery_at_no_step_is_counted_not_guessed():
@@ -59,3 +61,34 @@ def test_dvr_ab_online_attributes_every_free_gap_to_its_steps(tmp_path, monkeypa
     launching = dvr["steps"]["launch"]["count"] + dvr["steps"]["launch_and_apply"]["count"]
     assert 0 < launching <= runs["dvr@50"]["canonical_passes"] <= 2 * launching
     assert set(dvr["gaps"]) == set(GAP_KINDS)
+    for gaps in (nondet, dvr):
+        assert gaps["gc"]["total_ms"] >= 0 and 0 <= gaps["gc"]["gap_share"] <= 1
+
+
+def test_the_tracker_times_the_collector_inside_a_step():
+    """``_Tracker.collecting``: a collection forced inside ``step()`` is in that step's ``gc_s``, and nowhere once
+    the block has ended (its callback is removed)."""
+    import gc
+
+    from llm42.bench.runner import Clock, _Tracker
+
+    class Gen:
+        stats = {"canonical_passes": 0}
+
+        def __init__(self, collect: bool):
+            self.collect = collect
+
+        def step(self):
+            if self.collect:
+                gc.collect()
+            return {}
+
+    tracker = _Tracker(Gen(True), Clock(__import__("torch").device("cpu")))
+    with tracker.collecting():
+        tracker.step(0.0)
+        tracker.gen = Gen(False)
+        tracker.step(0.0)
+    assert tracker.steps[0].gc_s > 0 and tracker.steps[1].gc_s == 0
+    assert tracker._on_gc not in gc.callbacks
+    gc.collect()
+    assert tracker.gc_s == tracker.steps[0].gc_s

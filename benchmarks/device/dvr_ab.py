@@ -652,7 +652,7 @@ def online_runs(engines: dict, workload, modes: list[str], *, det_order: list[in
                   f"{entry.get('free_itl_over_nondet')}  complete {result.is_complete}", flush=True)
             gaps = entry["free_gaps"]
             print(f"[dvr_ab]   free gaps by kind {({k: g['share'] for k, g in gaps['gaps'].items()})}; "
-                  f"slowest 1 % {gaps['slowest_1pct_share']}", flush=True)
+                  f"slowest 1 % {gaps['slowest_1pct_share']}; collector {gaps['gc']}", flush=True)
     return got
 
 

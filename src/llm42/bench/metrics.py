@@ -27,12 +27,14 @@ PERCENTILES = (50, 90, 99)
 class StepRecord(NamedTuple):
     """One engine step of a run: when ``step()`` was called and returned (seconds from the run's start, the clock
     of ``RequestRecord.delivery_s``), the canonical passes it launched (``stats["canonical_passes"]``) and the
-    deterministic requests it delivered committed tokens to (a pass's commits arrive in the step that applies it)."""
+    deterministic requests it delivered committed tokens to (a pass's commits arrive in the step that applies it),
+    and the time Python's cyclic garbage collector ran inside it (``gc_s``; ``gc.callbacks``)."""
 
     start_s: float
     end_s: float
     passes_launched: int
     deterministic_delivered: int
+    gc_s: float = 0.0
 
 
 @dataclass
@@ -244,11 +246,13 @@ def free_gap_attribution(run: RunResult) -> dict:
     ``"neither"`` otherwise (``GAP_KINDS``). Reported per kind: the share of gaps and their p50 / p90 / p99 (ms); the
     kinds' shares among the slowest 1 % of gaps; and the steps themselves (count, p50 / p99 ms of ``step()``'s
     wall time) by the same kinds. What it separates: gaps a pass's device work or host work lengthens from those
-    of plain steps (``dvr_ab.py`` online, the free ITL target)."""
+    of plain steps (``dvr_ab.py`` online, the free ITL target). ``gc``: the collector's share, whatever the kind:
+    the steps it ran in, its total and largest time in a step, and the share of gaps (of all, and of the slowest
+    1 %) that span a step it ran in (a run served outside ``frozen_gc`` makes full collections of every object)."""
     steps = run.steps
     index_of = {s.end_s: i for i, s in enumerate(steps)}
     gaps: dict[str, list[float]] = {k: [] for k in GAP_KINDS}
-    every: list[tuple[float, str]] = []
+    every: list[tuple[float, str, bool]] = []
     unmatched = 0
     for rec in run.records:
         if rec.is_deterministic:
@@ -264,7 +268,7 @@ def free_gap_attribution(run: RunResult) -> dict:
                                  any(s.deterministic_delivered for s in spanned))
                 gap = t - steps[previous].end_s
                 gaps[kind].append(gap)
-                every.append((gap, kind))
+                every.append((gap, kind, any(s.gc_s > 0 for s in spanned)))
             previous = i
     every.sort(reverse=True)
     slowest = every[: max(1, len(every) // 100)] if every else []
@@ -280,7 +284,11 @@ def free_gap_attribution(run: RunResult) -> dict:
         "num_gaps": len(every), "unmatched_deliveries": unmatched,
         "gaps": {k: {"share": len(v) / len(every) if every else None, "p50_ms": ms(v, 50), "p90_ms": ms(v, 90),
                      "p99_ms": ms(v, 99)} for k, v in gaps.items()},
-        "slowest_1pct_share": {k: sum(1 for _, kind in slowest if kind == k) / len(slowest) if slowest else None
+        "slowest_1pct_share": {k: sum(1 for _, kind, _ in slowest if kind == k) / len(slowest) if slowest else None
                                for k in GAP_KINDS},
         "steps": {k: {"count": len(v), "p50_ms": ms(v, 50), "p99_ms": ms(v, 99)} for k, v in by_step.items()},
+        "gc": {"steps": sum(1 for s in steps if s.gc_s > 0), "total_ms": round(sum(s.gc_s for s in steps) * 1e3, 4),
+               "max_step_ms": round(max((s.gc_s for s in steps), default=0.0) * 1e3, 4),
+               "gap_share": sum(1 for *_, g in every if g) / len(every) if every else None,
+               "slowest_1pct_share": sum(1 for *_, g in slowest if g) / len(slowest) if slowest else None},
     }

@@ -20,6 +20,8 @@ from __future__ import annotations
 import dataclasses
 import gc
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import torch
@@ -270,6 +272,25 @@ class _Tracker:
         self.max_tokens: dict[int, int] = {}
         self.num_open = 0
         self.steps: list[StepRecord] = []  # one per step() (``free_gap_attribution``)
+        self.gc_s = 0.0  # the collector's time so far, while ``collecting`` is entered
+        self._gc_started: float | None = None
+
+    def _on_gc(self, phase: str, info: dict) -> None:
+        if phase == "start":
+            self._gc_started = time.perf_counter()
+        elif self._gc_started is not None:
+            self.gc_s += time.perf_counter() - self._gc_started
+            self._gc_started = None
+
+    @contextmanager
+    def collecting(self) -> Iterator[None]:
+        """Time the cyclic collector's passes while the block runs (``gc.callbacks``): each step's share is in
+        its ``StepRecord.gc_s``."""
+        gc.callbacks.append(self._on_gc)
+        try:
+            yield
+        finally:
+            gc.callbacks.remove(self._on_gc)
 
     def submit(self, workload: Workload, index: int, is_deterministic: bool, arrival_s: float) -> None:
         request = workload.requests[index]
@@ -280,7 +301,7 @@ class _Tracker:
 
     def step(self, t0: float) -> None:
         stats = self.gen.stats
-        start, launched = self.clock.now() - t0, stats["canonical_passes"]
+        start, launched, gc_before = self.clock.now() - t0, stats["canonical_passes"], self.gc_s
         events = self.gen.step()
         now = self.clock.now() - t0
         deterministic = 0
@@ -296,7 +317,8 @@ class _Tracker:
             if rec.num_tokens >= self.max_tokens[rid]:
                 rec.finish_s = now
                 self.num_open -= 1
-        self.steps.append(StepRecord(start, now, stats["canonical_passes"] - launched, deterministic))
+        self.steps.append(StepRecord(start, now, stats["canonical_passes"] - launched, deterministic,
+                                     self.gc_s - gc_before))
 
     def collect(self) -> list[RequestRecord]:
         for rid, rec in self.records.items():
@@ -336,7 +358,8 @@ def run_offline(engine: Engine, workload: Workload, mode: Mode, *, det_order: li
     indices = order[:max_requests] if mode.is_one_at_a_time else list(range(workload.num_requests))
     tracker = _Tracker(gen, clock)
     is_complete = True
-    with frozen_gc(engine.gc_freeze):  # after the warm-up: what a serving process has built is frozen
+    # after the warm-up: what a serving process has built is frozen; the collector's passes timed per step
+    with frozen_gc(engine.gc_freeze), tracker.collecting():
         t0 = clock.start()
         event = clock.start_event()
         if mode.is_one_at_a_time:
@@ -379,7 +402,7 @@ def run_online(engine: Engine, workload: Workload, mode: Mode, arrivals: list[fl
     deterministic = deterministic_indices(mode, _order_within(det_order, workload))
     tracker = _Tracker(gen, clock)
     num_submitted, is_complete = 0, True
-    with frozen_gc(engine.gc_freeze):
+    with frozen_gc(engine.gc_freeze), tracker.collecting():
         t0 = clock.start()
         event = clock.start_event()
         while num_submitted < workload.num_requests or tracker.num_open:
