@@ -12,6 +12,8 @@ import json
 import sys
 from pathlib import Path
 
+from tests.helpers import run_dvr_ab
+
 SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "device" / "dvr_ab.py"
 
 
@@ -39,3 +41,17 @@ def test_repeats_alternate_the_order_and_agree_on_committed_outputs(tmp_path, mo
     for check in checks.values():
         assert check["num_checked"] > 0 and check["num_identical"] == check["num_checked"]
     assert got["runs"]["default"]["dvr@50"]["deterministic_digests"]  # the first repeat keeps the full record
+
+
+def test_dvr_ab_stops_when_its_first_run_is_cut(tmp_path, monkeypatch):
+    """A share of --budget-s too small for the first run: the script says so and stops (every later run would be
+    cut, and a device call's time with it); ``--keep-going-when-cut`` runs everything anyway (the negative control)."""
+    stopped = run_dvr_ab(tmp_path / "cut.json", monkeypatch, "default,order_budget", "--budget-s", "0.02")
+    assert stopped["stopped"]["requests_finished"] < stopped["stopped"]["requests"] == 8
+    assert list(stopped["runs"]) == ["default"] and list(stopped["runs"]["default"]) == ["nondet"]
+    assert "deterministic_outputs_identical" not in stopped
+    went_on = run_dvr_ab(tmp_path / "on.json", monkeypatch, "default,order_budget", "--budget-s", "0.02",
+                         "--keep-going-when-cut")
+    assert "stopped" not in went_on
+    assert {v: sorted(m) for v, m in went_on["runs"].items()} == {v: ["dvr@50", "nondet"]
+                                                                  for v in ("default", "order_budget")}

@@ -24,7 +24,9 @@ each variant builds its generators through the benchmarks' ``Engine`` (every gra
 runs every mode on the same request set through ``run_offline``. Variants run in turn, mode by mode
 (nondet of variant 1, of variant 2, ..., then dvr@10 of each, ...), so drift on the machine spreads over all.
 Each run gets an equal share of ``--budget-s``, counted from its first request (building its generator, every graph
-captured, comes before and is not in it); a run cut by it says so (``is_complete``).
+captured, comes before and is not in it); a run cut by it says so (``is_complete``). Where the first timed run is
+cut, the script stops there (``stopped`` in the JSON; round 33 spent ~800 s of device time on runs all cut by a
+share sized too small); ``--keep-going-when-cut`` goes on anyway.
 Before the timed runs, every variant runs every mode (or ``--warmup-modes``) on ``--warmup-requests`` requests,
 untimed (kernels compile).
 Reported per run: output tok/s and its ratio to the same variant's nondet, engine steps, ms per step,
@@ -440,6 +442,9 @@ def main() -> None:
                    "(ABBA); runs[...] keeps the first, repeats[...] every one, repeat_summary the medians")
     p.add_argument("--profile-mode", default=None)
     p.add_argument("--profile-budget-s", type=float, default=60.0)
+    p.add_argument("--keep-going-when-cut", action="store_true",
+                   help="go on when the first timed run is cut by its share of --budget-s (by default the script "
+                        "stops there: every later run would be cut too, and the device time with it)")
     args = p.parse_args()
     if args.compare:
         checks = compare_digests(*args.compare)
@@ -476,6 +481,19 @@ def main() -> None:
                     _record_run(out, v, mode_name, result, rep_results[v].get("nondet"), workload)
                 _record_repeat(out, v, mode_name, result, rep_results[v].get("nondet"), workload, rep, position)
                 Path(args.out).write_text(json.dumps(out, indent=1))
+                if not result.is_complete and len(out["runs"]) == 1 and len(out["runs"][v]) == 1 and (
+                        not args.keep_going_when_cut):
+                    # round 33 spent ~800 s of device time on 8B runs all cut by a share sized too small
+                    done = sum(rec.is_finished for rec in result.records)
+                    out["stopped"] = {"reason": "the first timed run was cut by its share of --budget-s",
+                                      "share_s": share, "requests_finished": done,
+                                      "requests": workload.num_requests}
+                    Path(args.out).write_text(json.dumps(out, indent=1))
+                    print(f"[dvr_ab] STOP: the first run ({v} {mode_name}) was cut by its {share:.1f} s share of "
+                          f"--budget-s ({done} of {workload.num_requests} requests finished): every later run "
+                          f"would be cut too. Raise --budget-s, or run fewer variants / modes / repeats "
+                          f"(--keep-going-when-cut goes on anyway)", flush=True)
+                    return
         if rep:  # the contract across repeats: a variant commits its first repeat's deterministic outputs
             for v in variants:
                 for mode_name in (m for m in modes if m.startswith("dvr@")):
