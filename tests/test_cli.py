@@ -319,7 +319,8 @@ def test_serve_refuses_an_unknown_order_naming_the_flag(capsys):
                                                      "budget", 500)])
 def test_serve_builds_its_generator_with_the_admission_asked_for(capsys, monkeypatch, flags, admission, wait):
     """``llm42 serve --admission budget [--max-wait-steps N]``: the largest budget admitted first where seats or
-    K/V are short (round 33's H100 A/B: SmolLM2's nondet 5.5 % faster), a request queued N steps admitted next."""
+    K/V are short (round 33's H100 A/B, beside the budget order: SmolLM2's nondet 5.5 % faster than with the order alone),
+    a request queued N steps admitted next."""
     pytest.importorskip("fastapi")
     from llm42 import server
 
