@@ -9,7 +9,7 @@
 source "$(dirname "$0")/session_preamble.sh"
 timeout "${CAP:-560}" python3 benchmarks/device/dvr_ab.py --model 8b --variants "${VARIANTS:-default,order_budget}" \
     --modes nondet,dvr@10 --repeats "${REPEATS:-2}" --lm-head-std 0.2 --lm-head-bias-scale 26.9 --max-num-seqs 1024 \
-    --budget-s "${BUDGET:-330}" --warmup-requests 8 --warmup-modes dvr@10 --out "$OUT/dvr_ab_8b_r33_a.json" \
+    --budget-s "${BUDGET:-330}" --warmup-requests 8 --warmup-modes dvr@10 --out "$OUT/dvr_ab_8b_${NAME:-r33_a}.json" \
     >"$OUT/dvr_ab_8b_a.txt" 2>&1
 log "dvr_ab 8b exit $?"
 grep -E "^\[dvr_ab\]|^\{|rror" "$OUT/dvr_ab_8b_a.txt" | grep -v warm-up | tail -n 24

@@ -8,11 +8,5 @@
 # budget is 70 s a run; a run cut by it says so (is_complete).
 #
 #   bash benchmarks/device/r34_call_a.sh
-source "$(dirname "$0")/session_preamble.sh"
-timeout "${CAP:-480}" python3 benchmarks/device/dvr_ab.py --model 8b --variants "${VARIANTS:-default,admit_budget}" \
-    --modes nondet,dvr@10 --repeats "${REPEATS:-1}" --lm-head-std 0.2 --lm-head-bias-scale 26.9 --max-num-seqs 1024 \
-    --budget-s "${BUDGET:-280}" --warmup-requests 8 --warmup-modes dvr@10 --out "$OUT/dvr_ab_8b_r34_a.json" \
-    >"$OUT/dvr_ab_8b_a.txt" 2>&1
-log "dvr_ab 8b exit $?"
-grep -E "^\[dvr_ab\]|^\{|rror" "$OUT/dvr_ab_8b_a.txt" | grep -v warm-up | tail -n 24
-log "done"
+VARIANTS=${VARIANTS:-default,admit_budget} REPEATS=${REPEATS:-1} BUDGET=${BUDGET:-280} CAP=${CAP:-480} NAME=r34_a \
+    exec bash "$(dirname "$0")/r33_call_a.sh"
