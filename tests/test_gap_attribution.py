@@ -63,6 +63,18 @@ def test_dvr_ab_online_attributes_every_free_gap_to_its_steps(tmp_path, monkeypa
     assert set(dvr["gaps"]) == set(GAP_KINDS)
     for gaps in (nondet, dvr):
         assert gaps["gc"]["total_ms"] >= 0 and 0 <= gaps["gc"]["gap_share"] <= 1
+    # the engine phases, timed per step: launching steps spent time in "launch" (and its "stage"), others none
+    # (a step's kind counts deliveries: on the CPU a pass is applied in the step that launches it, and a prompt
+    # chunk's commit delivers nothing); the top-level phases add up to no more than the step
+    for kind, step in dvr["steps"].items():
+        phases = step["phases_mean_ms"]
+        if not step["count"]:
+            continue
+        assert {"schedule", "fast_launch", "fast_read"} <= set(phases)
+        assert ("launch" in phases and phases["launch"] >= phases["stage"] > 0) == kind.startswith("launch")
+        top = sum(phases.get(n, 0.0) for n in ("admit", "apply", "schedule", "fast_launch", "fast_read", "launch"))
+        assert top <= step["mean_ms"] + 1e-6
+    assert "launch" not in nondet["steps"]["neither"]["phases_mean_ms"]
 
 
 def test_the_tracker_times_the_collector_inside_a_step():

@@ -230,6 +230,11 @@ VARIANTS = {
     # where every request is queued at step 0, a bound under the run's length admits the rest in arrival order
     # once it passes; 500 steps is ~1.5 s of SmolLM2's offline run on an H100 (1,031 steps, 64K tok/s)
     "admit_budget_wait_500": {"scheduler_admission": "budget", "scheduler_max_wait_steps": 500},
+    # round 34: online, the slowest 1 % of free gaps all spanned a step that applied a pass and launched the next
+    # (step() 4.27 ms p50 against 1.46 for plain steps; launch alone 2.89, apply alone 1.86); here a step that
+    # applies a pass launches none (DVRGenerator(split_pass_steps=True)), the pass goes out in the next step
+    "split_pass_steps": {"split_pass_steps": True},
+    "gc_freeze_split": {"gc_freeze": True, "split_pass_steps": True},
 }
 
 
@@ -671,6 +676,10 @@ def online_runs(engines: dict, workload, modes: list[str], *, det_order: list[in
             gaps = entry["free_gaps"]
             print(f"[dvr_ab]   free gaps by kind {({k: g['share'] for k, g in gaps['gaps'].items()})}; "
                   f"slowest 1 % {gaps['slowest_1pct_share']}; collector {gaps['gc']}", flush=True)
+            for kind, step in gaps["steps"].items():
+                if step["count"]:
+                    print(f"[dvr_ab]   {kind} steps: {step['count']}, mean {step['mean_ms']} ms; phases "
+                          f"{step['phases_mean_ms']}", flush=True)
     return got
 
 

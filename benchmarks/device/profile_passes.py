@@ -22,9 +22,11 @@ group 8, R = 256; max_num_seqs 256) is built and never stepped: its own canonica
   (every k-th slot) is deterministic. ``--decode-only`` skips the passes.
 
 Per pass: host ms of ``stage`` (perf_counter), device ms of ``_run`` (CUDA events; the wall time on the CPU),
-and ``launch`` + ``wait`` (host clock); median and p90, the bucket and ms per real row. Per decode batch: host
+``launch`` + ``wait`` (host clock), ``launch`` alone until it returns (``launch_host_ms``) and the graph replays'
+host time alone (``replay_host_ms``); median and p90, the bucket and ms per real row. Per decode batch: host
 ms of ``stage_batch``, device ms of the step, ms per row; each pass is also given in decode steps of batch 256.
-``--kernel-profile``: instead, the generator runs eagerly (no CUDA graphs: the profiler sees every kernel) and one
+``--host-profile``: also cProfile the launches of the 8- and 64-window passes (``host_profile``: own ms per
+launch by function). ``--kernel-profile``: instead, the generator runs eagerly (no CUDA graphs: the profiler sees every kernel) and one
 pass of each verify and prompt-chunk shape runs under ``torch.profiler`` after the warm-ups; its kernels are summed
 by class (GEMM, attention, row ops, other: ``profile_canonical_prefill.kernel_class``) with the top kernels, under
 ``kernel_profile`` in the JSON (kernel time is what a graph replays; the eager launches add host time only).
@@ -97,7 +99,7 @@ def time_pass(cp, kv, segments: list[Segment], wanted: list[int] | None, *, reps
               device) -> dict:
     """stage (host), _run (device) and launch + wait (host) of one pass, ``reps`` times after the warm-ups."""
     per_row = [(s.params, s.seed, pos + 1) for s in segments for pos in range(s.start, s.end)]
-    stage, run, launch = [], [], []
+    stage, run, launch, launch_host, replay_host = [], [], [], [], []
     for i in range(warmup + reps):
         synchronize(device)  # stage's pinned buffers are free, no work queued before it
         t0 = time.perf_counter()
@@ -106,19 +108,51 @@ def time_pass(cp, kv, segments: list[Segment], wanted: list[int] | None, *, reps
         run_ms = device_ms(lambda: cp._run(inputs), device)  # noqa: B023 - called right here
         synchronize(device)
         t2 = time.perf_counter()
-        cp.launch(segments, kv, per_row, wanted=wanted).wait()
+        result = cp.launch(segments, kv, per_row, wanted=wanted)
+        t_launched = time.perf_counter()
+        result.wait()
         t3 = time.perf_counter()
+        synchronize(device)
+        t4 = time.perf_counter()
+        cp._run(inputs)  # the replays' host time alone: nothing queued before them
+        t5 = time.perf_counter()
+        synchronize(device)
         if i >= warmup:
             stage.append(1e3 * (t1 - t0))
             run.append(run_ms)
             launch.append(1e3 * (t3 - t2))
+            launch_host.append(1e3 * (t_launched - t2))
+            replay_host.append(1e3 * (t5 - t4))
     rows = len(per_row)
     bucket = cp.bucket_for(rows)
     device_stats = stats(run)
     return {"rows": rows, "bucket": bucket, "segments": len(segments),
             "result_rows": rows if bucket == cp.num_rows else len(wanted if wanted is not None else segments),
             "stage_host_ms": stats(stage), "device_ms": device_stats, "launch_wait_ms": stats(launch),
+            "launch_host_ms": stats(launch_host), "replay_host_ms": stats(replay_host),
             "device_ms_per_row": round(device_stats["median"] / rows, 5)}
+
+
+def host_profile(cp, kv, segments: list[Segment], wanted: list[int] | None, *, reps: int, device) -> list[dict]:
+    """cProfile of ``reps`` launches of one pass (each waited for outside the profile): the 30 functions with the
+    most own time (ms per launch, calls per launch): where a launch's host time goes."""
+    import cProfile
+    import pstats
+
+    per_row = [(s.params, s.seed, pos + 1) for s in segments for pos in range(s.start, s.end)]
+    profiler = cProfile.Profile()
+    for _ in range(reps):
+        synchronize(device)
+        profiler.enable()
+        result = cp.launch(segments, kv, per_row, wanted=wanted)
+        profiler.disable()
+        result.wait()
+    rows = []
+    for (path, line, name), (_, calls, own, cumulative, _) in pstats.Stats(profiler).stats.items():
+        rows.append({"function": f"{Path(path).name}:{line}({name})", "calls": round(calls / reps, 2),
+                     "own_ms": round(1e3 * own / reps, 4), "cumulative_ms": round(1e3 * cumulative / reps, 4)})
+    rows.sort(key=lambda r: -r["own_ms"])
+    return rows[:30]
 
 
 def kernel_profile(gen: DVRGenerator, cp, kv, prompt_rid: int, *, context: int, warmup: int) -> list[dict]:
@@ -273,6 +307,8 @@ def main() -> None:
                     help="comma-separated shares of the decode slots that are deterministic (decode timings)")
     ap.add_argument("--decode-only", action="store_true", help="time the decode steps only (no passes)")
     ap.add_argument("--seqs", type=int, default=MAX_SEQS, help="decode slots (max_num_seqs); 64 windows need 64")
+    ap.add_argument("--host-profile", action="store_true",
+                    help="also cProfile the launches of 8- and 64-window passes (host time by function)")
     ap.add_argument("--kernel-profile", action="store_true",
                     help="eager passes under torch.profiler: kernel time by class per pass shape (no timings)")
     args = ap.parse_args()
@@ -319,6 +355,9 @@ def main() -> None:
         wanted = list(range(R)) if windows * WINDOW > R else None
         row = time_pass(cp, kv, segments, wanted, reps=args.reps, warmup=args.warmup, device=device)
         result["verify_windows"].append({"windows": windows, **row})
+        if args.host_profile and windows in (8, 64):
+            result.setdefault("host_profile", {})[f"{windows}_windows"] = host_profile(
+                cp, kv, segments, wanted, reps=args.reps, device=device)
     for rows in (r for r in CHUNK_ROWS if r <= cp.max_rows and not args.decode_only):
         tokens = tuple((7 * i + 3) % gen.cfg.vocab_size for i in range(rows))
         segment = Segment(prompt_rid, tokens, args.context, PARAMS, 0)
@@ -334,17 +373,20 @@ def main() -> None:
         row["decode_steps_256"] = round(row["device_ms"]["median"] / step_ms, 3)
     gen.close()
     Path(args.out).write_text(json.dumps(result, indent=1) + "\n")
+    for name, rows in result.get("host_profile", {}).items():
+        print(f"host profile, {name}: " + "; ".join(f"{r['function']} {r['own_ms']:.3f}" for r in rows[:12]))
 
     print(f"{result['device']}  {args.model} ({gen.cfg.num_layers} layers, {result['dtype']})  R={R}  "
           f"buckets={result['buckets']}  context={args.context}  bind+capture {result['bind_and_capture_s']} s")
     print(f"{'kind':10s} {'rows':>5s} {'bucket':>6s} {'results':>7s} {'stage ms':>9s} {'device ms':>10s} "
-          f"{'p90':>8s} {'launch+wait':>11s} {'us/row':>8s} {'steps@256':>9s}")
+          f"{'p90':>8s} {'launch+wait':>11s} {'launch':>7s} {'replay':>7s} {'us/row':>8s} {'steps@256':>9s}")
     for kind, key, label in (("verify", "verify_windows", "windows"), ("chunk", "prompt_chunks", None),
                              ("decode", "decode", None)):
         for r in result[key]:
             name = f"{kind} {r[label]}w" if label else (f"{kind} d{r['det_fraction']:g}" if kind == "decode" else kind)
             rows = r.get("rows", r.get("batch"))
-            lw = f"{r['launch_wait_ms']['median']:11.3f}" if "launch_wait_ms" in r else f"{'':11s}"
+            lw = (f"{r['launch_wait_ms']['median']:11.3f} {r['launch_host_ms']['median']:7.3f} "
+                  f"{r['replay_host_ms']['median']:7.3f}" if "launch_wait_ms" in r else f"{'':27s}")
             steps = f"{r['decode_steps_256']:9.2f}" if "decode_steps_256" in r else ""
             print(f"{name:10s} {rows:5d} {r['bucket']:6d} {r.get('result_rows', rows):7d} "
                   f"{r['stage_host_ms']['median']:9.3f} {r['device_ms']['median']:10.3f} "

@@ -166,6 +166,7 @@ class DVRGenerator:
         risk_margin: float = 0.0,
         canonical_sms: int | None = None,
         prompt_drafts: bool = False,
+        split_pass_steps: bool = False,
     ):
         self.canonical_config = CanonicalConfig(window=window, group=group)
         self.config = EngineConfig(
@@ -177,7 +178,7 @@ class DVRGenerator:
             wide_verify=wide_verify, prioritize_fast=prioritize_fast, canonical_priority=canonical_priority,
             canonical_gemm_streams=canonical_gemm_streams, graph_bucket_step=graph_bucket_step,
             chain_passes=chain_passes, risk_margin=risk_margin, canonical_sms=canonical_sms,
-            prompt_drafts=prompt_drafts,
+            prompt_drafts=prompt_drafts, split_pass_steps=split_pass_steps,
         )
         num_canonical_tokens = self.config.canonical_tokens(self.canonical_config.num_rows)
         scratch = getattr(kv_store, "num_scratch_slots", None)  # an injected store: a pass's padding rows write there
@@ -583,8 +584,10 @@ class DVRGenerator:
         if self._pool.unfreed:
             self._pool.retry_frees(self.kv)
         self._admit()
+        applied = False  # whether this step applied a pass (``split_pass_steps``)
         while self._canonical_in_flight is not None and self._canonical_in_flight.is_ready():
             self._finish_canonical(events)
+            applied = True
         state = SchedulerState(self._pool.views(), self.canonical_config.window, self.canonical_config.group,
                                self.config.max_fast_tokens, self._num_steps, self.max_canonical_tokens,
                                self._max_canonical_results,
@@ -616,7 +619,10 @@ class DVRGenerator:
             # (AsyncEngine drains its commands between steps): a free one may run beside the pass
             if _wait_ready(self._canonical_in_flight, _IDLE_WAIT_S):
                 self._finish_canonical(events)
+                applied = True
         if plan.has_canonical_pass:
+            if applied and self._splits_pass_steps():
+                return
             in_flight = self._canonical_in_flight
             if in_flight is not None and self._pool.chain_prefill and not in_flight.is_ready():
                 # behind the pass in flight (at most two in flight): the plan's windows belong to requests in no
@@ -638,11 +644,22 @@ class DVRGenerator:
                 return
             while self._canonical_in_flight is not None:  # windows wait for what the passes in flight commit
                 self._finish_canonical(events)
+                applied = True
+            if applied and self._splits_pass_steps():
+                return
             self._canonical_in_flight = self._launch_canonical(plan, windows)
             # applied now when it has already finished (always on the CPU without canonical_thread), else later
             launched = self._canonical_in_flight
             if launched is not None and (not self.config.overlap or launched.is_ready()):
                 self._finish_canonical(events)
+
+    def _splits_pass_steps(self) -> bool:
+        """With ``split_pass_steps``, in a step that applied a pass: whether the pass it planned waits for the next
+        step (its requests can draft ahead meanwhile: a fast step is in flight); counted in ``split_passes``."""
+        if not (self.config.split_pass_steps and self._draft_ahead and self.fast_step.in_flight is not None):
+            return False
+        self.stats["split_passes"] += 1
+        return True
 
     def _with_drafts_ahead(self, plan: Plan) -> Plan:
         """The plan plus, in the fast step's spare rows, a decode row for each deterministic request whose

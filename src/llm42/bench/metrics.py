@@ -28,13 +28,15 @@ class StepRecord(NamedTuple):
     """One engine step of a run: when ``step()`` was called and returned (seconds from the run's start, the clock
     of ``RequestRecord.delivery_s``), the canonical passes it launched (``stats["canonical_passes"]``) and the
     deterministic requests it delivered committed tokens to (a pass's commits arrive in the step that applies it),
-    and the time Python's cyclic garbage collector ran inside it (``gc_s``; ``gc.callbacks``)."""
+    the time Python's cyclic garbage collector ran inside it (``gc_s``; ``gc.callbacks``), and in online runs the
+    seconds of each engine phase (``phases``: ``llm42.bench.runner.PHASES``; None where not timed)."""
 
     start_s: float
     end_s: float
     passes_launched: int
     deterministic_delivered: int
     gc_s: float = 0.0
+    phases: dict | None = None
 
 
 @dataclass
@@ -244,8 +246,9 @@ def free_gap_attribution(run: RunResult) -> dict:
     step that made the second; it is of kind ``"launch"`` if one of those steps launched a canonical pass,
     ``"apply"`` if one delivered a pass's commits to deterministic requests, ``"launch_and_apply"`` if both,
     ``"neither"`` otherwise (``GAP_KINDS``). Reported per kind: the share of gaps and their p50 / p90 / p99 (ms); the
-    kinds' shares among the slowest 1 % of gaps; and the steps themselves (count, p50 / p99 ms of ``step()``'s
-    wall time) by the same kinds. What it separates: gaps a pass's device work or host work lengthens from those
+    kinds' shares among the slowest 1 % of gaps; and the steps themselves (count, p50 / p99 / mean ms of ``step()``'s
+    wall time, and the mean ms of each engine phase where the steps were timed: ``StepRecord.phases``) by the
+    same kinds. What it separates: gaps a pass's device work or host work lengthens from those
     of plain steps (``dvr_ab.py`` online, the free ITL target). ``gc``: the collector's share, whatever the kind:
     the steps it ran in, its total and largest time in a step, and the share of gaps (of all, and of the slowest
     1 %) that span a step it ran in (a run served outside ``frozen_gc`` makes full collections of every object)."""
@@ -273,8 +276,12 @@ def free_gap_attribution(run: RunResult) -> dict:
     every.sort(reverse=True)
     slowest = every[: max(1, len(every) // 100)] if every else []
     by_step: dict[str, list[float]] = {k: [] for k in GAP_KINDS}
+    phases: dict[str, dict[str, float]] = {k: {} for k in GAP_KINDS}  # per kind: phase -> total seconds
     for s in steps:
-        by_step[_gap_kind(s.passes_launched > 0, s.deterministic_delivered > 0)].append(s.end_s - s.start_s)
+        kind = _gap_kind(s.passes_launched > 0, s.deterministic_delivered > 0)
+        by_step[kind].append(s.end_s - s.start_s)
+        for name, seconds in (s.phases or {}).items():
+            phases[kind][name] = phases[kind].get(name, 0.0) + seconds
 
     def ms(values: list[float], q: int) -> float | None:
         value = percentile(values, q)
@@ -286,7 +293,10 @@ def free_gap_attribution(run: RunResult) -> dict:
                      "p99_ms": ms(v, 99)} for k, v in gaps.items()},
         "slowest_1pct_share": {k: sum(1 for _, kind, _ in slowest if kind == k) / len(slowest) if slowest else None
                                for k in GAP_KINDS},
-        "steps": {k: {"count": len(v), "p50_ms": ms(v, 50), "p99_ms": ms(v, 99)} for k, v in by_step.items()},
+        "steps": {k: {"count": len(v), "p50_ms": ms(v, 50), "p99_ms": ms(v, 99), "mean_ms": round(
+            1e3 * sum(v) / len(v), 4) if v else None, "phases_mean_ms": {name: round(1e3 * total / len(v), 4)
+                                                                          for name, total in phases[k].items()}}
+                  for k, v in by_step.items()},
         "gc": {"steps": sum(1 for s in steps if s.gc_s > 0), "total_ms": round(sum(s.gc_s for s in steps) * 1e3, 4),
                "max_step_ms": round(max((s.gc_s for s in steps), default=0.0) * 1e3, 4),
                "gap_share": sum(1 for *_, g in every if g) / len(every) if every else None,

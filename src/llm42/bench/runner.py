@@ -126,6 +126,7 @@ class Engine:
     canonical_sms: int | None = None  # DVRGenerator's knob: the canonical pass's kernels on that many SMs (CUDA)
     gc_freeze: bool = False  # the timed run inside ``frozen_gc`` (what ``llm42 serve`` does), after the warm-up
     prompt_drafts: bool = False  # DVRGenerator's knob: deterministic requests draft from a fast run of their prompt
+    split_pass_steps: bool = False  # DVRGenerator's knob: a step that applies a pass launches none
     # the scheduler's class: DefaultScheduler or a subclass taking its keywords (an A/B of a scheduling rule)
     scheduler_class: type = DefaultScheduler
 
@@ -155,6 +156,7 @@ class Engine:
             canonical_gemm_streams=self.canonical_gemm_streams,
             graph_bucket_step=self.graph_bucket_step, chain_passes=self.chain_passes, risk_margin=self.risk_margin,
             canonical_sms=self.canonical_sms, prompt_drafts=self.prompt_drafts,
+            split_pass_steps=self.split_pass_steps,
         )
         notes = []
         if self.use_cuda_graphs and gen.device.type == "cuda":
@@ -262,12 +264,45 @@ def _stats_since(gen: DVRGenerator, before: dict[str, int]) -> dict[str, int]:
     return {k: v - before.get(k, 0) for k, v in gen.stats.items()}
 
 
-class _Tracker:
-    """Turns the events of ``step()`` into per-request records."""
+# (name, owner, method): the engine phases an online run times per step (``StepRecord.phases``); "apply" and
+# "launch" hold "pass_wait" / "commits" and "stage"
+PHASES = (("admit", "gen", "_admit"), ("apply", "gen", "_finish_canonical"), ("pass_wait", "verifier", "finish"),
+          ("commits", "gen", "_apply_commits"), ("schedule", "scheduler", "schedule"),
+          ("fast_launch", "fast_step", "launch"), ("fast_read", "fast_step", "read"),
+          ("launch", "gen", "_launch_canonical"), ("stage", "canonical_pass", "stage"))
 
-    def __init__(self, gen: DVRGenerator, clock: Clock):
+
+def _time_phases(gen: DVRGenerator, totals: dict[str, float]) -> None:
+    """Wrap each of ``PHASES``' methods on its instance (the class is untouched): its wall time adds to
+    ``totals[name]``. A phase whose owner the generator lacks (an injected verifier) is skipped."""
+    owners = {"gen": gen, "verifier": gen.verifier, "scheduler": gen.scheduler, "fast_step": gen.fast_step,
+              "canonical_pass": getattr(gen.verifier, "canonical_pass", None)}
+    for name, owner_name, method in PHASES:
+        owner = owners[owner_name]
+        fn = getattr(owner, method, None)
+        if fn is None:
+            continue
+
+        def timed(*args, _fn=fn, _name=name, **kwargs):
+            t = time.perf_counter()
+            try:
+                return _fn(*args, **kwargs)
+            finally:
+                totals[_name] = totals.get(_name, 0.0) + time.perf_counter() - t
+
+        setattr(owner, method, timed)
+
+
+class _Tracker:
+    """Turns the events of ``step()`` into per-request records. ``time_phases``: also time each step's engine
+    phases (``PHASES``) into its ``StepRecord.phases``."""
+
+    def __init__(self, gen: DVRGenerator, clock: Clock, *, time_phases: bool = False):
         self.gen = gen
         self.clock = clock
+        self._phases: dict[str, float] | None = {} if time_phases else None
+        if time_phases:
+            _time_phases(gen, self._phases)
         self.records: dict[int, RequestRecord] = {}  # rid -> record
         self.max_tokens: dict[int, int] = {}
         self.num_open = 0
@@ -302,6 +337,8 @@ class _Tracker:
     def step(self, t0: float) -> None:
         stats = self.gen.stats
         start, launched, gc_before = self.clock.now() - t0, stats["canonical_passes"], self.gc_s
+        if self._phases is not None:
+            self._phases.clear()
         events = self.gen.step()
         now = self.clock.now() - t0
         deterministic = 0
@@ -318,7 +355,8 @@ class _Tracker:
                 rec.finish_s = now
                 self.num_open -= 1
         self.steps.append(StepRecord(start, now, stats["canonical_passes"] - launched, deterministic,
-                                     self.gc_s - gc_before))
+                                     self.gc_s - gc_before,
+                                     None if self._phases is None else dict(self._phases)))
 
     def collect(self) -> list[RequestRecord]:
         for rid, rec in self.records.items():
@@ -400,7 +438,7 @@ def run_online(engine: Engine, workload: Workload, mode: Mode, arrivals: list[fl
     deadline = _run_deadline(deadline, budget_s)
     clock = Clock(engine.model.weights.device)
     deterministic = deterministic_indices(mode, _order_within(det_order, workload))
-    tracker = _Tracker(gen, clock)
+    tracker = _Tracker(gen, clock, time_phases=True)
     num_submitted, is_complete = 0, True
     with frozen_gc(engine.gc_freeze), tracker.collecting():
         t0 = clock.start()

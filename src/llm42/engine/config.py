@@ -148,6 +148,13 @@ class EngineConfig:
     every canonical read sees canonical K/V. It costs the fast path the prompt's rows and saves the request the
     wait for its prompt's passes before drafting. Needs ``draft_ahead`` (llm42's own ``Verifier``); off by default.
     Committed output is unchanged.
+    ``split_pass_steps``: a step that applies a canonical pass's commits launches no pass; the canonical work the
+    scheduler planned in it waits for the next step, its requests drafting ahead meanwhile (``stats``:
+    ``split_passes``). Applying a pass (the commit rule, rollbacks, the decode rows' updates) and launching the
+    next (staging its rows) are each host work of a step: in one step together they made the longest of free
+    requests' inter-token gaps online (round 34, docs/benchmarks.md). It takes effect where a pass's requests can
+    draft ahead (``draft_ahead``) and a fast step is in flight; off by default. Committed output is unchanged
+    (only when a pass runs changes).
     """
 
     max_num_seqs: int = 256
@@ -174,6 +181,7 @@ class EngineConfig:
     risk_margin: float = 0.0
     canonical_sms: int | None = None
     prompt_drafts: bool = False
+    split_pass_steps: bool = False
 
     def __post_init__(self) -> None:
         owner = "DVRGenerator"
@@ -184,7 +192,7 @@ class EngineConfig:
             if getattr(self, name) is not None:
                 positive_int(owner, name, getattr(self, name))
         for name in ("prefix_cache", "use_cuda_graphs", "adaptive_draft", "overlap", "canonical_thread",
-                     "draft_ahead", "prioritize_fast", "prompt_drafts"):
+                     "draft_ahead", "prioritize_fast", "prompt_drafts", "split_pass_steps"):
             strict_bool(owner, name, getattr(self, name))
         if self.prompt_drafts and not self.draft_ahead:
             raise ValueError(f"{owner} prompt_drafts drafts ahead of a prompt's canonical pass: it needs "

@@ -23,7 +23,7 @@ STAT_NAMES = (
     "steps", "fast_steps", "mixed_steps", "fast_tokens", "canonical_passes", "canonical_rows", "canonical_rows_used",
     "committed_tokens", "accepted_tokens", "rollbacks", "recomputed_tokens", "prefix_cached_tokens",
     "score_passes", "scored_tokens", "ahead_tokens_kept", "ahead_tokens_dropped",
-    "deferred_passes", "risky_drafts", "risky_rollbacks", "prompt_draft_tokens", "admitted_by_wait",
+    "deferred_passes", "split_passes", "risky_drafts", "risky_rollbacks", "prompt_draft_tokens", "admitted_by_wait",
 )
 # Draft margins (``llm42.sampler.sample_with_margins``, in logits) are counted per bucket when a canonical pass
 # verifies them: ``verified_margin_<edge>`` (drafts under that edge and at or over the one before; ``_inf`` the
