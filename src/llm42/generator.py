@@ -167,6 +167,7 @@ class DVRGenerator:
         canonical_sms: int | None = None,
         prompt_drafts: bool = False,
         split_pass_steps: bool = False,
+        pass_before_read: bool = False,
     ):
         self.canonical_config = CanonicalConfig(window=window, group=group)
         self.config = EngineConfig(
@@ -179,6 +180,7 @@ class DVRGenerator:
             canonical_gemm_streams=canonical_gemm_streams, graph_bucket_step=graph_bucket_step,
             chain_passes=chain_passes, risk_margin=risk_margin, canonical_sms=canonical_sms,
             prompt_drafts=prompt_drafts, split_pass_steps=split_pass_steps,
+            pass_before_read=pass_before_read,
         )
         num_canonical_tokens = self.config.canonical_tokens(self.canonical_config.num_rows)
         scratch = getattr(kv_store, "num_scratch_slots", None)  # an injected store: a pass's padding rows write there
@@ -607,8 +609,14 @@ class DVRGenerator:
                 f"{len(self._pool.running)} requests running; no progress is possible"
             )
         previous = fast.take()
+        # the pass goes out before the previous fast step is read back where nothing waits for a pass in flight:
+        # its host work (staging its rows) then runs while the device finishes that step, instead of after
+        early = (self.config.pass_before_read and self.config.overlap and plan.has_canonical_pass
+                 and self._canonical_in_flight is None)
         try:
             fast.launch(plan, prompt_drafts)  # leaves what ran in flight, even if part of the step failed
+            if early:
+                self._canonical_phase(plan, windows, events, applied)
         finally:
             fast.read(previous, events, self._finish)
         if not self.config.overlap:
@@ -619,39 +627,46 @@ class DVRGenerator:
             # (AsyncEngine drains its commands between steps): a free one may run beside the pass
             if _wait_ready(self._canonical_in_flight, _IDLE_WAIT_S):
                 self._finish_canonical(events)
-                applied = True
-        if plan.has_canonical_pass:
-            if applied and self._splits_pass_steps():
+        if plan.has_canonical_pass and not early:
+            self._canonical_phase(plan, windows, events, applied)
+
+    def _canonical_phase(self, plan: Plan, windows: dict[int, int], events: dict[int, list[int]],
+                         applied: bool) -> None:
+        """The plan's canonical pass: launched (chained behind the pass in flight, or after it is applied),
+        deferred while one runs, or left to the next step (``split_pass_steps``); ``applied``: whether this step
+        applied a pass already."""
+        fast = self.fast_step
+        if applied and self._splits_pass_steps():
+            return
+        in_flight = self._canonical_in_flight
+        if in_flight is not None and self._pool.chain_prefill and not in_flight.is_ready():
+            # behind the pass in flight (at most two in flight): the plan's windows belong to requests in no
+            # pass (the scheduler sees no other), its prompt chunks to new prompts or follow chunks in flight
+            is_next_chunks = not plan.verify and all(self._pool.running[c.rid].is_verifying
+                                                     for c in plan.canonical_prefill)
+            if self._canonical_chained is None and (is_next_chunks or self.config.chain_passes == "all"):
+                self._canonical_chained = self._launch_canonical(plan, windows)
                 return
-            in_flight = self._canonical_in_flight
-            if in_flight is not None and self._pool.chain_prefill and not in_flight.is_ready():
-                # behind the pass in flight (at most two in flight): the plan's windows belong to requests in no
-                # pass (the scheduler sees no other), its prompt chunks to new prompts or follow chunks in flight
-                is_next_chunks = not plan.verify and all(self._pool.running[c.rid].is_verifying
-                                                         for c in plan.canonical_prefill)
-                if self._canonical_chained is None and (is_next_chunks or self.config.chain_passes == "all"):
-                    self._canonical_chained = self._launch_canonical(plan, windows)
-                    return
-                if is_next_chunks:  # a long prompt's next chunk: the oldest applied, the chained one is the oldest
-                    self._finish_canonical(events)
-                    self._canonical_chained = self._launch_canonical(plan, windows)
-                    return
-            if (in_flight is not None and self._draft_ahead and fast.in_flight is not None
-                    and not in_flight.is_ready()):
-                # the pass in flight (or two, one chained behind the other) still running: the loop does not wait
-                # for it: this step's windows and prompt chunks go to a later pass, their requests draft ahead
-                self.stats["deferred_passes"] += 1
-                return
-            while self._canonical_in_flight is not None:  # windows wait for what the passes in flight commit
+            if is_next_chunks:  # a long prompt's next chunk: the oldest applied, the chained one is the oldest
                 self._finish_canonical(events)
-                applied = True
-            if applied and self._splits_pass_steps():
+                self._canonical_chained = self._launch_canonical(plan, windows)
                 return
-            self._canonical_in_flight = self._launch_canonical(plan, windows)
-            # applied now when it has already finished (always on the CPU without canonical_thread), else later
-            launched = self._canonical_in_flight
-            if launched is not None and (not self.config.overlap or launched.is_ready()):
-                self._finish_canonical(events)
+        if (in_flight is not None and self._draft_ahead and fast.in_flight is not None
+                and not in_flight.is_ready()):
+            # the pass in flight (or two, one chained behind the other) still running: the loop does not wait
+            # for it: this step's windows and prompt chunks go to a later pass, their requests draft ahead
+            self.stats["deferred_passes"] += 1
+            return
+        while self._canonical_in_flight is not None:  # windows wait for what the passes in flight commit
+            self._finish_canonical(events)
+            applied = True
+        if applied and self._splits_pass_steps():
+            return
+        self._canonical_in_flight = self._launch_canonical(plan, windows)
+        # applied now when it has already finished (always on the CPU without canonical_thread), else later
+        launched = self._canonical_in_flight
+        if launched is not None and (not self.config.overlap or launched.is_ready()):
+            self._finish_canonical(events)
 
     def _splits_pass_steps(self) -> bool:
         """With ``split_pass_steps``, in a step that applied a pass: whether the pass it planned waits for the next

@@ -264,7 +264,8 @@ def engine_knobs(
     """Keyword arguments for :class:`~llm42.DVRGenerator` among the knobs that never change a committed bit: how
     many requests run and how many rows a fast step takes, the overlapped loop, drafting ahead of a pass and from a
     fast run of deterministic prompts, adaptive speculation, risky windows, the prefix cache, mixed steps, wide verify
-    passes, chained passes (where the verifier chains: CUDA), the CPU's canonical thread, and the default scheduler's
+    passes, chained passes (where the verifier chains: CUDA), the CPU's canonical thread, split pass steps and passes
+    launched before the fast step's read-back (``split_pass_steps``, ``pass_before_read``), and the default scheduler's
     rules (a :class:`~llm42.DefaultScheduler` in ``scheduler``).
 
     ``max_num_seqs`` / ``max_fast_tokens``: the largest values drawn (from 1 and from 2). ``num_canonical_rows``:
@@ -295,6 +296,7 @@ def _engine_knobs(draw, max_num_seqs: int, max_fast_tokens: int, num_canonical_r
         "prefix_cache": pick(True, False), "mixed_steps": pick(None, True, False),
         "canonical_thread": pick(False, True), "risk_margin": pick(0.0, 0.25, 4.0),
         "wide_verify": pick(None, True, False), "chain_passes": pick("prompts", "all", "off"),
+        "split_pass_steps": pick(False, True), "pass_before_read": pick(False, True),
     }
     if knobs["draft_ahead"]:
         knobs["prompt_drafts"] = pick(False, True)

@@ -1,0 +1,91 @@
+"""Where a step puts a canonical pass on CUDA (``pass_before_read``, ``split_pass_steps``): the same committed bits.
+
+Each pass is held back on its stream (a spinning kernel queued ahead of it), so fast steps run while passes are
+in flight and a finished pass is applied at the top of a later step: the steps the two options reorder. Not
+vacuous: with ``pass_before_read`` some pass goes out before the previous fast step is read back (and without it
+none does), with ``split_pass_steps`` some planned pass waits a step. Negative control: the same requests served
+free (the fast path's own tokens) commit other bits, so a pass whose commits came from the fast path would fail
+the comparison.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+
+import pytest
+
+pytest.importorskip("triton")
+
+from llm42.params import SamplingParams  # noqa: E402
+from tests.gpu.test_chained_prefill_cuda import _hold_passes  # noqa: E402
+from tests.gpu.test_engine_cuda import make_generator, random_prompt  # noqa: E402
+
+pytestmark = pytest.mark.gpu
+
+
+def _case(cfg):
+    rng = random.Random(77)
+    prompts = [random_prompt(rng, cfg.vocab_size, rng.randint(8, 300)) for _ in range(16)]
+    params = [SamplingParams(max_new_tokens=rng.randint(24, 64), deterministic=i % 4 != 3, logprobs=True,
+                             ignore_eos=True, temperature=0.8 if i % 2 else 0.0, seed=500 + i) for i in range(16)]
+    return prompts, params
+
+
+def _run(llama8b, params=None, **kwargs):
+    """Outputs of the deterministic requests, the stats, and how many passes went out before a read-back."""
+    cfg, _ = llama8b
+    prompts, default_params = _case(cfg)
+    params = params or default_params
+    gen = make_generator(llama8b, max_canonical_tokens=512, **kwargs)
+    _hold_passes(gen, lambda work: None)
+    order: list[str] = []
+    read, launch = gen.fast_step.read, gen._launch_canonical
+
+    def logged_read(*args, **kw):
+        order.append("read")
+        return read(*args, **kw)
+
+    def logged_launch(plan, windows):
+        order.append("launch")
+        return launch(plan, windows)
+
+    gen.fast_step.read, gen._launch_canonical = logged_read, logged_launch
+    rids = [gen.submit(p, q) for p, q in zip(prompts, params)]
+    num_early = 0
+    while gen.has_unfinished():
+        order.clear()
+        gen.step()
+        num_early += "launch" in order and "read" in order and order.index("launch") < order.index("read")
+    outputs = []
+    for rid, q in zip(rids, default_params):
+        c = gen.result(rid)
+        if q.deterministic:
+            outputs.append((tuple(c.token_ids), tuple(c.logprobs)))
+    stats = dict(gen.stats)
+    gen.close()
+    return outputs, stats, num_early
+
+
+def test_pass_order_options_commit_the_default_bits(llama8b, report):
+    reference, base_stats, base_early = _run(llama8b)
+    assert base_early == 0 and base_stats["split_passes"] == 0
+    assert base_stats["rollbacks"] > 0  # the fast path's tokens differ from the canonical ones
+    got = {}
+    for name, kwargs in {"pass_before_read": {"pass_before_read": True},
+                         "split_pass_steps": {"split_pass_steps": True},
+                         "both": {"pass_before_read": True, "split_pass_steps": True}}.items():
+        outputs, stats, early = _run(llama8b, **kwargs)
+        got[name] = {"early_launches": early, "split_passes": stats["split_passes"],
+                     "canonical_passes": stats["canonical_passes"], "rollbacks": stats["rollbacks"]}
+        assert outputs == reference, name
+        if kwargs.get("pass_before_read"):
+            assert early > 0, f"{name}: no pass went out before a read-back"
+        if kwargs.get("split_pass_steps"):
+            assert stats["split_passes"] > 0, f"{name}: no pass waited a step"
+    report("pass_order_cuda", got)
+    # negative control: the fast path's own tokens (the same requests served free) are not the committed bits
+    cfg, _ = llama8b
+    _, params = _case(cfg)
+    free, _, _ = _run(llama8b, params=[dataclasses.replace(q, deterministic=False) for q in params])
+    assert free != reference
