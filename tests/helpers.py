@@ -218,3 +218,30 @@ def run_dvr_ab(out, monkeypatch, variants: str, *args: str) -> dict:
         "--warmup-requests", "0", *args])
     dvr_ab.main()
     return json.loads(Path(out).read_text())
+
+
+def launch_prompt_pass(gen, prompts):
+    """Admit ``prompts`` (deterministic, one token each) into ``gen`` and launch one canonical pass over their whole
+    prompts, driving its ``CanonicalPass`` directly (no step): the launched ``PassResult``."""
+    from llm42.params import SamplingParams
+    from llm42.runner import Segment
+
+    params = SamplingParams(max_new_tokens=1, deterministic=True)
+    rids = [gen.submit(p, params) for p in prompts]
+    gen._admit()
+    segments = [Segment(rid, tuple(p), 0, params, 0) for rid, p in zip(rids, prompts)]
+    for seg in segments:
+        gen.kv.append(seg.rid, seg.end)
+    per_row = [(s.params, s.seed, pos + 1) for s in segments for pos in range(s.start, s.end)]
+    return gen.verifier.canonical_pass.launch(segments, gen.kv, per_row)
+
+
+def pass_bits(result, kv, layers: list[int]) -> tuple[list[int], list[int], list]:
+    """A waited ``PassResult``'s tokens, its log-probs' float32 bits (NaN at rows without results), and the K/V of
+    ``layers`` (the whole caches, on the CPU)."""
+    import torch
+
+    tokens, logprobs = result.wait()
+    bits = torch.tensor(logprobs, dtype=torch.float32).view(torch.int32).tolist()
+    caches = kv.layers()
+    return tokens, bits, [caches.k[i].cpu().clone() for i in layers]

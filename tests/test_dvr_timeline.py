@@ -44,6 +44,8 @@ def test_the_summary_splits_fast_steps_by_a_pass_beside_them_and_measures_the_ta
     s = timeline_module.summarize(steps, fast, passes, free_last_finish_s=0.02)
     assert s["fast_steps_beside_a_pass"] == 1 and s["fast_ms_p50_beside_a_pass"] == 6.0
     assert s["fast_ms_p50_alone"] == 4.0
+    assert s["fast_rows_p50_alone"] == s["fast_rows_p50_beside_a_pass"] == 2
+    assert s["fast_us_per_row_p50_alone"] == 2000.0 and s["fast_us_per_row_p50_beside_a_pass"] == 3000.0
     assert s["pass_ms_p50_by_rows"] == {"256": 8.0} and s["passes_at_raised_priority"] == 1
     assert s["run_ms"] == 39.0
     assert s["busy"]["either"] == pytest.approx((4 + 10 + 4 + 4) / 39.0, abs=1e-4)  # 10-16 and 12-20: 10-20
@@ -118,3 +120,37 @@ def test_a_cpu_run_reports_where_deterministic_steps_go(timeline_module, tmp_pat
     assert sum(progress["shares"].values()) == pytest.approx(1) and progress["shares"]["window"] > 0.5
     assert 0.9 <= progress["steps_per_token"] <= 1.5  # about one step per token where passes apply at once
     assert progress["last_finishers"] and all("index" in f for f in progress["last_finishers"])
+
+
+def test_an_online_cpu_run_serves_the_arrivals_with_every_span(timeline_module, tmp_path):
+    """``--online-load``: the capacity from an untraced offline nondet run, then each mode served online to the same
+    Poisson arrivals with the hooks; the rows split of the summary is there, and the hooks are restored."""
+    from llm42.bench import runner as runner_module
+
+    original = runner_module._Tracker.step
+    out = timeline_module.main(["--model", "tiny", "--out", str(tmp_path / "t.json"), "--num-requests", "8",
+                                "--max-num-seqs", "16", "--max-fast-tokens", "64", "--budget-s", "400",
+                                "--warmup-requests", "0", "--modes", "nondet,dvr@50", "--online-load", "0.5",
+                                "--online-requests", "6", "--keep-spans"])
+    assert runner_module._Tracker.step is original
+    assert out["online"]["num_requests"] == 6 and out["online"]["rate_rps"] == pytest.approx(
+        0.5 * out["online"]["capacity_rps"])
+    for name, run in out["runs"].items():
+        assert run["is_complete"], name
+        s = run["summary"]
+        assert s["num_steps"] == len(run["steps"]) > 0
+        assert s["fast_rows_p50_alone"] is not None and s["fast_us_per_row_p50_alone"] > 0
+    assert not out["runs"]["default nondet"]["passes"] and out["runs"]["default dvr@50"]["passes"]
+
+
+def test_the_summary_counts_a_sliced_pass_once_and_times_its_slices(timeline_module):
+    """``canonical_slices``: a sliced pass's earlier slices are spans of their own (``slice``, not ``final``): the
+    fast steps beside them are beside a pass, the pass counts once, its slices are timed apart from whole passes."""
+    steps = [{"step": i, "host_start_ms": 10.0 * i, "host_end_ms": 10.0 * i + 9, "running_free": 1,
+              "running_det": 1} for i in range(3)]
+    fast = [{"step": i, "start_ms": 10.0 * i, "end_ms": 10.0 * i + 4, "rows": 4} for i in range(3)]
+    passes = [{"step": 0, "start_ms": 1.0, "end_ms": 3.0, "rows": 256, "priority": 0, "slice": 0, "final": False},
+              {"step": 1, "start_ms": 11.0, "end_ms": 14.0, "rows": 256, "priority": 0, "slice": 1, "final": True}]
+    s = timeline_module.summarize(steps, fast, passes)
+    assert s["num_passes"] == 1 and s["fast_steps_beside_a_pass"] == 2
+    assert s["slice_ms_p50"] == {"0": 2.0, "1": 3.0} and s["pass_ms_p50_by_rows"] == {}

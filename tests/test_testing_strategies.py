@@ -188,7 +188,7 @@ def test_wide_model_config_builds_a_working_generator(family):
 
 
 @settings(max_examples=15, deadline=None)
-@given(knobs=ls.engine_knobs(max_num_seqs=4, max_fast_tokens=24, num_canonical_rows=8),
+@given(knobs=ls.engine_knobs(max_num_seqs=4, max_fast_tokens=24, num_canonical_rows=8, num_layers=2),
        mix=ls.batch_mixes(vocab_size=KNOBS_CFG.vocab_size, max_size=4, max_prompt_len=14, max_new_tokens=9,
                           logprobs=True),
        policy=ls.fast_policies(max_scale=4.0))
@@ -211,6 +211,10 @@ def test_engine_knobs_reach_every_knob_and_the_defaults():
     assert find(strategy, lambda k: k["max_canonical_tokens"] == 32 and k["mixed_steps"] is False)
     assert find(strategy, lambda k: not k["draft_ahead"] and "prompt_drafts" not in k)  # it needs draft_ahead
     assert find(strategy, lambda k: k["split_pass_steps"] and k["pass_before_read"] and k["canonical_thread"])
+    sliced = ls.engine_knobs(num_canonical_rows=8, num_layers=3)
+    assert find(sliced, lambda k: k.get("canonical_slices") == 3 and k["pass_before_read"])
+    assert find(sliced, lambda k: k["canonical_thread"] and "canonical_slices" not in k)  # refused together
+    assert "canonical_slices" not in find(strategy, lambda k: True)
     assert find(strategy, lambda k: k["draft_ahead"] and k["overlap"] and not k["prompt_drafts"]
                 and not k["adaptive_draft"] and k["prefix_cache"] and k["mixed_steps"] is None
                 and not k["canonical_thread"] and k["risk_margin"] == 0 and k["max_canonical_tokens"] == 8
@@ -230,6 +234,7 @@ def test_engine_knobs_reach_every_knob_and_the_defaults():
     lambda: ls.canonical_configs(min_window=0),
     lambda: ls.engine_knobs(max_fast_tokens=1),
     lambda: ls.engine_knobs(num_canonical_rows=0),
+    lambda: ls.engine_knobs(num_layers=0),
     lambda: ls.wide_model_config(hidden_size=256),
     lambda: ls.wide_model_config(family="gpt2"),
 ])

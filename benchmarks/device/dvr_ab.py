@@ -240,6 +240,10 @@ VARIANTS = {
     # the wait (DVRGenerator(pass_before_read=True))
     "pass_before_read": {"pass_before_read": True},
     "pass_before_read_split": {"pass_before_read": True, "split_pass_steps": True},
+    # round 34: what was left of the online tail after the host work was moved: the fast steps beside a pass. A
+    # pass's layers in slices, one a step (DVRGenerator(canonical_slices=N)): each fast step beside a slice of it
+    "canonical_slices_2": {"canonical_slices": 2},
+    "canonical_slices_4": {"canonical_slices": 4},
 }
 
 

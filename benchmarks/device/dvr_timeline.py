@@ -2,6 +2,7 @@
 
     PYTHONPATH=src python3 benchmarks/device/dvr_timeline.py --model <GGUF|8b|tiny> --out timeline.json
         [--variants default,canon_priority] [--modes nondet,dvr@50] [--num-requests 1000] [--png timeline.png]
+        [--online-load 0.7 --online-requests 500]
 
 The offline request set of ``dvr_ab.py`` (the same model options, workload and variants), each (variant, mode) run
 once after an untimed warm-up, with three hooks while the run is timed: every engine step's host span and the
@@ -9,6 +10,10 @@ requests running (free / deterministic) when it returns; every fast step's devic
 is launched on, before and after ``FastStep.launch``); every canonical pass's device span (events on the pass's
 stream around its graphs' replays, ``CanonicalPass._run_with_details``) with its rows and the priority of its stream.
 On the CPU the spans are host clock readings (a CPU pass runs inside the step). Events are read once, after the run.
+``--online-load L`` (round 34): the runs are served online instead (``run_online``), the first ``--online-requests``
+requests arriving as a Poisson process at L x the first variant's offline nondet capacity, measured first without
+the hooks, as ``dvr_ab.py`` does: the online free gaps' question, whether a fast step beside a pass is longer for its
+rows (``fast_us_per_row_p50_alone`` / ``_beside_a_pass``) or has more of them.
 
 What it answers (round 25 left these open; docs/benchmarks.md): how much longer a fast step takes while a pass runs
 beside it (``fast_ms`` alone / beside a pass), how long a pass takes served against its rows, how busy the device is
@@ -40,7 +45,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import dvr_ab  # noqa: E402
 from llm42.bench import runner as runner_module  # noqa: E402
 from llm42.bench.modes import mode_by_name  # noqa: E402
-from llm42.bench.runner import run_offline  # noqa: E402
+from llm42.bench.runner import run_offline, run_online  # noqa: E402
+from llm42.bench.workloads import poisson_arrivals  # noqa: E402
 from llm42.engine.fast_step import FastStep  # noqa: E402
 from llm42.verify.canonical_pass import CanonicalPass  # noqa: E402
 
@@ -155,7 +161,9 @@ class Timeline:
         self.step_index = -1
         self.steps: list[dict] = []
         self.fast: list[tuple[int, object, object, int]] = []  # (step, start, end, rows)
-        self.passes: list[tuple[int, object, object, int, int]] = []  # (step, start, end, rows, stream priority)
+        # (step, start, end, rows, stream priority, slice, final): slice None for a whole pass, else the sliced pass's
+        # first slice in the span (canonical_slices); final: the span that ends the pass (its head and sampler)
+        self.passes: list[tuple[int, object, object, int, int, int | None, bool]] = []
         self._saved: list[tuple[type, str, object]] = []
 
     def _patch(self, owner: type, name: str, make) -> None:
@@ -203,22 +211,38 @@ class Timeline:
             return hooked
 
         def pass_run(original):
-            def hooked(self, inputs, per_row, targets):
+            def hooked(self, inputs, per_row, targets, start=0):
                 if not timeline.is_recording:
-                    return original(self, inputs, per_row, targets)
-                start = timeline.clock.mark()
+                    return original(self, inputs, per_row, targets, start)
+                begin = timeline.clock.mark()
                 try:
-                    return original(self, inputs, per_row, targets)
+                    return original(self, inputs, per_row, targets, start)
                 finally:
                     stream = torch.cuda.current_stream(self.device) if timeline.clock.is_cuda else None
                     priority = stream.priority if stream is not None else 0
-                    timeline.passes.append((timeline.step_index, start, timeline.clock.mark(), self._bucket,
-                                            priority))
+                    # a sliced pass's last slice with the head and sampler (its earlier slices: slice_run)
+                    timeline.passes.append((timeline.step_index, begin, timeline.clock.mark(), self._bucket,
+                                            priority, start if self.num_slices > 1 else None, True))
+            return hooked
+
+        def slice_run(original):
+            def hooked(self, inputs, start, end):
+                if not timeline.is_recording or end == self.num_slices:  # the last: inside _run_with_details
+                    return original(self, inputs, start, end)
+                begin = timeline.clock.mark()
+                try:
+                    return original(self, inputs, start, end)
+                finally:
+                    stream = torch.cuda.current_stream(self.device) if timeline.clock.is_cuda else None
+                    priority = stream.priority if stream is not None else 0
+                    timeline.passes.append((timeline.step_index, begin, timeline.clock.mark(), self._bucket,
+                                            priority, start, False))
             return hooked
 
         self._patch(runner_module._Tracker, "step", step)
         self._patch(FastStep, "launch", fast_launch)
         self._patch(CanonicalPass, "_run_with_details", pass_run)
+        self._patch(CanonicalPass, "_run_slices", slice_run)
         return self
 
     def __exit__(self, *exc_info) -> None:
@@ -232,8 +256,8 @@ class Timeline:
             torch.cuda.synchronize()
         ms = self.clock.ms
         fast = [{"step": s, "start_ms": ms(a), "end_ms": ms(b), "rows": rows} for s, a, b, rows in self.fast]
-        passes = [{"step": s, "start_ms": ms(a), "end_ms": ms(b), "rows": rows, "priority": prio}
-                  for s, a, b, rows, prio in self.passes]
+        passes = [{"step": s, "start_ms": ms(a), "end_ms": ms(b), "rows": rows, "priority": prio, "slice": k,
+                   "final": final} for s, a, b, rows, prio, k, final in self.passes]
         return {"steps": self.steps, "fast": fast, "passes": passes,
                 "summary": summarize(self.steps, fast, passes, free_last_finish_s=free_last_finish_s)}
 
@@ -272,8 +296,12 @@ def summarize(steps: list[dict], fast: list[dict], passes: list[dict], *,
                 "either": round(_union_ms(fast_spans + pass_spans, lo, hi) / span, 4)}
 
     by_rows: dict[int, list[float]] = {}
+    by_slice: dict[int, list[float]] = {}  # a sliced pass's spans by slice (canonical_slices)
     for p in passes:
-        by_rows.setdefault(p["rows"], []).append(p["end_ms"] - p["start_ms"])
+        if p.get("slice") is None:
+            by_rows.setdefault(p["rows"], []).append(p["end_ms"] - p["start_ms"])
+        else:
+            by_slice.setdefault(p["slice"], []).append(p["end_ms"] - p["start_ms"])
     bins = []
     for i in range(int(end // BIN_MS) + 1):
         lo, hi = i * BIN_MS, min((i + 1) * BIN_MS, end)
@@ -284,12 +312,21 @@ def summarize(steps: list[dict], fast: list[dict], passes: list[dict], *,
         bins.append({"start_ms": lo, **busy(lo, hi), "running_free": mix["running_free"],
                      "running_det": mix["running_det"]})
     summary = {
-        "num_steps": len(steps), "num_fast_steps": len(fast), "num_passes": len(passes), "run_ms": round(end, 3),
+        "num_steps": len(steps), "num_fast_steps": len(fast),
+        "num_passes": sum(1 for p in passes if p.get("final", True)), "run_ms": round(end, 3),
         "fast_ms_p50": _median([f["end_ms"] - f["start_ms"] for f in fast]),
         "fast_ms_p50_alone": _median([f["end_ms"] - f["start_ms"] for f, b in zip(fast, is_beside) if not b]),
         "fast_ms_p50_beside_a_pass": _median([f["end_ms"] - f["start_ms"] for f, b in zip(fast, is_beside) if b]),
         "fast_steps_beside_a_pass": sum(is_beside),
+        # a fast step's rows alone and beside a pass: whether the steps beside a pass are longer for their rows
+        "fast_rows_p50_alone": _median([f["rows"] for f, b in zip(fast, is_beside) if not b]),
+        "fast_rows_p50_beside_a_pass": _median([f["rows"] for f, b in zip(fast, is_beside) if b]),
+        "fast_us_per_row_p50_alone": _median([1e3 * (f["end_ms"] - f["start_ms"]) / f["rows"]
+                                              for f, b in zip(fast, is_beside) if not b and f["rows"]]),
+        "fast_us_per_row_p50_beside_a_pass": _median([1e3 * (f["end_ms"] - f["start_ms"]) / f["rows"]
+                                                      for f, b in zip(fast, is_beside) if b and f["rows"]]),
         "pass_ms_p50_by_rows": {str(rows): _median(v) for rows, v in sorted(by_rows.items())},
+        "slice_ms_p50": {str(k): _median(v) for k, v in sorted(by_slice.items())},
         "passes_at_raised_priority": sum(p["priority"] < 0 for p in passes),
         "busy": busy(0.0, end), "bins": bins,
     }
@@ -337,6 +374,10 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--keep-spans", action="store_true", help="keep every span in the JSON (default: summaries)")
     p.add_argument("--det-progress", type=int, default=0, metavar="K",
                    help="every K-th step, count what each deterministic request does (DetProgress; 0: off)")
+    p.add_argument("--online-load", type=float, default=None, metavar="L",
+                   help="serve online instead: the first --online-requests requests arriving as a Poisson process "
+                        "at L x the first variant's offline nondet capacity (measured first, untraced), as dvr_ab.py")
+    p.add_argument("--online-requests", type=int, default=500)
     args = p.parse_args(argv)
     if not args.model:
         p.error("--model is required")
@@ -348,12 +389,28 @@ def main(argv: list[str] | None = None) -> dict:
     is_cuda = model.weights.device.type == "cuda"
     out: dict = {"model": model.summary(), "device": dvr_ab.device_name(), "torch": torch.__version__,
                  "args": {k: str(v) for k, v in vars(args).items()}, "workload": workload.summary(), "runs": {}}
+    arrivals = None
+    if args.online_load is not None:  # the capacity, as dvr_ab.py measures it: the first variant's offline nondet
+        capacity_run = run_offline(engines[variants[0]], workload, mode_by_name("nondet"), det_order=det_order,
+                                   deadline=time.perf_counter() + share + dvr_ab.BUILD_ALLOWANCE_S, budget_s=share)
+        capacity = workload.num_requests / capacity_run.elapsed_s
+        workload = workload.head(min(args.online_requests, workload.num_requests))
+        arrivals = poisson_arrivals(workload.num_requests, args.online_load * capacity, seed=config.seed)
+        out["online"] = {"load": args.online_load, "capacity_rps": capacity, "rate_rps": args.online_load * capacity,
+                         "num_requests": workload.num_requests, "capacity_run_complete": capacity_run.is_complete}
+        print(f"[dvr_timeline] online at {args.online_load} x {capacity:.1f} req/s, {workload.num_requests} requests",
+              flush=True)
     for v in variants:
         for mode_name in modes:
             print(f"[dvr_timeline] {v} {mode_name}", flush=True)
             with Timeline(is_cuda, det_every=args.det_progress) as timeline:
-                result = run_offline(engines[v], workload, mode_by_name(mode_name), det_order=det_order,
-                                     deadline=time.perf_counter() + share + dvr_ab.BUILD_ALLOWANCE_S, budget_s=share)
+                deadline = time.perf_counter() + share + dvr_ab.BUILD_ALLOWANCE_S
+                if arrivals is None:
+                    result = run_offline(engines[v], workload, mode_by_name(mode_name), det_order=det_order,
+                                         deadline=deadline, budget_s=share)
+                else:
+                    result = run_online(engines[v], workload, mode_by_name(mode_name), arrivals,
+                                        det_order=det_order, deadline=deadline, budget_s=share)
             tail = dvr_ab.tail_summary(result, workload)
             report = timeline.report(free_last_finish_s=tail["free"]["last_finish_s"] if mode_name != "nondet"
                                      else None)
@@ -376,8 +433,10 @@ def main(argv: list[str] | None = None) -> dict:
             out["runs"][f"{v} {mode_name}"] = report
             s = report["summary"]
             print(f"[dvr_timeline]   {s['num_steps']} steps, {s['num_passes']} passes; fast ms p50 alone "
-                  f"{s['fast_ms_p50_alone']} beside a pass {s['fast_ms_p50_beside_a_pass']}; busy {s['busy']}; "
-                  f"tail {s.get('tail')}", flush=True)
+                  f"{s['fast_ms_p50_alone']} beside a pass {s['fast_ms_p50_beside_a_pass']} (rows "
+                  f"{s['fast_rows_p50_alone']} / {s['fast_rows_p50_beside_a_pass']}, us per row "
+                  f"{s['fast_us_per_row_p50_alone']} / {s['fast_us_per_row_p50_beside_a_pass']}); busy "
+                  f"{s['busy']}; tail {s.get('tail')}", flush=True)
             Path(args.out).write_text(json.dumps(out, indent=1))
     if args.png:
         plot(out["runs"], Path(args.png))

@@ -168,6 +168,7 @@ class DVRGenerator:
         prompt_drafts: bool = False,
         split_pass_steps: bool = False,
         pass_before_read: bool = False,
+        canonical_slices: int = 1,
     ):
         self.canonical_config = CanonicalConfig(window=window, group=group)
         self.config = EngineConfig(
@@ -180,7 +181,7 @@ class DVRGenerator:
             canonical_gemm_streams=canonical_gemm_streams, graph_bucket_step=graph_bucket_step,
             chain_passes=chain_passes, risk_margin=risk_margin, canonical_sms=canonical_sms,
             prompt_drafts=prompt_drafts, split_pass_steps=split_pass_steps,
-            pass_before_read=pass_before_read,
+            pass_before_read=pass_before_read, canonical_slices=canonical_slices,
         )
         num_canonical_tokens = self.config.canonical_tokens(self.canonical_config.num_rows)
         scratch = getattr(kv_store, "num_scratch_slots", None)  # an injected store: a pass's padding rows write there
@@ -195,6 +196,9 @@ class DVRGenerator:
         _check_injected("canonical_policy", canonical_policy, ReductionPolicy, "a ReductionPolicy")
         _check_injected("kv_store", kv_store, KVStoreProtocol, "a KVStoreProtocol")
         _check_injected("tokenizer", tokenizer, Tokenizer, "a tokenizer (callable, with decode(ids))")
+        if self.config.canonical_slices > cfg.num_layers:
+            raise ValueError(f"DVRGenerator canonical_slices ({canonical_slices}) exceeds the model's "
+                             f"{cfg.num_layers} layers")
         if window > cfg.max_position_embeddings:
             raise ValueError(f"window ({window}) exceeds the model's context of {cfg.max_position_embeddings} tokens")
         if verifier is not None:
@@ -211,6 +215,9 @@ class DVRGenerator:
             if canonical_priority != "low":
                 raise ValueError("pass canonical_priority or verifier, not both: a verifier runs its own passes "
                                  "(Verifier(..., use_stream=True, priority=-1))")
+            if self.config.canonical_slices != 1:
+                raise ValueError("pass canonical_slices or verifier, not both: a verifier runs its own passes "
+                                 "(Verifier(..., num_slices=N))")
         if kv_store is not None:
             kv_capacity = kv_store.num_blocks * kv_store.block_size
         else:
@@ -256,7 +263,8 @@ class DVRGenerator:
                                 max_model_len=self.max_model_len, max_rows=num_canonical_tokens,
                                 use_stream=canonical_stream, gemm_streams=self.config.canonical_gemm_streams,
                                 num_sms=self.config.canonical_sms,
-                                priority=priority, prompt_priority=prompt_priority)
+                                priority=priority, prompt_priority=prompt_priority,
+                                num_slices=self.config.canonical_slices)
         else:
             self.canonical_policy = getattr(verifier, "policy", self.canonical_policy)
             own = getattr(verifier, "max_rows", self.canonical_config.num_rows)  # a user's verifier: R rows
@@ -586,6 +594,10 @@ class DVRGenerator:
         if self._pool.unfreed:
             self._pool.retry_frees(self.kv)
         self._admit()
+        if self._canonical_in_flight is not None:  # a sliced pass's next slice (canonical_slices): one a step
+            advance = getattr(self._canonical_in_flight, "advance", None)
+            if advance is not None:
+                advance()
         applied = False  # whether this step applied a pass (``split_pass_steps``)
         while self._canonical_in_flight is not None and self._canonical_in_flight.is_ready():
             self._finish_canonical(events)

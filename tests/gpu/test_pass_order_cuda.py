@@ -32,12 +32,31 @@ def _case(cfg):
     return prompts, params
 
 
-def _run(llama8b, params=None, **kwargs):
-    """Outputs of the deterministic requests, the stats, and how many passes went out before a read-back."""
+def serve(llama8b, *, params=None, watch=None, **kwargs):
+    """The case's requests through ``make_generator(**kwargs)``: the deterministic requests' outputs, the stats,
+    and the sum over steps of ``watch(gen)()`` (``watch`` is called once on the new generator, before any step, and
+    returns what to count after each step)."""
     cfg, _ = llama8b
     prompts, default_params = _case(cfg)
-    params = params or default_params
     gen = make_generator(llama8b, max_canonical_tokens=512, **kwargs)
+    counted = watch(gen) if watch is not None else (lambda: 0)
+    rids = [gen.submit(p, q) for p, q in zip(prompts, params or default_params)]
+    total = 0
+    while gen.has_unfinished():
+        gen.step()
+        total += counted()
+    outputs = []
+    for rid, q in zip(rids, default_params):
+        c = gen.result(rid)
+        if q.deterministic:
+            outputs.append((tuple(c.token_ids), tuple(c.logprobs)))
+    stats = dict(gen.stats)
+    gen.close()
+    return outputs, stats, total
+
+
+def _early_launches(gen):
+    """Passes held back; per step, whether a pass went out before the previous fast step's read-back."""
     _hold_passes(gen, lambda work: None)
     order: list[str] = []
     read, launch = gen.fast_step.read, gen._launch_canonical
@@ -51,20 +70,18 @@ def _run(llama8b, params=None, **kwargs):
         return launch(plan, windows)
 
     gen.fast_step.read, gen._launch_canonical = logged_read, logged_launch
-    rids = [gen.submit(p, q) for p, q in zip(prompts, params)]
-    num_early = 0
-    while gen.has_unfinished():
+
+    def counted() -> bool:
+        early = "launch" in order and "read" in order and order.index("launch") < order.index("read")
         order.clear()
-        gen.step()
-        num_early += "launch" in order and "read" in order and order.index("launch") < order.index("read")
-    outputs = []
-    for rid, q in zip(rids, default_params):
-        c = gen.result(rid)
-        if q.deterministic:
-            outputs.append((tuple(c.token_ids), tuple(c.logprobs)))
-    stats = dict(gen.stats)
-    gen.close()
-    return outputs, stats, num_early
+        return early
+
+    return counted
+
+
+def _run(llama8b, params=None, **kwargs):
+    """Outputs of the deterministic requests, the stats, and how many passes went out before a read-back."""
+    return serve(llama8b, params=params, watch=_early_launches, **kwargs)
 
 
 def test_pass_order_options_commit_the_default_bits(llama8b, report):

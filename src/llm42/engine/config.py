@@ -161,6 +161,13 @@ class EngineConfig:
     online (SmolLM2, an H100): plain steps spent 1.2 of 1.7 ms waiting in that read, and a step that launched a
     pass after it took 1.1 ms longer. ``False``: launched after the read, as before. Committed output is unchanged
     (the pass's windows are the rows the scheduler planned, whatever is read back after).
+    ``canonical_slices``: run each canonical pass's layers in this many slices, one a step (the first where the
+    pass is launched, the last with the head and the sampler): where a pass shares the device with fast steps, each
+    fast step then shares it with a slice instead of the whole pass; the pass's commits come that many steps later
+    at the least (a step that must wait for the pass runs the slices left at once). Each slice is a CUDA graph of its
+    own on CUDA; at most the model's layers; not with ``canonical_thread``, llm42's own ``Verifier`` only; a sliced
+    pass does not chain behind another (``chain_passes``). ``1`` (default): the whole pass at once. Committed output
+    is unchanged: the same kernels on the same inputs in the same order (not measured on a GPU yet, round 34).
     """
 
     max_num_seqs: int = 256
@@ -189,10 +196,11 @@ class EngineConfig:
     prompt_drafts: bool = False
     split_pass_steps: bool = False
     pass_before_read: bool = False
+    canonical_slices: int = 1
 
     def __post_init__(self) -> None:
         owner = "DVRGenerator"
-        for name in ("max_num_seqs", "max_fast_tokens", "block_size", "canonical_gemm_streams"):
+        for name in ("max_num_seqs", "max_fast_tokens", "block_size", "canonical_gemm_streams", "canonical_slices"):
             positive_int(owner, name, getattr(self, name))
         for name in ("kv_cache_tokens", "max_model_len", "max_canonical_tokens", "graph_bucket_step",
                      "canonical_sms"):
@@ -202,6 +210,9 @@ class EngineConfig:
                      "draft_ahead", "prioritize_fast", "prompt_drafts", "split_pass_steps",
                      "pass_before_read"):
             strict_bool(owner, name, getattr(self, name))
+        if self.canonical_slices > 1 and self.canonical_thread:
+            raise ValueError(f"{owner} canonical_slices runs a pass's slices on later steps: not with "
+                             f"canonical_thread (a pass on a worker thread)")
         if self.prompt_drafts and not self.draft_ahead:
             raise ValueError(f"{owner} prompt_drafts drafts ahead of a prompt's canonical pass: it needs "
                              f"draft_ahead=True")

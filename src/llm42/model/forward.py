@@ -40,20 +40,39 @@ def forward(
     policy: ReductionPolicy,
 ) -> torch.Tensor:
     """Run one step over ``inputs.num_rows`` token rows; returns logits [L, V] for the wanted rows."""
+    state = embed_rows(weights, inputs)
+    state = forward_layers(weights, cfg, inputs, kv, policy, state, 0, len(weights.layers))
+    return forward_head(weights, cfg, inputs, policy, state)
+
+
+# the residual stream between layers: (residual [N, H], the last layer's MLP output not yet added to it, or None
+# before the first layer)
+LayerState = tuple[torch.Tensor, "torch.Tensor | None"]
+
+
+def embed_rows(weights: Weights, inputs: StepInputs) -> LayerState:
+    """The residual stream before the first layer: the rows' token embeddings."""
+    tp = weights.tp
+    if tp is None:
+        return weights.embed[inputs.token_ids], None  # [N, H]
+    return tp.embed(weights.embed, inputs.token_ids), None
+
+
+def forward_layers(weights: Weights, cfg: ModelConfig, inputs: StepInputs, kv: KVLayers, policy: ReductionPolicy,
+                   state: LayerState, start: int, end: int) -> LayerState:
+    """Layers ``start .. end - 1`` over the step's rows, from ``state`` (``embed_rows``' or an earlier call's): the
+    same ops in the same order whatever the layers are cut into (a canonical pass spread over steps runs them so)."""
     ops = row_ops(policy)
     num_rows = inputs.num_rows
     dtype = weights.dtype
     eps = cfg.rms_norm_eps
     scale = cfg.head_dim**-0.5
     tp = weights.tp
-    if tp is None:
-        residual = weights.embed[inputs.token_ids]  # [N, H]: the residual stream
-    else:
-        residual = tp.embed(weights.embed, inputs.token_ids)
+    residual, mlp_out = state
     cos = weights.rope_cos[inputs.positions].to(dtype)  # [N, D]
     sin = weights.rope_sin[inputs.positions].to(dtype)
-    mlp_out = None  # [N, H]: the previous layer's MLP output, not yet added to the residual
-    for layer, lw in enumerate(weights.layers):
+    for layer in range(start, end):
+        lw = weights.layers[layer]
         if mlp_out is None:
             h = policy.rms_norm(residual, lw.input_norm, eps)
         else:
@@ -74,13 +93,21 @@ def forward(
         h, residual = ops.add_rms_norm(attn_out, residual, lw.post_norm, eps)
         gate_up = policy.linear(h, lw.gate_up, lw.gate_up_bias)  # [N, 2I]
         mlp_out = row_parallel_linear(policy, tp, ops.swiglu(gate_up), lw.down, lw.down_bias, lw.down_shard)
+    return residual, mlp_out
+
+
+def forward_head(weights: Weights, cfg: ModelConfig, inputs: StepInputs, policy: ReductionPolicy,
+                 state: LayerState) -> torch.Tensor:
+    """The final norm and the output head over the wanted rows (``inputs.logits_rows``) of the last layer's state."""
+    ops = row_ops(policy)
+    residual, mlp_out = state
     if inputs.logits_rows is not None:
         residual = residual[inputs.logits_rows]
         mlp_out = mlp_out[inputs.logits_rows]
-    h, _ = ops.add_rms_norm(mlp_out, residual, weights.norm, eps)
+    h, _ = ops.add_rms_norm(mlp_out, residual, weights.norm, cfg.rms_norm_eps)
     logits = policy.linear(h, weights.lm_head, weights.lm_head_bias)
-    if tp is not None:
-        logits = tp.gather_vocab(logits, cfg.vocab_size)  # [L, V] on every rank: each samples the same tokens
+    if weights.tp is not None:
+        logits = weights.tp.gather_vocab(logits, cfg.vocab_size)  # [L, V] on every rank: each samples the same tokens
     return policy.process_logits(logits, inputs)
 
 

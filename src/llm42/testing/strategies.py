@@ -259,7 +259,8 @@ def _fast_policies(draw, allow_plain: bool, min_scale: float, max_scale: float) 
 
 
 def engine_knobs(
-    *, max_num_seqs: int = 8, max_fast_tokens: int = 64, num_canonical_rows: int | None = None
+    *, max_num_seqs: int = 8, max_fast_tokens: int = 64, num_canonical_rows: int | None = None,
+    num_layers: int | None = None,
 ) -> st.SearchStrategy[dict]:
     """Keyword arguments for :class:`~llm42.DVRGenerator` among the knobs that never change a committed bit: how
     many requests run and how many rows a fast step takes, the overlapped loop, drafting ahead of a pass and from a
@@ -270,7 +271,9 @@ def engine_knobs(
 
     ``max_num_seqs`` / ``max_fast_tokens``: the largest values drawn (from 1 and from 2). ``num_canonical_rows``:
     R = window x group of the generators the knobs are for; given, ``max_canonical_tokens`` is drawn too (R, 2R or
-    4R: passes of more than R rows, and the wide verify passes they allow). Every draw is a fresh dict (and
+    4R: passes of more than R rows, and the wide verify passes they allow). ``num_layers``: the layers of the model
+    the generators run; given, ``canonical_slices`` is drawn too (1 up to min(``num_layers``, 4), without the CPU's
+    canonical thread, which it refuses). Every draw is a fresh dict (and
     scheduler); each choice lists the engine's default first, which hypothesis shrinks towards. A determinism suite
     passes them to the generator under test, not to its batch-size-1 reference::
 
@@ -282,11 +285,14 @@ def engine_knobs(
     _check_int("max_fast_tokens", max_fast_tokens, minimum=2)
     if num_canonical_rows is not None:
         _check_int("num_canonical_rows", num_canonical_rows, minimum=1)
-    return _engine_knobs(max_num_seqs, max_fast_tokens, num_canonical_rows)
+    if num_layers is not None:
+        _check_int("num_layers", num_layers, minimum=1)
+    return _engine_knobs(max_num_seqs, max_fast_tokens, num_canonical_rows, num_layers)
 
 
 @st.composite
-def _engine_knobs(draw, max_num_seqs: int, max_fast_tokens: int, num_canonical_rows: int | None) -> dict:
+def _engine_knobs(draw, max_num_seqs: int, max_fast_tokens: int, num_canonical_rows: int | None,
+                  num_layers: int | None) -> dict:
     def pick(*values):  # the first value is the default: draws shrink to it
         return draw(st.sampled_from(values))
 
@@ -302,6 +308,8 @@ def _engine_knobs(draw, max_num_seqs: int, max_fast_tokens: int, num_canonical_r
         knobs["prompt_drafts"] = pick(False, True)
     if num_canonical_rows is not None:
         knobs["max_canonical_tokens"] = num_canonical_rows * pick(1, 2, 4)
+    if num_layers is not None and not knobs["canonical_thread"]:
+        knobs["canonical_slices"] = pick(*range(1, min(num_layers, 4) + 1))
     admission = pick("arrival", "budget")
     knobs["scheduler"] = DefaultScheduler(order=pick("arrival", "budget"), admission=admission,
                                           max_wait_steps=pick(None, 1, 8) if admission == "budget" else None,

@@ -34,11 +34,18 @@ are their own too) run on the wanted rows alone, in 8, 64 or 512 result rows, in
 a prompt chunk computes its last row's logits (in 8 result rows), not R rows'. What it saves: an
 8,192-token prompt takes 4 launches of 2,048 rows instead of 32 of 256, and its attention
 fills the GPU (256 rows give the tiled kernel 128 programs on 132 SMs).
+
+A *sliced* pass (``num_slices`` > 1) runs its layers in that many consecutive slices (``slice_bounds``), each a
+graph of its own on CUDA: ``launch`` stages the pass and runs the first slice, each ``PassResult.advance`` the next,
+the last one with the head and the sampler; ``wait`` runs what is left. The same kernels on the same inputs in the
+same order as the unsliced pass: the same bits. What it is for: an engine that advances the pass once a step
+shares the device with one slice of it per fast step instead of the whole pass.
 """
 
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import dataclasses
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -49,7 +56,7 @@ import torch
 from llm42.cuda_graphs import StaticRows, Staging, capture_graph, lend_streams, resolve_use_graph
 from llm42.inputs import StepInputs
 from llm42.model.config import ModelConfig
-from llm42.model.forward import forward
+from llm42.model.forward import embed_rows, forward, forward_head, forward_layers
 from llm42.model.weights import Weights
 from llm42.policies.base import ReductionPolicy
 from llm42.engine.config import positive_int
@@ -191,15 +198,28 @@ def result_sizes(num_rows: int, bucket: int, *, is_graphed: bool = True,
 SMALLEST_RESULTS = 8
 
 
+def slice_bounds(num_layers: int, num_slices: int) -> tuple[int, ...]:
+    """The first layer of each of ``num_slices`` slices of ``num_layers`` layers, then ``num_layers``: as even as
+    whole layers allow (a slice takes ``num_layers // num_slices`` layers or one more, the larger ones first)."""
+    size, extra = divmod(num_layers, num_slices)
+    bounds = [0]
+    for i in range(num_slices):
+        bounds.append(bounds[-1] + size + (i < extra))
+    return tuple(bounds)
+
+
 class PassResult:
     """Tokens and log-probs of one launched pass, readable once its event has completed.
 
     ``top`` (device tensors, ids [R, K] and log-probs [R, K]) when the pass computed top-N alternatives.
+    ``slices``: a sliced pass's later slices (``_SlicedRun``), launched one per ``advance`` or all by ``wait``; the
+    result is not ready before the last one has run.
     """
 
     def __init__(self, tokens: torch.Tensor | None, logprobs: torch.Tensor | None, event: torch.cuda.Event | None,
                  top: tuple[torch.Tensor, torch.Tensor] | None = None, *, future: Future | None = None,
-                 wanted: list[int] | None = None, num_rows: int | None = None):
+                 wanted: list[int] | None = None, num_rows: int | None = None, slices=None):
+        self._slices = slices
         self._tokens = tokens
         self._logprobs = logprobs
         self._event = event
@@ -218,13 +238,31 @@ class PassResult:
             out[row] = value
         return out
 
+    @property
+    def has_pending_slices(self) -> bool:
+        return self._slices is not None
+
+    def advance(self) -> None:
+        """Launch a sliced pass's next slice (the last one with the head, the sampler and the copy-out); nothing
+        where none is left."""
+        if self._slices is not None:
+            self._slices.advance(self)
+
+    def _complete(self) -> None:
+        while self._slices is not None:
+            self._slices.advance(self)
+
     def is_ready(self) -> bool:
+        if self._slices is not None:
+            return False
         if self._future is not None:
             return self._future.done()
         return self._event is None or self._event.query()
 
     def wait_ready(self, timeout_s: float) -> bool:
-        """Block up to ``timeout_s`` seconds for the pass to finish; whether it has."""
+        """Block up to ``timeout_s`` seconds for the pass to finish (a sliced pass's slices left all launched now);
+        whether it has."""
+        self._complete()
         if self._future is not None:
             concurrent.futures.wait([self._future], timeout=timeout_s)
             return self._future.done()
@@ -263,6 +301,7 @@ class PassResult:
         return out.tolist()
 
     def wait(self) -> tuple[list[int], list[float]]:
+        self._complete()
         self._resolve()
         if self._event is not None:
             self._event.synchronize()
@@ -270,6 +309,7 @@ class PassResult:
 
     def top_logprobs(self) -> list[dict[int, float]] | None:
         """Per row, its most likely tokens (id -> log-prob, most likely first, probability-0 entries left out)."""
+        self._complete()
         self._resolve()
         if self._top is None:
             return None
@@ -343,6 +383,36 @@ class SamplingRuns:
         return np.repeat(np.asarray(values), self.counts)
 
 
+class _SlicedRun:
+    """A sliced pass's slices after the first: ``advance`` launches the next one on the pass's stream (the caller's
+    where it has none); the last one runs with the head, the sampler and the copy-out, and fills in the result."""
+
+    def __init__(self, cpass: CanonicalPass, inputs: StepInputs, runs: SamplingRuns, stream):
+        self.cpass, self.inputs, self.runs, self.stream = cpass, inputs, runs, stream
+        self.next = 1
+
+    def advance(self, result: PassResult) -> None:
+        cp = self.cpass
+        with _on_stream(self.stream):
+            if self.next < cp.num_slices - 1:
+                cp._run_slices(self.inputs, self.next, self.next + 1)
+                self.next += 1
+                return
+            tokens, logprobs, top = cp._run_with_details(self.inputs, self.runs, None, start=self.next)
+            if tokens.is_cuda:
+                result._event = cp._copy_out(tokens, logprobs)
+                result._tokens, result._logprobs = cp._host_results()
+            else:
+                result._tokens, result._logprobs = tokens, logprobs
+            result._top = top
+        result._slices = None
+
+
+def _on_stream(stream):
+    """``torch.cuda.stream(stream)``, or nothing where there is no stream."""
+    return contextlib.nullcontext() if stream is None else torch.cuda.stream(stream)
+
+
 class CanonicalPass:
     """``num_rows`` (R) rows of forward + sampler through a shape-closed policy; up to ``max_rows``.
 
@@ -366,13 +436,26 @@ class CanonicalPass:
     (default: ``priority``): that of a pass launched ``urgent`` (``Verifier``: one carrying prompt chunks), on a
     second stream of the pass's, queued behind every pass before it. It only orders independent work on the
     device: the same bits (tests/gpu/test_canonical_stream_cuda.py).
+    ``num_slices`` (default 1): run the layers in that many slices, the first at ``launch``, each next one at
+    ``PassResult.advance`` (see the module docstring); at most the model's layers; not with ``use_thread``. A sliced
+    pass does not chain (its static inputs are read until its last slice).
     """
 
     def __init__(self, weights: Weights, cfg: ModelConfig, policy: ReductionPolicy, num_rows: int, *,
                  max_rows: int | None = None, use_graph: bool | None = None, use_stream: bool = False,
                  use_thread: bool = False, max_model_len: int | None = None, gemm_streams: int | None = None,
                  segment_tiles: bool | None = None, num_sms: int | None = None, priority: int = 0,
-                 prompt_priority: int | None = None):
+                 prompt_priority: int | None = None, num_slices: int = 1):
+        self.num_slices = positive_int("CanonicalPass", "num_slices", num_slices)
+        if self.num_slices > len(weights.layers):
+            raise ValueError(f"CanonicalPass num_slices ({num_slices}) exceeds the model's {len(weights.layers)} "
+                             f"layers")
+        if self.num_slices > 1 and use_thread:
+            raise ValueError("CanonicalPass num_slices > 1 runs a pass's slices on later steps: not with "
+                             "use_thread (a pass on a worker thread)")
+        self._bounds = slice_bounds(len(weights.layers), self.num_slices)
+        self._slice_graphs: dict[tuple[int, int], list[torch.cuda.CUDAGraph]] = {}
+        self._state = None  # an eager sliced pass's residual stream between its slices
         self.weights = weights
         self.cfg = cfg
         self.max_model_len = cfg.max_position_embeddings if max_model_len is None else max_model_len
@@ -450,8 +533,9 @@ class CanonicalPass:
         """Whether ``launch`` may stage a pass while the one before it runs: on CUDA every write of the static
         buffers (``Staging`` copies, the rows' table copies) is queued on the stream behind the pass before, and
         the result rows alternate between two pinned buffers, so at most two passes may be in flight (the
-        caller applies the older one before launching a third). On the CPU a launch waits for the pass before."""
-        return self.device.type == "cuda"
+        caller applies the older one before launching a third). On the CPU a launch waits for the pass before, and
+        so does a sliced pass's (its static inputs are read until its last slice)."""
+        return self.device.type == "cuda" and self.num_slices == 1
 
     def bucket_for(self, num_real: int) -> int:
         """The rows a pass of ``num_real`` real rows computes."""
@@ -502,6 +586,7 @@ class CanonicalPass:
         self._kv = kv
         self._samplers.clear()
         self._forward_graphs.clear()
+        self._slice_graphs.clear()
         if self.is_graphed:
             self._pool = torch.cuda.graph_pool_handle()
             for key in reversed(self._keys()):  # the largest first: the others reuse its pool memory
@@ -525,12 +610,33 @@ class CanonicalPass:
     def _forward(self, bucket: int, inputs: StepInputs) -> torch.Tensor:
         return forward(self.weights, self.cfg, inputs, self._kv.layers(), self._policies[bucket])
 
+    def _forward_slice(self, bucket: int, inputs: StepInputs, k: int, state):
+        """Slice ``k`` of the forward pass: its layers from ``state`` (the first slice from the embeddings); the
+        last slice also runs the head and returns the logits."""
+        policy, kv = self._policies[bucket], self._kv.layers()
+        if k == 0:
+            state = embed_rows(self.weights, inputs)
+        state = forward_layers(self.weights, self.cfg, inputs, kv, policy, state, self._bounds[k], self._bounds[k + 1])
+        if k == self.num_slices - 1:
+            return forward_head(self.weights, self.cfg, inputs, policy, state)
+        return state
+
     def _capture(self, key: tuple[int, int]) -> None:
         """Capture the forward pass of ``key`` = (bucket rows, result rows); its warm-up runs the dummy rows
-        staged at bind time (their K/V goes to the scratch slots)."""
+        staged at bind time (their K/V goes to the scratch slots). A sliced pass: a graph per slice, each reading
+        the static output of the one before."""
         inputs = self._key_inputs(key)
-        self._forward_graphs[key] = capture_graph(lambda: self._forward(key[0], inputs), self._pool,
-                                                  stream=self._stream)
+        if self.num_slices == 1:
+            self._forward_graphs[key] = capture_graph(lambda: self._forward(key[0], inputs), self._pool,
+                                                      stream=self._stream)
+            return
+        graphs, state = [], None
+        for k in range(self.num_slices):
+            graph, state = capture_graph(lambda k=k, state=state: self._forward_slice(key[0], inputs, k, state),
+                                         self._pool, stream=self._stream)
+            graphs.append(graph)
+        self._slice_graphs[key] = graphs
+        self._forward_graphs[key] = (graphs[-1], state)  # the last slice's logits: what the sampler reads
 
     def _sampling_rows(self, start: int = 0, end: int | None = None) -> SamplingRows:
         """The sampling parameters of result rows ``start .. end`` (default: the staged pass's)."""
@@ -568,6 +674,8 @@ class CanonicalPass:
         (``is_row_invariant``) and ``wanted`` names fewer than R: then those rows' only (8, 64 or 512 result rows,
         ``result_sizes``).
         """
+        if self._pending is not None and self._pending.has_pending_slices:
+            self._pending._complete()  # a sliced pass still reads the static buffers: its slices run first
         if kv is not self._kv:
             self._bind(kv)
         num_real = sum(len(seg.tokens) for seg in segments)
@@ -629,23 +737,42 @@ class CanonicalPass:
         tokens, logprobs, _ = self._run(inputs)
         return tokens, logprobs
 
-    def _run(self, inputs: StepInputs) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """(tokens, log-probs, logits) of the result rows; on CUDA the logits are the graph's static output."""
+    def _run_slices(self, inputs: StepInputs, start: int, end: int) -> torch.Tensor | None:
+        """Slices ``start .. end - 1`` of the staged pass; the logits where ``end`` is the last slice's."""
         key = (self._bucket, self._results)
         if self.is_graphed:
+            for graph in self._slice_graphs[key][start:end]:
+                graph.replay()
+            return self._forward_graphs[key][1] if end == self.num_slices else None
+        state = self._state
+        for k in range(start, end):
+            state = self._forward_slice(self._bucket, inputs, k, state)
+        self._state = None if end == self.num_slices else state
+        return state if end == self.num_slices else None
+
+    def _run(self, inputs: StepInputs, start: int = 0) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(tokens, log-probs, logits) of the result rows; on CUDA the logits are the graph's static output.
+        ``start``: a sliced pass's first slice not yet run."""
+        key = (self._bucket, self._results)
+        if self.num_slices > 1:
+            logits = self._run_slices(inputs, start, self.num_slices)
+        elif self.is_graphed:
             self._forward_graphs[key][0].replay()
+            logits = self._forward_graphs[key][1]
+        else:
+            logits = self._forward(self._bucket, inputs)
+        if self.is_graphed:
             graph, (tokens, logprobs) = self._sampler(key)
             graph.replay()
-            return tokens, logprobs, self._forward_graphs[key][1]
-        logits = self._forward(self._bucket, inputs)
+            return tokens, logprobs, logits
         tokens, logprobs = self._sample(logits)
         return tokens, logprobs, logits
 
-    def _run_with_details(self, inputs: StepInputs, runs: SamplingRuns, targets: list[int] | None
+    def _run_with_details(self, inputs: StepInputs, runs: SamplingRuns, targets: list[int] | None, start: int = 0
                           ) -> tuple[torch.Tensor, torch.Tensor, tuple[torch.Tensor, torch.Tensor] | None]:
         """Run the pass; log-probs in each row's mode, of ``targets`` (first rows) where given, and top-N.
-        ``runs``: the result rows' (``stage`` staged them)."""
-        tokens, logprobs, logits = self._run(inputs)
+        ``runs``: the result rows' (``stage`` staged them). ``start``: as ``_run``'s."""
+        tokens, logprobs, logits = self._run(inputs, start)
         params = runs.params
         num_top = max((p.num_top_logprobs for p in params), default=0)
         is_any_processed = any(p.is_processed_logprobs for p in params)
@@ -677,6 +804,8 @@ class CanonicalPass:
             raise ValueError(f"scoring targets need a pass of at most R = {self.num_rows} rows")
         if targets is not None and wanted is not None:
             raise ValueError("scoring targets are the leading rows' own: a pass that scores takes no wanted rows")
+        if self.num_slices > 1 and targets is None:
+            return self._launch_sliced(segments, kv, per_row, wanted=wanted, urgent=urgent)
         if self._use_thread:
             inputs = self.stage(segments, kv, per_row, wanted=wanted)  # the static buffers are written here
             runs = self._runs
@@ -710,6 +839,22 @@ class CanonicalPass:
             tokens, logprobs, top = self._run_with_details(inputs, self._runs, targets)
             event = self._copy_out(tokens, logprobs)
         self._pending = PassResult(*self._host_results(), event, top, **self._result_rows())
+        return self._pending
+
+    def _launch_sliced(self, segments, kv, per_row, *, wanted, urgent: bool) -> PassResult:
+        """``launch`` of a sliced pass: stage it and run its first slice; ``PassResult.advance`` runs the others."""
+        stream = None
+        if self._stream is not None:
+            stream = self._urgent_stream if urgent else self._stream
+            stream.wait_stream(torch.cuda.current_stream(self.device))
+            if stream is not self._last_stream:
+                stream.wait_stream(self._last_stream)
+            self._last_stream = stream
+        with _on_stream(stream):
+            inputs = self.stage(segments, kv, per_row, wanted=wanted)
+            self._run_slices(inputs, 0, 1)
+        self._pending = PassResult(None, None, None, slices=_SlicedRun(self, inputs, self._runs, stream),
+                                   **self._result_rows())
         return self._pending
 
     def _copy_out(self, tokens: torch.Tensor, logprobs: torch.Tensor) -> torch.cuda.Event:

@@ -36,6 +36,12 @@ class LaunchedPass:
     def is_ready(self) -> bool:
         return self.result.is_ready()
 
+    def advance(self) -> None:
+        """A sliced pass's next slice (``CanonicalPass(num_slices=)``); nothing for another pass."""
+        advance = getattr(self.result, "advance", None)
+        if advance is not None:
+            advance()
+
 
 class Verifier:
     """Runs canonical passes of R rows (up to ``max_rows``, a multiple of R) with a shape-closed policy.
@@ -50,12 +56,15 @@ class Verifier:
     ``num_sms`` (CUDA, with ``use_stream``): the passes' kernels run on that many SMs (``CanonicalPass``).
     ``priority`` (CUDA, with ``use_stream``): the passes' stream priority (``CanonicalPass``; lower is higher);
     ``prompt_priority``: that of the passes that carry prompt chunks (default: ``priority``).
+    ``num_slices``: each pass's layers in that many slices, one launched per ``LaunchedPass.advance``
+    (``CanonicalPass``).
     """
 
     def __init__(self, runner: ModelRunner, policy: ReductionPolicy, config: CanonicalConfig, *,
                  use_graph: bool | None = None, use_thread: bool = False, max_model_len: int | None = None,
                  max_rows: int | None = None, use_stream: bool = False, gemm_streams: int | None = None,
-                 num_sms: int | None = None, priority: int = 0, prompt_priority: int | None = None):
+                 num_sms: int | None = None, priority: int = 0, prompt_priority: int | None = None,
+                 num_slices: int = 1):
         if not getattr(policy, "is_shape_closed", False):
             raise ValueError(f"canonical_policy {policy!r} is not shape-closed (is_shape_closed is not True)")
         if use_graph and not getattr(policy, "is_graph_safe", False):
@@ -67,7 +76,8 @@ class Verifier:
         self.canonical_pass = CanonicalPass(runner.weights, runner.cfg, policy, config.num_rows, max_rows=max_rows,
                                             use_graph=use_graph, use_stream=use_stream, use_thread=use_thread,
                                             max_model_len=max_model_len, gemm_streams=gemm_streams,
-                                            num_sms=num_sms, priority=priority, prompt_priority=prompt_priority)
+                                            num_sms=num_sms, priority=priority, prompt_priority=prompt_priority,
+                                            num_slices=num_slices)
 
     @property
     def max_rows(self) -> int:
