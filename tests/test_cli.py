@@ -338,3 +338,26 @@ def test_serve_builds_its_generator_with_the_admission_asked_for(capsys, monkeyp
 def test_serve_refuses_a_bad_admission_naming_the_flag(capsys, flags, needle):
     code, _, err = run_cli(capsys, "serve", *SMALL, *flags)
     assert code != 0 and needle in err, err
+
+
+def test_serve_builds_its_generator_with_the_canonical_slices_asked_for(capsys, monkeypatch):
+    """``llm42 serve --canonical-slices N``: each canonical pass's layers in N slices, one a step."""
+    pytest.importorskip("fastapi")
+    from llm42 import server
+
+    served = {}
+    monkeypatch.setattr(server, "serve", lambda gen, **kwargs: served.setdefault("gen", gen))
+    code, _, _ = run_cli(capsys, "serve", *SMALL, "--canonical-slices", "2")
+    assert code == 0
+    gen = served.pop("gen")
+    assert gen.config.canonical_slices == 2 and gen.verifier.canonical_pass.num_slices == 2
+    code, _, _ = run_cli(capsys, "serve", *SMALL)
+    assert code == 0 and served["gen"].config.canonical_slices == 1
+
+
+@pytest.mark.parametrize("flags, needle", [(("--canonical-slices", "0"), "--canonical-slices"),
+                                           (("--canonical-slices", "2", "--canonical-thread"), "--canonical-thread"),
+                                           (("--canonical-slices", "99"), "canonical_slices")])
+def test_serve_refuses_bad_canonical_slices_naming_the_flag(capsys, flags, needle):
+    code, _, err = run_cli(capsys, "serve", *SMALL, *flags)
+    assert code != 0 and needle in err, err

@@ -198,6 +198,10 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--max-wait-steps", type=int, default=None,
                        help="with --admission budget: a request queued this many engine steps is admitted next, "
                             "ahead of larger budgets (default: no bound)")
+    serve.add_argument("--canonical-slices", type=int, default=1, metavar="N",
+                       help="run each canonical pass's layers in N slices, one an engine step, so free requests' "
+                            "steps share the device with a slice of a pass at a time (at most the model's layers; "
+                            "not with --canonical-thread; not measured on a GPU yet) (default: 1, the whole pass)")
     _add_engine_args(serve)
     serve.add_argument("--max-n", type=int, default=16, help="largest n (samples per prompt) (default: 16)")
     serve.add_argument("--max-tokens", type=int, default=None,
@@ -567,10 +571,14 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         raise CLIError("--max-wait-steps needs --admission budget (arrival order admits the oldest first already)")
     if args.max_wait_steps is not None and args.max_wait_steps < 1:
         raise CLIError(f"--max-wait-steps must be >= 1, got {args.max_wait_steps}")
+    if args.canonical_slices < 1:
+        raise CLIError(f"--canonical-slices must be >= 1, got {args.canonical_slices}")
+    if args.canonical_slices > 1 and args.canonical_thread:
+        raise CLIError("--canonical-slices runs a pass's slices on later steps: not with --canonical-thread")
     scheduler = DefaultScheduler(order=args.order, admission=args.admission, max_wait_steps=args.max_wait_steps)
     loader = _Loader(args, args.model)
     gen = loader(max_num_seqs=args.max_num_seqs, max_model_len=args.max_model_len,
-                 canonical_thread=args.canonical_thread, scheduler=scheduler)
+                 canonical_thread=args.canonical_thread, scheduler=scheduler, canonical_slices=args.canonical_slices)
     name = args.served_model_name or (loader.path.stem if loader.path.is_file() else loader.path.name)
     print(f"llm42 serve: {loader.path} on {args.device} as {name!r}; canonical pass R = {args.window} x "
           f"{args.group} rows; http://{args.host}:{args.port}/v1", file=sys.stderr)
