@@ -84,10 +84,10 @@ def measure(reps: int) -> dict:
     kv.append(64, CONTEXT)
     real_run, cache = CanonicalPass._run, {}
 
-    def host_only_run(self, inputs):  # the device work once per shape; later passes reuse its result
-        key = (self._bucket, self._results, self._variant)
+    def host_only_run(self, inputs, *args):  # the device work once per shape; later passes reuse its result
+        key = (self._bucket, self._results, self._variant)  # (*args: round 34's first slice, 0 here)
         if key not in cache:
-            cache[key] = real_run(self, inputs)
+            cache[key] = real_run(self, inputs, *args)
         return cache[key]
 
     CanonicalPass._run = host_only_run

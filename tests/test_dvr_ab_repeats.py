@@ -55,3 +55,27 @@ def test_dvr_ab_stops_when_its_first_run_is_cut(tmp_path, monkeypatch):
     assert "stopped" not in went_on
     assert {v: sorted(m) for v, m in went_on["runs"].items()} == {v: ["dvr@50", "nondet"]
                                                                   for v in ("default", "order_budget")}
+
+
+def test_online_repeats_serve_the_variants_in_turn_and_take_the_median_ratio(tmp_path, monkeypatch, capsys):
+    """``--online-repeats 2``: every variant's online modes served twice to the same arrivals, the variants' order
+    reversed on the second repeat; ``runs`` holds the first repeat, ``repeats`` both, and the median of each free ITL
+    ratio over the repeats is reported per variant."""
+    import statistics
+
+    got = run_dvr_ab(tmp_path / "ab.json", monkeypatch, "default,split_pass_steps", "--online-load", "0.5",
+                     "--online-requests", "6", "--online-budget-s", "200", "--online-repeats", "2")
+    online = got["online"]
+    order = [line.split("online ", 1)[1] for line in capsys.readouterr().out.splitlines()
+             if line.startswith("[dvr_ab] online ") and " (repeat " in line]
+    assert order == ["default nondet (repeat 1)", "default dvr@50 (repeat 1)", "split_pass_steps nondet (repeat 1)",
+                     "split_pass_steps dvr@50 (repeat 1)", "split_pass_steps nondet (repeat 2)",
+                     "split_pass_steps dvr@50 (repeat 2)", "default nondet (repeat 2)", "default dvr@50 (repeat 2)"]
+    for v in ("default", "split_pass_steps"):
+        entries = online["repeats"][v]["dvr@50"]
+        assert len(entries) == 2 and online["runs"][v]["dvr@50"] is not None
+        assert online["runs"][v]["dvr@50"]["free_itl_s"] == entries[0]["free_itl_s"]
+        median = online["median_free_itl_over_nondet"][v]["dvr@50"]
+        for q, value in median.items():
+            assert value == statistics.median(e["free_itl_over_nondet"][q] for e in entries)
+        assert "p50" in median

@@ -68,6 +68,7 @@ import hashlib
 import io
 import json
 import pstats
+import statistics
 import sys
 import time
 from pathlib import Path
@@ -448,6 +449,9 @@ def main() -> None:
     p.add_argument("--online-modes", default="nondet,dvr@50")
     p.add_argument("--online-requests", type=int, default=500)
     p.add_argument("--online-budget-s", type=float, default=120.0)
+    p.add_argument("--online-repeats", type=int, default=1,
+                   help="serve each variant's online modes this many times to the same arrivals, the variants in "
+                        "turn (ABBA...): online ratios moved by 0.3x between two runs of one config in round 34")
     p.add_argument("--online-variants", default=None, help="the variants served online (default: --variants)")
     p.add_argument("--warmup-modes", default=None,
                    help="the modes each variant warms up on (default: --modes; a dvr mode runs every kernel)")
@@ -638,7 +642,7 @@ def _online_and_profile(args, out: dict, engines: dict, workload, first_results:
         out["online"] = online_runs({v: engines[v] for v in served}, online_set,
                                     [m for m in args.online_modes.split(",") if m], det_order=det_order,
                                     rate=args.online_load * capacity, budget_s=args.online_budget_s,
-                                    seed=config.seed)
+                                    seed=config.seed, repeats=args.online_repeats)
         out["online"].update(load=args.online_load, capacity_rps=capacity)
         Path(args.out).write_text(json.dumps(out, indent=1))
     if args.profile_mode:
@@ -650,46 +654,71 @@ def _online_and_profile(args, out: dict, engines: dict, workload, first_results:
 
 
 def online_runs(engines: dict, workload, modes: list[str], *, det_order: list[int], rate: float, budget_s: float,
-                seed: int) -> dict:
-    """Each variant serves ``modes`` to the same Poisson arrivals at ``rate``; ITL/TTFT percentiles and each
-    free ITL percentile over the same variant's online nondet."""
+                seed: int, repeats: int = 1) -> dict:
+    """Each variant serves ``modes`` to the same Poisson arrivals at ``rate``, ``repeats`` times (the variants in
+    ABBA order); ITL/TTFT percentiles and each free ITL percentile over the same variant's online nondet of the same
+    repeat. ``runs``: the first repeat's entries; ``repeats``: every repeat's; ``median_free_itl_over_nondet``: per
+    variant and mode, the median over the repeats of each ratio."""
+    if repeats < 1:
+        raise SystemExit(f"--online-repeats must be >= 1, got {repeats}")
     arrivals = poisson_arrivals(workload.num_requests, rate, seed=seed)
-    share = budget_s / (len(modes) * len(engines))
-    got: dict = {"rate_rps": rate, "num_requests": workload.num_requests, "runs": {}}
-    for v, engine in engines.items():
-        base = None
-        for name in modes:
-            print(f"[dvr_ab] online {v} {name}", flush=True)
-            result = run_online(engine, workload, mode_by_name(name), arrivals, det_order=det_order,
-                                deadline=time.perf_counter() + share + BUILD_ALLOWANCE_S, budget_s=share)
-            summary = serving_summary(result, nondet=None)
-            free = summary["latency_nondeterministic"]
-            entry = {"is_complete": result.is_complete, "output_tokens_per_s": summary["output_tokens_per_s"],
-                     "free_itl_s": free["itl_s"], "free_ttft_s": free["ttft_s"],
-                     "deterministic_itl_s": summary["latency_deterministic"]["itl_s"],
-                     "deterministic_ttft_s": summary["latency_deterministic"]["ttft_s"],
-                     "canonical_passes": result.stats.get("canonical_passes"),
-                     # round 33: which free gaps a pass's launch or commits fall in (the ITL target's p99 was 2.1x)
-                     "free_gaps": free_gap_attribution(result)}
-            if name == "nondet":
-                base = entry
-            elif base is not None:
-                entry["free_itl_over_nondet"] = {
-                    q: (entry["free_itl_s"][q] / base["free_itl_s"][q])
-                    if entry["free_itl_s"].get(q) and base["free_itl_s"].get(q) else None
-                    for q in ("p50", "p90", "p99")}
-            got["runs"].setdefault(v, {})[name] = entry
-            itl = entry["free_itl_s"]
-            print(f"[dvr_ab]   free ITL p50 {itl.get('p50')}  p99 {itl.get('p99')}  "
-                  f"{entry.get('free_itl_over_nondet')}  complete {result.is_complete}", flush=True)
-            gaps = entry["free_gaps"]
-            print(f"[dvr_ab]   free gaps by kind {({k: g['share'] for k, g in gaps['gaps'].items()})}; "
-                  f"slowest 1 % {gaps['slowest_1pct_share']}; collector {gaps['gc']}", flush=True)
-            for kind, step in gaps["steps"].items():
-                if step["count"]:
-                    print(f"[dvr_ab]   {kind} steps: {step['count']}, mean {step['mean_ms']} ms; phases "
-                          f"{step['phases_mean_ms']}", flush=True)
+    share = budget_s / (len(modes) * len(engines) * repeats)
+    got: dict = {"rate_rps": rate, "num_requests": workload.num_requests, "runs": {}, "repeats": {}}
+    names = list(engines)
+    for r in range(repeats):
+        for v in (names if r % 2 == 0 else names[::-1]):
+            base = None
+            for name in modes:
+                print(f"[dvr_ab] online {v} {name}" + (f" (repeat {r + 1})" if repeats > 1 else ""), flush=True)
+                entry = _online_entry(engines[v], workload, name, arrivals, det_order=det_order, share=share)
+                if name == "nondet":
+                    base = entry
+                elif base is not None:
+                    entry["free_itl_over_nondet"] = {
+                        q: (entry["free_itl_s"][q] / base["free_itl_s"][q])
+                        if entry["free_itl_s"].get(q) and base["free_itl_s"].get(q) else None
+                        for q in ("p50", "p90", "p99")}
+                if r == 0:
+                    got["runs"].setdefault(v, {})[name] = entry
+                got["repeats"].setdefault(v, {}).setdefault(name, []).append(entry)
+                _print_online(entry)
+    got["median_free_itl_over_nondet"] = {
+        v: {name: {q: statistics.median(e["free_itl_over_nondet"][q] for e in entries)
+                   for q in ("p50", "p90", "p99")
+                   if all((e.get("free_itl_over_nondet") or {}).get(q) for e in entries)}
+            for name, entries in by_mode.items() if name != "nondet"}
+        for v, by_mode in got["repeats"].items()}
+    if repeats > 1:
+        print(f"[dvr_ab] online median free ITL over nondet: {got['median_free_itl_over_nondet']}", flush=True)
     return got
+
+
+def _online_entry(engine, workload, name: str, arrivals: list[float], *, det_order: list[int], share: float) -> dict:
+    """One online run of mode ``name``: its latencies, passes and free gaps (``free_gap_attribution``)."""
+    result = run_online(engine, workload, mode_by_name(name), arrivals, det_order=det_order,
+                        deadline=time.perf_counter() + share + BUILD_ALLOWANCE_S, budget_s=share)
+    summary = serving_summary(result, nondet=None)
+    free = summary["latency_nondeterministic"]
+    return {"is_complete": result.is_complete, "output_tokens_per_s": summary["output_tokens_per_s"],
+            "free_itl_s": free["itl_s"], "free_ttft_s": free["ttft_s"],
+            "deterministic_itl_s": summary["latency_deterministic"]["itl_s"],
+            "deterministic_ttft_s": summary["latency_deterministic"]["ttft_s"],
+            "canonical_passes": result.stats.get("canonical_passes"),
+            # round 33: which free gaps a pass's launch or commits fall in (the ITL target's p99 was 2.1x)
+            "free_gaps": free_gap_attribution(result)}
+
+
+def _print_online(entry: dict) -> None:
+    itl = entry["free_itl_s"]
+    print(f"[dvr_ab]   free ITL p50 {itl.get('p50')}  p99 {itl.get('p99')}  "
+          f"{entry.get('free_itl_over_nondet')}  complete {entry['is_complete']}", flush=True)
+    gaps = entry["free_gaps"]
+    print(f"[dvr_ab]   free gaps by kind {({k: g['share'] for k, g in gaps['gaps'].items()})}; "
+          f"slowest 1 % {gaps['slowest_1pct_share']}; collector {gaps['gc']}", flush=True)
+    for kind, step in gaps["steps"].items():
+        if step["count"]:
+            print(f"[dvr_ab]   {kind} steps: {step['count']}, mean {step['mean_ms']} ms; phases "
+                  f"{step['phases_mean_ms']}", flush=True)
 
 
 def host_profile(engine, workload, mode, *, det_order: list[int], budget_s: float, top: int = 40) -> dict:
