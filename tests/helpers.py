@@ -222,7 +222,8 @@ def run_dvr_ab(out, monkeypatch, variants: str, *args: str) -> dict:
 
 def launch_prompt_pass(gen, prompts):
     """Admit ``prompts`` (deterministic, one token each) into ``gen`` and launch one canonical pass over their whole
-    prompts, driving its ``CanonicalPass`` directly (no step): the launched ``PassResult``."""
+    prompts, driving its ``CanonicalPass`` directly (no step): (the launched ``PassResult``, the K/V slots of its
+    rows)."""
     from llm42.params import SamplingParams
     from llm42.runner import Segment
 
@@ -233,15 +234,20 @@ def launch_prompt_pass(gen, prompts):
     for seg in segments:
         gen.kv.append(seg.rid, seg.end)
     per_row = [(s.params, s.seed, pos + 1) for s in segments for pos in range(s.start, s.end)]
-    return gen.verifier.canonical_pass.launch(segments, gen.kv, per_row)
+    bs = gen.kv.block_size
+    slots = [gen.kv.block_table(s.rid)[pos // bs] * bs + pos % bs for s in segments for pos in range(s.start, s.end)]
+    return gen.verifier.canonical_pass.launch(segments, gen.kv, per_row), slots
 
 
-def pass_bits(result, kv, layers: list[int]) -> tuple[list[int], list[int], list]:
-    """A waited ``PassResult``'s tokens, its log-probs' float32 bits (NaN at rows without results), and the K/V of
-    ``layers`` (the whole caches, on the CPU)."""
+def pass_bits(result, kv, layers: list[int], slots: list[int]) -> tuple[list[int], list[int], list]:
+    """A waited ``PassResult``'s tokens, its log-probs' float32 bits (NaN at rows without results), and the K/V that
+    ``layers`` hold at ``slots`` (the pass's rows: padding rows write scratch slots, which CUDA graph warm-ups fill
+    with whatever they ran on), on the CPU."""
     import torch
 
     tokens, logprobs = result.wait()
     bits = torch.tensor(logprobs, dtype=torch.float32).view(torch.int32).tolist()
     caches = kv.layers()
-    return tokens, bits, [caches.k[i].cpu().clone() for i in layers]
+    index = torch.tensor(slots, dtype=torch.int64, device=caches.k[0].device)
+    return tokens, bits, [torch.cat([caches.k[i].index_select(0, index), caches.v[i].index_select(0, index)]).cpu()
+                          for i in layers]

@@ -41,20 +41,20 @@ def _generator(**kwargs) -> DVRGenerator:
 
 
 def _pass_results(num_slices: int, *, bounds=None, monkeypatch=None):
-    """One pass over two prompts' rows on fresh K/V: (tokens, log-prob bits, every layer's K/V cache, how many
-    advances it took to be ready)."""
+    """One pass over two prompts' rows on fresh K/V: (tokens, log-prob bits, every layer's K/V at the pass's rows,
+    how many advances it took to be ready)."""
     gen = _generator(canonical_slices=num_slices)
     if bounds is not None:
         monkeypatch.setattr(gen.verifier.canonical_pass, "_bounds", bounds)
     rng = random.Random(0)
     prompts = [[1] + [rng.randrange(3, CFG.vocab_size) for _ in range(n)] for n in (9, 14)]
-    result = launch_prompt_pass(gen, prompts)
+    result, slots = launch_prompt_pass(gen, prompts)
     advances = 0
     while not result.is_ready():
         result.advance()
         advances += 1
         assert advances <= num_slices
-    tokens, logprobs, written = pass_bits(result, gen.kv, list(range(CFG.num_layers)))
+    tokens, logprobs, written = pass_bits(result, gen.kv, list(range(CFG.num_layers)), slots)
     return tokens, logprobs, written, advances
 
 
@@ -78,7 +78,7 @@ def test_negative_control_slices_that_skip_a_layer_give_other_bits(monkeypatch):
 
 def test_wait_runs_the_slices_left():
     gen = _generator(canonical_slices=4)
-    result = launch_prompt_pass(gen, [[1, 5, 6, 7]])
+    result, _ = launch_prompt_pass(gen, [[1, 5, 6, 7]])
     assert result.has_pending_slices and not result.is_ready()
     tokens, _ = result.wait()
     assert not result.has_pending_slices and result.is_ready() and len(tokens) >= 4

@@ -57,18 +57,18 @@ def test_sliced_passes_commit_the_whole_pass_bits(llama8b, report):
 
 
 def _one_pass(llama8b, num_slices: int):
-    """One pass over two prompts' rows on fresh K/V: (tokens, log-prob bits, the K/V caches of layer 0 and the last
-    layer, advances it took)."""
+    """One pass over two prompts' rows on fresh K/V: (tokens, log-prob bits, the K/V of layer 0 and the last layer at
+    the pass's rows, advances it took)."""
     cfg, _ = llama8b
     gen = make_generator(llama8b, max_canonical_tokens=512, canonical_slices=num_slices)
     rng = random.Random(3)
-    result = launch_prompt_pass(gen, [random_prompt(rng, cfg.vocab_size, n) for n in (40, 70)])
+    result, slots = launch_prompt_pass(gen, [random_prompt(rng, cfg.vocab_size, n) for n in (40, 70)])
     advances = 0
     while result.has_pending_slices:
         assert not result.is_ready()
         result.advance()
         advances += 1
-    tokens, bits, written = pass_bits(result, gen.kv, [0, cfg.num_layers - 1])
+    tokens, bits, written = pass_bits(result, gen.kv, [0, cfg.num_layers - 1], slots)
     gen.close()
     return tokens, bits, written, advances
 

@@ -455,6 +455,7 @@ class CanonicalPass:
                              "use_thread (a pass on a worker thread)")
         self._bounds = slice_bounds(len(weights.layers), self.num_slices)
         self._slice_graphs: dict[tuple[int, int], list[torch.cuda.CUDAGraph]] = {}
+        self._slice_states: dict[tuple[int, int], list] = {}  # each slice graph's static output, kept alive
         self._state = None  # an eager sliced pass's residual stream between its slices
         self.weights = weights
         self.cfg = cfg
@@ -587,6 +588,7 @@ class CanonicalPass:
         self._samplers.clear()
         self._forward_graphs.clear()
         self._slice_graphs.clear()
+        self._slice_states.clear()
         if self.is_graphed:
             self._pool = torch.cuda.graph_pool_handle()
             for key in reversed(self._keys()):  # the largest first: the others reuse its pool memory
@@ -630,12 +632,18 @@ class CanonicalPass:
             self._forward_graphs[key] = capture_graph(lambda: self._forward(key[0], inputs), self._pool,
                                                       stream=self._stream)
             return
-        graphs, state = [], None
+        graphs, states, state = [], [], None
         for k in range(self.num_slices):
             graph, state = capture_graph(lambda k=k, state=state: self._forward_slice(key[0], inputs, k, state),
                                          self._pool, stream=self._stream)
             graphs.append(graph)
+            states.append(state)
+            if k < self.num_slices - 1:  # on the dummy rows: the next slice warms up on real values, not on what
+                graph.replay()  # its freshly allocated input held (its warm-up writes the scratch K/V slots too)
+        # every slice's static output is kept alive (``_slice_states``): a later capture in the shared pool must
+        # not take its memory, which the next slice reads a step later
         self._slice_graphs[key] = graphs
+        self._slice_states[key] = states
         self._forward_graphs[key] = (graphs[-1], state)  # the last slice's logits: what the sampler reads
 
     def _sampling_rows(self, start: int = 0, end: int | None = None) -> SamplingRows:
