@@ -25,7 +25,8 @@ Per pass: host ms of ``stage`` (perf_counter), device ms of ``_run`` (CUDA event
 ``launch`` + ``wait`` (host clock), ``launch`` alone until it returns (``launch_host_ms``) and the graph replays'
 host time alone (``replay_host_ms``); median and p90, the bucket and ms per real row. Per decode batch: host
 ms of ``stage_batch``, device ms of the step, ms per row; each pass is also given in decode steps of batch 256.
-``--host-profile``: also cProfile the launches of the 8- and 64-window passes (``host_profile``: own ms per
+``--canonical-slices N``: the passes in N layer slices (``DVRGenerator(canonical_slices=N)``); each pass row also
+gives each slice's device ms (``slice_device_ms``). ``--host-profile``: also cProfile the launches of the 8- and 64-window passes (``host_profile``: own ms per
 launch by function). ``--kernel-profile``: instead, the generator runs eagerly (no CUDA graphs: the profiler sees every kernel) and one
 pass of each verify and prompt-chunk shape runs under ``torch.profiler`` after the warm-ups; its kernels are summed
 by class (GEMM, attention, row ops, other: ``profile_canonical_prefill.kernel_class``) with the top kernels, under
@@ -100,6 +101,7 @@ def time_pass(cp, kv, segments: list[Segment], wanted: list[int] | None, *, reps
     """stage (host), _run (device) and launch + wait (host) of one pass, ``reps`` times after the warm-ups."""
     per_row = [(s.params, s.seed, pos + 1) for s in segments for pos in range(s.start, s.end)]
     stage, run, launch, launch_host, replay_host = [], [], [], [], []
+    slices: list[list[float]] = [[] for _ in range(cp.num_slices)] if cp.num_slices > 1 else []
     for i in range(warmup + reps):
         synchronize(device)  # stage's pinned buffers are free, no work queued before it
         t0 = time.perf_counter()
@@ -117,12 +119,15 @@ def time_pass(cp, kv, segments: list[Segment], wanted: list[int] | None, *, reps
         cp._run(inputs)  # the replays' host time alone: nothing queued before them
         t5 = time.perf_counter()
         synchronize(device)
+        slice_ms = [device_ms(lambda k=k: cp._run_slices(inputs, k, k + 1), device) for k in range(len(slices))]
         if i >= warmup:
             stage.append(1e3 * (t1 - t0))
             run.append(run_ms)
             launch.append(1e3 * (t3 - t2))
             launch_host.append(1e3 * (t_launched - t2))
             replay_host.append(1e3 * (t5 - t4))
+            for k, ms in enumerate(slice_ms):
+                slices[k].append(ms)
     rows = len(per_row)
     bucket = cp.bucket_for(rows)
     device_stats = stats(run)
@@ -130,7 +135,9 @@ def time_pass(cp, kv, segments: list[Segment], wanted: list[int] | None, *, reps
             "result_rows": rows if bucket == cp.num_rows else len(wanted if wanted is not None else segments),
             "stage_host_ms": stats(stage), "device_ms": device_stats, "launch_wait_ms": stats(launch),
             "launch_host_ms": stats(launch_host), "replay_host_ms": stats(replay_host),
-            "device_ms_per_row": round(device_stats["median"] / rows, 5)}
+            "device_ms_per_row": round(device_stats["median"] / rows, 5),
+            # canonical_slices: each slice's device ms (the last with the head, without the sampler)
+            **({"slice_device_ms": [stats(v)["median"] for v in slices]} if slices else {})}
 
 
 def host_profile(cp, kv, segments: list[Segment], wanted: list[int] | None, *, reps: int, device) -> list[dict]:
@@ -259,7 +266,7 @@ def build(args) -> tuple[DVRGenerator, int]:
                        max_canonical_tokens=args.max_canonical_tokens, kv_cache_tokens=kv_tokens,
                        prefix_cache=False, canonical_policy=canonical,
                        fast_policy=FastPolicy(decode_kernel=args.fast_decode_kernel, canonical_key_chunk=chunk),
-                       use_cuda_graphs=not args.kernel_profile)
+                       use_cuda_graphs=not args.kernel_profile, canonical_slices=args.canonical_slices)
     args.model = model
     return gen, max_chunk
 
@@ -307,6 +314,8 @@ def main() -> None:
                     help="comma-separated shares of the decode slots that are deterministic (decode timings)")
     ap.add_argument("--decode-only", action="store_true", help="time the decode steps only (no passes)")
     ap.add_argument("--seqs", type=int, default=MAX_SEQS, help="decode slots (max_num_seqs); 64 windows need 64")
+    ap.add_argument("--canonical-slices", type=int, default=1,
+                    help="DVRGenerator(canonical_slices=N): each pass in N layer slices; also times each slice")
     ap.add_argument("--host-profile", action="store_true",
                     help="also cProfile the launches of 8- and 64-window passes (host time by function)")
     ap.add_argument("--kernel-profile", action="store_true",

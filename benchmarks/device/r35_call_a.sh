@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Round 35, device call A (carries .dev_stage/a, copied to /root for r35_call_b.sh right after): the GPU tests of
 # round 34's engine options: canonical passes in layer slices (tests/gpu/test_canonical_slices_cuda.py, never run
-# yet) and the two pass step orders (tests/gpu/test_pass_order_cuda.py, passed on an H200 in round 34).
+# yet) and the two pass step orders (tests/gpu/test_pass_order_cuda.py, passed on an H200 in round 34); then
+# profile_passes.py on the SmolLM2 shape with passes in 4 slices: each slice's device ms against the whole pass's.
 #
 #   bash benchmarks/device/r35_call_a.sh
 source "$(dirname "$0")/session_preamble.sh"
@@ -9,4 +10,7 @@ export LLM42_GPU_REPORT="$OUT/gpu_report_a.jsonl" LLM42_FAIL_LOG="$OUT/failures.
 timeout "${TEST_CAP:-150}" python3 -m pytest -v -m gpu tests/gpu/test_canonical_slices_cuda.py \
     tests/gpu/test_pass_order_cuda.py -p no:cacheprovider -rfE --durations=5 >"$OUT/gpu_tests_a.txt" 2>&1
 log "gpu tests exit $?"; grep -E "passed|failed|FAILED|ERROR" "$OUT/gpu_tests_a.txt" | tail -n 12
+timeout "${PROFILE_CAP:-90}" python3 benchmarks/device/profile_passes.py --model smollm2 --canonical-slices 4 \
+    --out "$OUT/passes_slices4_smollm2.json" >"$OUT/passes_slices4.txt" 2>&1
+log "profile_passes (4 slices) exit $?"; tail -n 14 "$OUT/passes_slices4.txt"
 log "done"
