@@ -21,6 +21,7 @@ from llm42.verify import canonical_pass as canonical_pass_module
 from llm42.verify.canonical_pass import slice_bounds
 from tests.helpers import launch_prompt_pass, pass_bits, tiny_config
 from tests.test_canonical_thread import _requests
+from tests.test_split_pass_steps import assert_alone_bits
 
 CFG = tiny_config(max_position_embeddings=256, num_layers=4)
 WEIGHTS = random_weights(CFG, seed=5, lm_head_std=0.05)
@@ -97,14 +98,7 @@ def test_sliced_passes_commit_the_alone_bits_and_span_steps(num_slices):
     got = [gen.result(rid) for rid in rids]
     assert pending_at_step_end > 0, "no pass was ever in flight with slices left: the test would prove nothing"
     assert gen.stats["rollbacks"] > 0
-    alone = _generator()
-    num_det = 0
-    for prompt, p, c in zip(prompts, params, got):
-        if p.deterministic:
-            num_det += 1
-            ref = alone.generate([prompt], p)[0]
-            assert (c.token_ids, c.logprobs) == (ref.token_ids, ref.logprobs)
-    assert num_det >= 6
+    assert_alone_bits(prompts, params, got, alone=_generator())
 
 
 @pytest.mark.parametrize("kwargs, field", [

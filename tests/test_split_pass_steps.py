@@ -23,26 +23,53 @@ def _generator(*, split: bool) -> DVRGenerator:
                         canonical_thread=True, split_pass_steps=split)
 
 
-def _run_logging_phases(gen: DVRGenerator, prompts, params) -> tuple[list, list[list[str]]]:
-    """Step until done; per step, the order in which it applied ("apply") and launched passes ("launch" with a
-    fast step in flight, "launch alone" without)."""
+def _run_logging(gen: DVRGenerator, prompts, params, *, read: bool = False) -> tuple[list, list[list[str]]]:
+    """Step until done; per step, in order, the passes it applied ("apply") and launched ("launch" with a fast step
+    in flight, "launch alone" without) and, with ``read``, its read-backs of a fast step ("read")."""
     steps: list[list[str]] = []
-    finish, launch = gen._finish_canonical, gen._launch_canonical
 
-    def logged_finish(events):
-        steps[-1].append("apply")
-        return finish(events)
+    def logged(owner, name: str, label):
+        original = getattr(owner, name)
 
-    def logged_launch(plan, windows):
-        steps[-1].append("launch" if gen.fast_step.in_flight is not None else "launch alone")
-        return launch(plan, windows)
+        def call(*args, **kwargs):
+            steps[-1].append(label())
+            return original(*args, **kwargs)
 
-    gen._finish_canonical, gen._launch_canonical = logged_finish, logged_launch
+        setattr(owner, name, call)
+
+    logged(gen, "_finish_canonical", lambda: "apply")
+    logged(gen, "_launch_canonical", lambda: "launch" if gen.fast_step.in_flight is not None else "launch alone")
+    if read:
+        logged(gen.fast_step, "read", lambda: "read")
     rids = [gen.submit(p, s) for p, s in zip(prompts, params)]
     while gen.has_unfinished():
         steps.append([])
         gen.step()
     return [gen.result(rid) for rid in rids], steps
+
+
+def assert_alone_bits(prompts, params, *runs, alone: DVRGenerator) -> None:
+    """Every run's deterministic requests commit the tokens and log-probs ``alone`` gives each run by itself (at
+    least 6 of them); the free ones finished."""
+    num_det = 0
+    for prompt, p, *got in zip(prompts, params, *runs):
+        if p.deterministic:
+            num_det += 1
+            ref = alone.generate([prompt], p)[0]
+            for c in got:
+                assert (c.token_ids, c.logprobs) == (ref.token_ids, ref.logprobs)
+        else:
+            assert all(c.finish_reason is not None for c in got)
+    assert num_det >= 6
+
+
+def _alone() -> DVRGenerator:
+    return DVRGenerator(WEIGHTS, CFG, window=4, group=2, kv_cache_tokens=4096, max_fast_tokens=64)
+
+
+def _launches_before_read(phases: list[str]) -> bool:
+    launches = [i for i, x in enumerate(phases) if x.startswith("launch")]
+    return bool(launches) and "read" in phases and launches[0] < phases.index("read")
 
 
 def _applies_then_launches(phases: list[str]) -> bool:
@@ -53,48 +80,20 @@ def _applies_then_launches(phases: list[str]) -> bool:
 def test_no_step_applies_a_pass_and_then_launches_one(seed):
     prompts, params = _requests(seed, 12)
     split_gen, plain_gen = _generator(split=True), _generator(split=False)
-    split, split_steps = _run_logging_phases(split_gen, prompts, params)
-    plain, plain_steps = _run_logging_phases(plain_gen, prompts, params)
+    split, split_steps = _run_logging(split_gen, prompts, params)
+    plain, plain_steps = _run_logging(plain_gen, prompts, params)
     # the negative control: without the option, passes are applied and launched in one step
     assert any(_applies_then_launches(s) for s in plain_steps), "no step applied then launched: proves nothing"
     assert plain_gen.stats["split_passes"] == 0
     assert not [i for i, s in enumerate(split_steps) if _applies_then_launches(s)]
     assert split_gen.stats["split_passes"] > 0
     assert split_gen.stats["rollbacks"] > 0  # the noisy fast path forced rollbacks
-    alone = DVRGenerator(WEIGHTS, CFG, window=4, group=2, kv_cache_tokens=4096, max_fast_tokens=64)
-    num_det = 0
-    for prompt, p, a, b in zip(prompts, params, split, plain):
-        if p.deterministic:
-            num_det += 1
-            ref = alone.generate([prompt], p)[0]
-            assert (a.token_ids, a.logprobs) == (b.token_ids, b.logprobs) == (ref.token_ids, ref.logprobs)
-    assert num_det >= 6
+    assert_alone_bits(prompts, params, split, plain, alone=_alone())
 
 
 def test_split_pass_steps_is_a_strict_bool():
     with pytest.raises(TypeError, match="split_pass_steps"):
         DVRGenerator(WEIGHTS, CFG, window=4, group=2, kv_cache_tokens=4096, split_pass_steps=1)
-
-
-def _run_logging_order(gen: DVRGenerator, prompts, params) -> tuple[list, list[list[str]]]:
-    """Step until done; per step, the order of its reads of a fast step ("read") and pass launches ("launch")."""
-    steps: list[list[str]] = []
-    read, launch = gen.fast_step.read, gen._launch_canonical
-
-    def logged_read(*args, **kwargs):
-        steps[-1].append("read")
-        return read(*args, **kwargs)
-
-    def logged_launch(plan, windows):
-        steps[-1].append("launch")
-        return launch(plan, windows)
-
-    gen.fast_step.read, gen._launch_canonical = logged_read, logged_launch
-    rids = [gen.submit(p, s) for p, s in zip(prompts, params)]
-    while gen.has_unfinished():
-        steps.append([])
-        gen.step()
-    return [gen.result(rid) for rid in rids], steps
 
 
 @pytest.mark.parametrize("thread", [False, True])
@@ -111,23 +110,13 @@ def test_pass_before_read_launches_before_the_read_back_and_commits_the_same(thr
                             pass_before_read=early)
 
     early_gen = build(True)
-    early, early_steps = _run_logging_order(early_gen, prompts, params)
-    late, late_steps = _run_logging_order(build(False), prompts, params)
+    early, early_steps = _run_logging(early_gen, prompts, params, read=True)
+    late, late_steps = _run_logging(build(False), prompts, params, read=True)
     assert early_gen.stats["rollbacks"] > 0
-    launched_early = [s for s in early_steps if "launch" in s and "read" in s and s.index("launch") < s.index("read")]
-    assert launched_early, "no pass went out before the read: the option did nothing"
-    assert not [s for s in late_steps if "launch" in s and "read" in s and s.index("launch") < s.index("read")]
+    assert any(_launches_before_read(s) for s in early_steps), "no pass went out before the read: the option did nothing"
+    assert not any(_launches_before_read(s) for s in late_steps)
     assert any("launch" in s and "read" in s for s in late_steps)  # the control has steps to compare
-    alone = DVRGenerator(WEIGHTS, CFG, window=4, group=2, kv_cache_tokens=4096, max_fast_tokens=64)
-    num_det = 0
-    for prompt, p, a, b in zip(prompts, params, early, late):
-        if p.deterministic:
-            num_det += 1
-            ref = alone.generate([prompt], p)[0]
-            assert (a.token_ids, a.logprobs) == (b.token_ids, b.logprobs) == (ref.token_ids, ref.logprobs)
-        else:
-            assert a.finish_reason is not None and b.finish_reason is not None
-    assert num_det >= 6
+    assert_alone_bits(prompts, params, early, late, alone=_alone())
 
 
 def test_pass_before_read_is_a_strict_bool():
