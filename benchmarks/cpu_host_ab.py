@@ -164,12 +164,17 @@ _STEP_PARTS = {
     "drafts_ahead": ("llm42.generator", "DVRGenerator", "_with_drafts_ahead"),
     "fast_launch": ("llm42.engine.fast_step", "FastStep", "launch"),
     "fast_read": ("llm42.engine.fast_step", "FastStep", "read"),
-    "pass_launch": ("llm42.generator", "DVRGenerator", "_launch_canonical"),
-    "pass_apply": ("llm42.generator", "DVRGenerator", "_finish_canonical"),
+    # a tree before round 35 kept them on the generator (``_launch_canonical``, ``_finish_canonical``)
+    "pass_launch": ("llm42.engine.passes", "CanonicalPasses", "launch"),
+    "pass_apply": ("llm42.engine.passes", "CanonicalPasses", "apply_oldest"),
     "model_decode": ("llm42.engine.decode_state", "DecodeState", "decode"),
     "model_prefill": ("llm42.engine.fast_step", "FastStep", "_launch_prefill"),
     "model_pass": ("llm42.verify.canonical_pass", "CanonicalPass", "_run"),
 }
+
+
+_BEFORE_ROUND_35 = {"pass_launch": ("llm42.generator", "DVRGenerator", "_launch_canonical"),
+                    "pass_apply": ("llm42.generator", "DVRGenerator", "_finish_canonical")}
 
 
 def wrap_timed(targets: dict, acc: dict) -> list:
@@ -200,10 +205,12 @@ def unwrap(saved: list) -> None:
 
 def _timed_parts(acc: dict) -> list:
     """``wrap_timed`` of every ``_STEP_PARTS`` entry (in whichever tree this process imports)."""
-    import importlib
+    import importlib.util
 
     targets = {}
     for label, (module, cls, name) in _STEP_PARTS.items():
+        if label in _BEFORE_ROUND_35 and importlib.util.find_spec(module) is None:
+            module, cls, name = _BEFORE_ROUND_35[label]
         owner = importlib.import_module(module)
         targets[label] = (getattr(owner, cls) if cls else owner, name)
     return wrap_timed(targets, acc)

@@ -42,6 +42,7 @@ from llm42 import DVRGenerator, SamplingParams  # noqa: E402
 from llm42 import generator as generator_module  # noqa: E402
 from llm42.bench.models import tiny_config  # noqa: E402
 from llm42.engine.decode_state import DecodeState  # noqa: E402
+from llm42.engine.passes import CanonicalPasses  # noqa: E402
 from llm42.engine.fast_step import FastStep  # noqa: E402
 from llm42.engine.requests import Request, RequestPool  # noqa: E402
 from llm42.model.weights import random_weights  # noqa: E402
@@ -134,7 +135,7 @@ def step_parts(gen: DVRGenerator, steps: int) -> dict:
              "validate_plan": (generator_module, "validate_plan"), "fast.read": (FastStep, "read"),
              "decode staging": (DecodeState, "stage_batch"),
              "drafts ahead": (generator_module.DVRGenerator, "_with_drafts_ahead"),
-             "applying passes": (generator_module.DVRGenerator, "_finish_canonical")}
+             "applying passes": (CanonicalPasses, "apply_oldest")}
     acc = dict.fromkeys(parts, 0.0)
     saved = wrap_timed(parts, acc)
     try:

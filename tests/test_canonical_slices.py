@@ -93,7 +93,7 @@ def test_sliced_passes_commit_the_alone_bits_and_span_steps(num_slices):
     pending_at_step_end = 0
     while gen.has_unfinished():
         gen.step()
-        in_flight = gen._canonical_in_flight
+        in_flight = gen.passes.oldest
         pending_at_step_end += in_flight is not None and in_flight.result.has_pending_slices
     got = [gen.result(rid) for rid in rids]
     assert pending_at_step_end > 0, "no pass was ever in flight with slices left: the test would prove nothing"

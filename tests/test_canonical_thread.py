@@ -55,7 +55,7 @@ def _run_counting_overlap(gen: DVRGenerator, prompts, params) -> tuple[list, int
     num_overlapped = 0
     while gen.has_unfinished():
         gen.step()
-        in_flight = gen._canonical_in_flight
+        in_flight = gen.passes.oldest
         num_overlapped += in_flight is not None and not in_flight.is_ready()
     return [gen.result(rid) for rid in rids], num_overlapped
 
@@ -92,7 +92,7 @@ def test_negative_control_free_requests_do_drift_under_the_noisy_fast_path():
 def _step_until_a_pass_is_running(gen: DVRGenerator, limit: int = 200) -> None:
     for _ in range(limit):
         gen.step()
-        in_flight = gen._canonical_in_flight
+        in_flight = gen.passes.oldest
         if in_flight is not None and not in_flight.is_ready():
             return
     pytest.fail("no canonical pass was ever seen running")
@@ -157,7 +157,7 @@ def test_a_step_with_nothing_to_launch_waits_only_briefly_so_new_requests_run_be
     assert time.perf_counter() - start < 0.05  # it did not wait for the whole pass (>= 0.1 s: two layers)
     free = gen.submit([1, 7, 7, 7], SamplingParams(max_new_tokens=3, ignore_eos=True))
     while not gen.is_finished(free):
-        in_flight = gen._canonical_in_flight
+        in_flight = gen.passes.oldest
         assert in_flight is not None and not in_flight.is_ready(), "the free request waited for the pass"
         gen.step()
     assert len(gen.result(free).token_ids) == 3
@@ -205,7 +205,7 @@ def test_close_frees_everything_after_a_pass_that_failed_on_the_thread():
                        canonical_policy=FailingCanonicalPolicy(), canonical_thread=True)
     gen.submit([1, 5, 9, 13, 17], SamplingParams(max_new_tokens=4, deterministic=True))
     gen.step()  # launches the prompt's canonical pass, which raises on the thread
-    assert gen._canonical_in_flight is not None
+    assert gen.passes.oldest is not None
     kv = gen.kv
     gen.close()  # the pass's error is not close()'s: every request is aborted and freed all the same
     assert gen.is_closed and kv.num_used_blocks == 0

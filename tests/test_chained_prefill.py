@@ -1,8 +1,8 @@
 """Chained prompt passes: a deterministic prompt's next chunk launched while its previous chunk's pass is in flight.
 
 On CUDA a pass's staging waits on the device (``CanonicalPass.chains``), so the engine launches the next chunk of a
-long deterministic prompt behind the pass in flight instead of waiting for it on the host (``DVRGenerator``'s
-``_canonical_chained``). On the CPU a pass is finished when ``launch`` returns; the test wraps the verifier so
+long deterministic prompt behind the pass in flight instead of waiting for it on the host (``CanonicalPasses.chained``,
+``llm42.engine.passes``). On the CPU a pass is finished when ``launch`` returns; the test wraps the verifier so
 that a pass reports "not ready" until its first ``is_ready`` polls have gone by (``lag_passes``), and lets the engine chain. What it
 checks is the engine's bookkeeping: where each chunk starts, the passes a request is in, the commits applied in
 launch order, a chunk's K/V left standing when the chunk before it commits. The GPU side (pinned results used in
@@ -26,7 +26,7 @@ def _generator(*, chained: bool, polls: int = 5) -> tuple[DVRGenerator, list[int
     launches_behind = []  # per launch: 1 if another pass was in flight then
     if chained:
         lag_passes(gen, polls)
-        launches_behind = record_launches(gen, lambda work: int(gen._canonical_in_flight is not None))
+        launches_behind = record_launches(gen, lambda work: int(gen.passes.oldest is not None))
         gen._pool.chain_prefill = True  # what a verifier whose passes wait on the device says (chains)
     return gen, launches_behind
 

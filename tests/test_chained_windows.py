@@ -37,7 +37,7 @@ def _generator(*, chain: str, lag: int = 0, eager: bool = False, noisy: bool = T
 
 def _count_launches(gen: DVRGenerator) -> list[tuple[int, int]]:
     """Per launch: (1 if another pass was in flight then, the number of verify windows in it)."""
-    return record_launches(gen, lambda work: (int(gen._canonical_in_flight is not None),
+    return record_launches(gen, lambda work: (int(gen.passes.oldest is not None),
                                               sum(not w.is_prefill for w in work)))
 
 
@@ -102,7 +102,7 @@ def test_a_chained_pass_whose_results_overwrite_the_pass_ahead_is_caught():
 
     def clobbering(work, kv):
         nonlocal num_clobbered
-        ahead = gen._canonical_in_flight
+        ahead = gen.passes.oldest
         launched = launch(work, kv)
         if ahead is not None:
             for name in ("_tokens", "_logprobs"):  # the result rows, as a single pinned set would hold them

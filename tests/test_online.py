@@ -115,7 +115,7 @@ def test_abort_mid_canonical_pass_keeps_the_committed_prefix_and_others_stay_bit
     target = rids[0]
     step_until(gen, target, lambda req: req.is_verifying and req.token_ids,
                "sat in a canonical pass in flight with committed tokens")
-    assert gen._canonical_in_flight is not None  # the precondition of this test, not a vacuous pass
+    assert gen.passes.oldest is not None  # the precondition of this test, not a vacuous pass
     before = gen.committed_tokens(target)
     out = gen.abort(target)
     assert out.token_ids[: len(before)] == before  # the pass in flight may still commit more
@@ -404,7 +404,7 @@ def test_tokens_an_abort_commits_for_others_reach_the_next_step_even_with_nothin
     reported: list[int] = []
     for _ in range(50):
         reported += gen.step().get(x, [])
-        if gen._canonical_in_flight is not None and gen._pool.running.get(y) is not None \
+        if gen.passes.oldest is not None and gen._pool.running.get(y) is not None \
                 and gen._pool.running[y].is_verifying and not gen.is_finished(x):
             break
     else:

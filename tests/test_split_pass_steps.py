@@ -37,8 +37,8 @@ def _run_logging(gen: DVRGenerator, prompts, params, *, read: bool = False) -> t
 
         setattr(owner, name, call)
 
-    logged(gen, "_finish_canonical", lambda: "apply")
-    logged(gen, "_launch_canonical", lambda: "launch" if gen.fast_step.in_flight is not None else "launch alone")
+    logged(gen.passes, "apply_oldest", lambda: "apply")
+    logged(gen.passes, "launch", lambda: "launch" if gen.fast_step.in_flight is not None else "launch alone")
     if read:
         logged(gen.fast_step, "read", lambda: "read")
     rids = [gen.submit(p, s) for p, s in zip(prompts, params)]

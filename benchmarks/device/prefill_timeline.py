@@ -57,8 +57,8 @@ def instrument(gen: DVRGenerator) -> None:
     wrap(gen.scheduler, "schedule", "phase:schedule")
     wrap(gen.fast_step, "launch", "phase:fast_launch")
     wrap(gen.fast_step, "read", "phase:fast_read")
-    wrap(gen, "_launch_canonical", "phase:canonical_launch")
-    wrap(gen, "_finish_canonical", "phase:canonical_finish")
+    wrap(gen.passes, "launch", "phase:canonical_launch")
+    wrap(gen.passes, "apply_oldest", "phase:canonical_finish")
     wrap(gen, "_admit", "phase:admit")
     for name in ("launch", "finish"):
         if hasattr(gen.verifier, name):

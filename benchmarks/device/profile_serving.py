@@ -99,8 +99,10 @@ def main() -> None:
     result["warmup_s"] = time.perf_counter() - t
 
     timers = Timers()
-    for name in ("_admit", "_launch_canonical", "_finish_canonical", "_deliver"):
+    for name in ("_admit", "_deliver"):
         timers.wrap(gen, name, name)
+    for name in ("launch", "apply_oldest"):
+        timers.wrap(gen.passes, name, f"passes.{name}")
     fast = gen.fast_step
     for name in ("launch", "_launch_prefill", "read"):
         timers.wrap(fast, name, f"fast_step.{name}")

@@ -36,6 +36,7 @@ from llm42.engine.decode_state import DecodeState
 from llm42.engine.fast_step import FastStep
 from llm42.engine.mixed import MixedStep
 from llm42.engine.prefill import FastPrefill
+from llm42.engine.passes import CanonicalPasses
 from llm42.engine.requests import Request, RequestPool
 from llm42.defaults import default_canonical_size
 from llm42.kv import KVStore, KVStoreProtocol
@@ -50,11 +51,11 @@ from llm42.policies import FastPolicy, FixedShapePolicy
 from llm42.policies.base import ReductionPolicy
 from llm42.policies.fast import canonical_decode_mismatches
 from llm42.prompts import Tokenizer, encode_prompt
-from llm42.runner import ModelRunner, Segment
+from llm42.runner import ModelRunner
 from llm42.scheduler import (ADMISSIONS, DefaultScheduler, Plan, PrefillChunk, Scheduler, SchedulerState,
                              validate_plan)
 from llm42.scoring import ScoreJob, score_jobs
-from llm42.verify import CanonicalConfig, CanonicalWork, Commit, LaunchedPass, Verifier
+from llm42.verify import CanonicalConfig, Verifier
 
 
 def _default_kv_tokens(cfg: ModelConfig, dtype: torch.dtype, device: torch.device, max_num_seqs: int,
@@ -85,10 +86,10 @@ def _planned_windows(plan: Plan, state: SchedulerState) -> dict[int, int]:
     return {v.rid: v.num_candidates for v in state.requests if v.rid in verify}
 
 
-def _wait_ready(launched: LaunchedPass, timeout_s: float) -> bool:
-    """Whether ``launched`` finished within ``timeout_s`` (a result without ``wait_ready``: wait for it)."""
-    wait_ready = getattr(launched.result, "wait_ready", None)
-    return True if wait_ready is None else wait_ready(timeout_s)
+def _finish_request(pool: RequestPool, kv, decode_state: DecodeState, tokenizer, req: Request) -> None:
+    """End ``req``: its K/V, seat and decode row freed, its Completion kept (``RequestPool.finish``)."""
+    pool.finish(req, kv, tokenizer)
+    decode_state.release(req.slot)
 
 
 def _check_injected(name: str, value, protocol, what: str) -> None:
@@ -332,13 +333,12 @@ class DVRGenerator:
                                   max_rows=max_fast_tokens + max_num_seqs, mixed=mixed)
         self._num_steps = 0
         self._events: dict[int, list[int]] = {}
-        self._canonical_in_flight: LaunchedPass | None = None  # the oldest canonical pass in flight
-        # a pass launched behind it without waiting (its staging waits on the device, EngineConfig.chain_passes):
-        # the canonical stream goes from one pass to the next without the host's turn between them
-        self._canonical_chained: LaunchedPass | None = None
-        # whether the verifier can chain passes at all; the scheduler then sees prompts whose chunk is in a pass
-        self._pool.chain_prefill = (bool(getattr(self.verifier, "chains", False))
-                                    and self.config.chain_passes != "off")
+        # the generator's parts, not the generator: a reference back to it would keep its tensors in a cycle
+        self._finish = functools.partial(_finish_request, self._pool, self.kv, self.decode_state, tokenizer)
+        self.passes = CanonicalPasses(self.verifier, pool=self._pool, kv=self.kv, decode_state=self.decode_state,
+                                      fast_step=self.fast_step, config=self.config,
+                                      canonical_config=self.canonical_config, is_drafting_ahead=self._draft_ahead,
+                                      finish=self._finish)
         self._lock = threading.RLock()
         self._is_closed = False
         self._owners: dict[int, _Owner] = {}  # rid -> the generate()/stream() call that submitted it
@@ -555,8 +555,8 @@ class DVRGenerator:
         if state != "running":
             return
         req = self._pool.running[rid]
-        while req.is_verifying and self._canonical_in_flight is not None:
-            self._finish_canonical(self._events)  # it writes req's blocks: let it land before they are freed
+        while req.is_verifying and self.passes.oldest is not None:
+            self.passes.apply_oldest(self._events)  # it writes req's blocks: let it land before they are freed
             self._deliver(self._events)
         if self._pool.running.get(rid) is req:
             req.finish_reason = "abort"
@@ -594,18 +594,12 @@ class DVRGenerator:
         if self._pool.unfreed:
             self._pool.retry_frees(self.kv)
         self._admit()
-        if self._canonical_in_flight is not None:  # a sliced pass's next slice (canonical_slices): one a step
-            advance = getattr(self._canonical_in_flight, "advance", None)
-            if advance is not None:
-                advance()
-        applied = False  # whether this step applied a pass (``split_pass_steps``)
-        while self._canonical_in_flight is not None and self._canonical_in_flight.is_ready():
-            self._finish_canonical(events)
-            applied = True
+        passes = self.passes
+        passes.advance()  # a sliced pass's next slice (canonical_slices): one a step
+        applied = passes.apply_ready(events)  # whether this step applied a pass (``split_pass_steps``)
         state = SchedulerState(self._pool.views(), self.canonical_config.window, self.canonical_config.group,
                                self.config.max_fast_tokens, self._num_steps, self.max_canonical_tokens,
-                               self._max_canonical_results,
-                               (self._canonical_in_flight is not None) + (self._canonical_chained is not None))
+                               self._max_canonical_results, passes.num_in_flight)
         plan = self.scheduler.schedule(state)
         validate_plan(plan, state)
         # each window's candidates as planned (its rows): drafts read back before the pass launches (overlap=False
@@ -614,7 +608,7 @@ class DVRGenerator:
         plan = self._with_drafts_ahead(plan)
         prompt_drafts = self._prompts_to_draft(plan)
         fast = self.fast_step
-        is_idle = fast.in_flight is None and self._canonical_in_flight is None
+        is_idle = fast.in_flight is None and passes.oldest is None
         if plan.is_empty and not prompt_drafts and is_idle and self._pool.running:
             raise RuntimeError(
                 f"scheduler {type(self.scheduler).__name__} returned an empty plan with "
@@ -624,69 +618,21 @@ class DVRGenerator:
         # the pass goes out before the previous fast step is read back where nothing waits for a pass in flight:
         # its host work (staging its rows) then runs while the device finishes that step, instead of after
         early = (self.config.pass_before_read and self.config.overlap and plan.has_canonical_pass
-                 and self._canonical_in_flight is None)
+                 and passes.oldest is None)
         try:
             fast.launch(plan, prompt_drafts)  # leaves what ran in flight, even if part of the step failed
             if early:
-                self._canonical_phase(plan, windows, events, applied)
+                passes.run(plan, windows, events, applied=applied)
         finally:
             fast.read(previous, events, self._finish)
         if not self.config.overlap:
             fast.read(fast.take(), events, self._finish)
-        if plan.is_empty and fast.in_flight is None and self._canonical_in_flight is not None:
+        if plan.is_empty and fast.in_flight is None:
             # nothing else to launch: wait (a little) for the pass here instead of returning an empty step
-            # the caller would spin on. Bounded, so a caller's loop still takes new requests meanwhile
-            # (AsyncEngine drains its commands between steps): a free one may run beside the pass
-            if _wait_ready(self._canonical_in_flight, _IDLE_WAIT_S):
-                self._finish_canonical(events)
+            # the caller would spin on (AsyncEngine drains its commands between steps)
+            passes.wait_briefly(events, _IDLE_WAIT_S)
         if plan.has_canonical_pass and not early:
-            self._canonical_phase(plan, windows, events, applied)
-
-    def _canonical_phase(self, plan: Plan, windows: dict[int, int], events: dict[int, list[int]],
-                         applied: bool) -> None:
-        """The plan's canonical pass: launched (chained behind the pass in flight, or after it is applied),
-        deferred while one runs, or left to the next step (``split_pass_steps``); ``applied``: whether this step
-        applied a pass already."""
-        fast = self.fast_step
-        if applied and self._splits_pass_steps():
-            return
-        in_flight = self._canonical_in_flight
-        if in_flight is not None and self._pool.chain_prefill and not in_flight.is_ready():
-            # behind the pass in flight (at most two in flight): the plan's windows belong to requests in no
-            # pass (the scheduler sees no other), its prompt chunks to new prompts or follow chunks in flight
-            is_next_chunks = not plan.verify and all(self._pool.running[c.rid].is_verifying
-                                                     for c in plan.canonical_prefill)
-            if self._canonical_chained is None and (is_next_chunks or self.config.chain_passes == "all"):
-                self._canonical_chained = self._launch_canonical(plan, windows)
-                return
-            if is_next_chunks:  # a long prompt's next chunk: the oldest applied, the chained one is the oldest
-                self._finish_canonical(events)
-                self._canonical_chained = self._launch_canonical(plan, windows)
-                return
-        if (in_flight is not None and self._draft_ahead and fast.in_flight is not None
-                and not in_flight.is_ready()):
-            # the pass in flight (or two, one chained behind the other) still running: the loop does not wait
-            # for it: this step's windows and prompt chunks go to a later pass, their requests draft ahead
-            self.stats["deferred_passes"] += 1
-            return
-        while self._canonical_in_flight is not None:  # windows wait for what the passes in flight commit
-            self._finish_canonical(events)
-            applied = True
-        if applied and self._splits_pass_steps():
-            return
-        self._canonical_in_flight = self._launch_canonical(plan, windows)
-        # applied now when it has already finished (always on the CPU without canonical_thread), else later
-        launched = self._canonical_in_flight
-        if launched is not None and (not self.config.overlap or launched.is_ready()):
-            self._finish_canonical(events)
-
-    def _splits_pass_steps(self) -> bool:
-        """With ``split_pass_steps``, in a step that applied a pass: whether the pass it planned waits for the next
-        step (its requests can draft ahead meanwhile: a fast step is in flight); counted in ``split_passes``."""
-        if not (self.config.split_pass_steps and self._draft_ahead and self.fast_step.in_flight is not None):
-            return False
-        self.stats["split_passes"] += 1
-        return True
+            passes.run(plan, windows, events, applied=applied)
 
     def _with_drafts_ahead(self, plan: Plan) -> Plan:
         """The plan plus, in the fast step's spare rows, a decode row for each deterministic request whose
@@ -852,8 +798,8 @@ class DVRGenerator:
             tokens = self._check_completion(completion)
             self._check(ids, dataclasses.replace(p, max_new_tokens=max(1, len(tokens))))
             jobs.append(ScoreJob(-1, ids + tokens, len(ids), p, 0))
-        while self._canonical_in_flight is not None:  # its static buffers are the ones scoring uses
-            self._finish_canonical(self._events)
+        while self.passes.oldest is not None:  # its static buffers are the ones scoring uses
+            self.passes.apply_oldest(self._events)
             self._deliver(self._events)
         for job in jobs:
             job.rid = self._num_ids
@@ -911,8 +857,7 @@ class DVRGenerator:
     def _drain(self) -> None:
         """Apply the fast step and canonical pass still in flight (no request runs: nothing is committed)."""
         self.fast_step.read(self.fast_step.take(), self._events, self._finish)
-        while self._canonical_in_flight is not None:
-            self._finish_canonical(self._events)
+        self.passes.drain(self._events)
 
     # -- life cycle -----------------------------------------------------------------------------
     def close(self) -> None:
@@ -926,9 +871,9 @@ class DVRGenerator:
             if self._is_closed:
                 return
             try:
-                while self._canonical_in_flight is not None:
+                while self.passes.oldest is not None:
                     try:  # apply it (its commits are kept); one that failed is dropped, the rest still closes
-                        self._finish_canonical(self._events)
+                        self.passes.apply_oldest(self._events)
                     except Exception:  # noqa: BLE001 - close must free everything whatever the pass did
                         pass
                 for rid in [r.rid for r in self._pool.waiting] + list(self._pool.running):
@@ -945,8 +890,7 @@ class DVRGenerator:
                 self._pool.finished.clear()
                 self._owners.clear()
                 self._events = {}
-                self._canonical_in_flight = self._canonical_chained = None
-                self.kv = self.decode_state = self.fast_step = None
+                self.kv = self.decode_state = self.fast_step = self.passes = self._finish = None
                 self.verifier = self.runner = self.weights = None
 
     @property
@@ -963,97 +907,6 @@ class DVRGenerator:
     def _admit(self) -> None:
         for req in self._pool.admit(self.kv, self._num_steps):
             self.decode_state.admit(req.slot, req.rid, req.params, req.seed)
-
-    def _launch_canonical(self, plan: Plan, windows: dict[int, int]) -> LaunchedPass | None:
-        """Launch the plan's canonical pass; returns it in flight (None: a synchronous verifier, applied here).
-
-        ``windows``: each verify request's candidates as the scheduler saw them (``_planned_windows``): a window
-        holds no more, whatever was read back since."""
-        running = self._pool.running
-        work: list[CanonicalWork] = []
-        for chunk in plan.canonical_prefill:
-            req = running[chunk.rid]
-            start = req.prefill_frontier
-            seg = Segment(req.rid, tuple(req.prompt[start: start + chunk.num_tokens]), start, req.params, req.seed)
-            work.append(CanonicalWork(seg, is_prefill=True, is_last_chunk=seg.end == len(req.prompt)))
-        for rid in plan.verify:
-            req = running[rid]
-            start = req.num_committed - 1
-            req.num_in_pass = min(len(req.candidates), req.window_depth(self.canonical_config.window), windows[rid])
-            window = (req.committed_token(start), *req.candidates[: req.num_in_pass])
-            work.append(CanonicalWork(Segment(req.rid, window, start, req.params, req.seed), is_prefill=False))
-        launch = getattr(self.verifier, "launch", None)
-        num_rows = self.canonical_config.num_rows
-        launched = None
-        if launch is None:  # a user's verifier with verify() only: synchronous
-            self._apply_commits(work, self.verifier.verify(work, self.kv), self._events)
-        else:
-            launched = launch(work, self.kv)
-            num_rows = getattr(launched.result, "num_rows", None) or num_rows
-            for w in work:
-                req = running[w.segment.rid]
-                req.num_passes += 1
-                if w.is_prefill:
-                    req.num_prefill_launched = w.segment.end
-                else:  # its window's positions are the pass's to write, even with drafts ahead
-                    self.decode_state.set_protect(req.slot, w.segment.end)
-        self.stats["canonical_passes"] += 1
-        self.stats["canonical_rows"] += num_rows
-        self.stats["canonical_rows_used"] += sum(len(w.segment.tokens) for w in work)
-        return launched
-
-    def _finish_canonical(self, events: dict[int, list[int]]) -> None:
-        """Apply the oldest canonical pass in flight (waiting for it); a pass chained behind it becomes the oldest."""
-        launched, self._canonical_in_flight = self._canonical_in_flight, self._canonical_chained
-        self._canonical_chained = None
-        running = self._pool.running
-        try:
-            commits = (self.verifier.finish(launched, self.kv, truncate=False) if self._draft_ahead
-                       else self.verifier.finish(launched, self.kv))
-        except BaseException:
-            self._drop_chained(launched)
-            raise
-        finally:
-            for w in launched.work:
-                running[w.segment.rid].num_passes -= 1
-        self._apply_commits(launched.work, commits, events, truncate=self._draft_ahead)
-
-    def _drop_chained(self, failed: LaunchedPass) -> None:
-        """A pass failed: its prompt chunks are launched again from their requests' committed prefill, and a pass
-        chained behind it (which read their K/V) is waited for and dropped the same way, nothing of it applied."""
-        chained, dropped = self._canonical_in_flight, [failed]
-        if chained is not None and chained is not failed:
-            self._canonical_in_flight = None
-            dropped.append(chained)
-            try:
-                chained.result.wait()  # it writes K/V: let it land before anything reuses the blocks
-            except Exception:  # noqa: BLE001 - dropped either way; the first pass's error is the one raised
-                pass
-            for w in chained.work:
-                self._pool.running[w.segment.rid].num_passes -= 1
-        for launched in dropped:
-            for w in launched.work:
-                req = self._pool.running[w.segment.rid]
-                req.num_prefill_launched = req.num_prefilled
-
-    def _apply_commits(self, work: list[CanonicalWork], commits: list[Commit], events: dict[int, list[int]], *,
-                       truncate: bool = False) -> None:
-        """``truncate``: the engine rolls each request's K/V back (the verifier left it: drafts ahead)."""
-        state = self.decode_state
-        for commit in commits:
-            req = self._pool.running[commit.rid]
-            is_finished, keeps = self._pool.apply_commit(req, commit, self.kv, events, truncate=truncate)
-            state.sync_table(req.slot, req.rid)  # the pass appended blocks, the rollback may have dropped some
-            if is_finished:
-                self._finish(req)
-                continue
-            state.set_protect(req.slot, commit.num_kv_valid)  # canonical K/V now: no decode step writes there
-            if commit.token_ids and not keeps:  # else the device already feeds the drafts ahead
-                state.set_next(req.slot, req.token_ids[-1], req.num_committed - 1)
-
-    def _finish(self, req: Request) -> None:
-        self._pool.finish(req, self.kv, self.tokenizer)
-        self.decode_state.release(req.slot)
 
     # -- helpers for tests and tools -------------------------------------------------------------
     @property

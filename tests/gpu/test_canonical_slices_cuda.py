@@ -29,7 +29,7 @@ pytestmark = pytest.mark.gpu
 def _slices_left(gen):
     """Per step, whether a pass is in flight with slices left."""
     def counted() -> bool:
-        in_flight = gen._canonical_in_flight
+        in_flight = gen.passes.oldest
         return in_flight is not None and in_flight.result.has_pending_slices
 
     return counted

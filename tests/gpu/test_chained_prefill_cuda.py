@@ -52,7 +52,7 @@ def _held_generator(llama8b, *, chained: bool, racing_staging: bool = False):
     cpass = gen.verifier.canonical_pass
     assert gen._pool.chain_prefill and cpass.chains  # CUDA: chaining is on by default
     gen._pool.chain_prefill = chained
-    behind = _hold_passes(gen, lambda work: gen._canonical_in_flight is not None)
+    behind = _hold_passes(gen, lambda work: gen.passes.oldest is not None)
     if racing_staging:
         gen.generate([[5, 6, 7]], [PARAMS[0]])  # binds the pass's static buffers
         side = torch.cuda.Stream()
@@ -105,7 +105,7 @@ def _windows_generator(llama8b, chain: str):
     verify), so the requests a pass leaves out have windows due while it is in flight: behind it
     (``chain_passes="all"``) or waiting for it (``"off"``). The per-launch record says which chained."""
     gen = make_generator(llama8b, chain_passes=chain, max_canonical_tokens=256, wide_verify=False)
-    behind = _hold_passes(gen, lambda work: (gen._canonical_in_flight is not None,
+    behind = _hold_passes(gen, lambda work: (gen.passes.oldest is not None,
                                              sum(not w.is_prefill for w in work)))
     return gen, behind
 

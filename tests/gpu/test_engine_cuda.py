@@ -74,7 +74,7 @@ class FastStepsBesidePasses:
         launch = gen.fast_step.launch
 
         def counting_launch(plan, *args):
-            in_flight = gen._canonical_in_flight
+            in_flight = gen.passes.oldest
             self.count += bool(plan.fast_decode) and in_flight is not None and not in_flight.is_ready()
             return launch(plan, *args)
 

@@ -59,17 +59,17 @@ def _early_launches(gen):
     """Passes held back; per step, whether a pass went out before the previous fast step's read-back."""
     _hold_passes(gen, lambda work: None)
     order: list[str] = []
-    read, launch = gen.fast_step.read, gen._launch_canonical
+    read, launch = gen.fast_step.read, gen.passes.launch
 
     def logged_read(*args, **kw):
         order.append("read")
         return read(*args, **kw)
 
-    def logged_launch(plan, windows):
+    def logged_launch(*args, **kw):
         order.append("launch")
-        return launch(plan, windows)
+        return launch(*args, **kw)
 
-    gen.fast_step.read, gen._launch_canonical = logged_read, logged_launch
+    gen.fast_step.read, gen.passes.launch = logged_read, logged_launch
 
     def counted() -> bool:
         early = "launch" in order and "read" in order and order.index("launch") < order.index("read")

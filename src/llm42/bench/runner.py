@@ -269,16 +269,17 @@ def _stats_since(gen: DVRGenerator, before: dict[str, int]) -> dict[str, int]:
 
 # (name, owner, method): the engine phases an online run times per step (``StepRecord.phases``); "apply" and
 # "launch" hold "pass_wait" / "commits" and "stage"
-PHASES = (("admit", "gen", "_admit"), ("apply", "gen", "_finish_canonical"), ("pass_wait", "verifier", "finish"),
-          ("commits", "gen", "_apply_commits"), ("schedule", "scheduler", "schedule"),
+PHASES = (("admit", "gen", "_admit"), ("apply", "passes", "apply_oldest"), ("pass_wait", "verifier", "finish"),
+          ("commits", "passes", "_apply_commits"), ("schedule", "scheduler", "schedule"),
           ("fast_launch", "fast_step", "launch"), ("fast_read", "fast_step", "read"),
-          ("launch", "gen", "_launch_canonical"), ("stage", "canonical_pass", "stage"))
+          ("launch", "passes", "launch"), ("stage", "canonical_pass", "stage"))
 
 
 def _time_phases(gen: DVRGenerator, totals: dict[str, float]) -> None:
     """Wrap each of ``PHASES``' methods on its instance (the class is untouched): its wall time adds to
     ``totals[name]``. A phase whose owner the generator lacks (an injected verifier) is skipped."""
-    owners = {"gen": gen, "verifier": gen.verifier, "scheduler": gen.scheduler, "fast_step": gen.fast_step,
+    owners = {"gen": gen, "passes": gen.passes, "verifier": gen.verifier, "scheduler": gen.scheduler,
+              "fast_step": gen.fast_step,
               "canonical_pass": getattr(gen.verifier, "canonical_pass", None)}
     for name, owner_name, method in PHASES:
         owner = owners[owner_name]
