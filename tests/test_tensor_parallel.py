@@ -17,6 +17,7 @@ the tests below each check one property of its results:
 from __future__ import annotations
 
 import dataclasses
+import importlib
 from pathlib import Path
 
 import pytest
@@ -24,11 +25,14 @@ import torch
 import torch.nn.functional as F
 
 from llm42 import DVRGenerator, SamplingParams
-from llm42.distributed import launch, shard_config
+from llm42.distributed import RendezvousError, launch, shard_config
 from llm42.model.loader import embedded_model_path, load_config
 from llm42.ops import exact
 
 from . import tp_jobs
+
+# the module (the package's ``launch`` is its function of that name)
+launch_module = importlib.import_module("llm42.distributed.launch")
 
 NUM_BATCHES, SEED = 2, 3
 
@@ -132,6 +136,37 @@ def test_tensor_parallel_must_divide_kv_heads_and_ffn():
 def test_launch_raises_a_failing_ranks_traceback():
     with pytest.raises(RuntimeError, match=r"(?s)rank 1 failed.*ValueError: rank 1 was told to fail"):
         launch(tp_jobs.raise_on_rank, 1, tensor_parallel=2, backend="gloo", num_threads=1, timeout_s=120)
+
+
+def test_launch_starts_a_job_again_when_its_ranks_cannot_form_a_group(monkeypatch):
+    attempts = []
+
+    def flaky(*args):
+        attempts.append(args)
+        if len(attempts) < launch_module.RENDEZVOUS_ATTEMPTS:
+            raise RendezvousError("rank 1 could not join the process group: connection closed by peer")
+        return [0, 1]
+
+    monkeypatch.setattr(launch_module, "_launch_once", flaky)
+    assert launch(tp_jobs.raise_on_rank, 1, tensor_parallel=2, backend="gloo") == [0, 1]
+    assert len(attempts) == launch_module.RENDEZVOUS_ATTEMPTS
+
+
+def test_a_rendezvous_that_always_fails_is_raised_after_the_last_attempt():
+    # a real one: NCCL ranks on a machine without CUDA fail while joining the group, before the job runs
+    if torch.cuda.is_available():
+        pytest.skip("needs a machine without CUDA (NCCL's rendezvous fails there)")
+    with pytest.raises(RendezvousError, match=rf"(?s){launch_module.RENDEZVOUS_ATTEMPTS} attempts failed.*"
+                                              r"could not join the process group"):
+        launch(tp_jobs.raise_on_rank, 0, tensor_parallel=1, backend="nccl", num_threads=1, timeout_s=120)
+
+
+def test_a_job_that_raises_is_not_started_again(tmp_path):
+    # negative control of the retries: only a failed rendezvous starts a job again, never the job's own error
+    runs = tmp_path / "runs"
+    with pytest.raises(RuntimeError, match="told to fail"):
+        launch(tp_jobs.count_and_raise, str(runs), tensor_parallel=1, backend="gloo", num_threads=1, timeout_s=120)
+    assert runs.read_text() == "ran\n"
 
 
 def test_launch_rejects_bad_arguments():

@@ -137,3 +137,10 @@ def raise_on_rank(bad_rank: int) -> int:
     if rank == bad_rank:
         raise ValueError(f"rank {rank} was told to fail")
     return rank
+
+
+def count_and_raise(path: str) -> None:
+    """Append a line to ``path`` (one per run of this job on this rank), then raise."""
+    with open(path, "a") as f:
+        f.write("ran\n")
+    raise ValueError("told to fail")

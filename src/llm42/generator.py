@@ -30,12 +30,10 @@ from pathlib import Path
 
 import torch
 
-from llm42.cuda_graphs import DecodeGraphs, lend_streams
+from llm42.cuda_graphs import lend_streams
 from llm42.engine.config import EngineConfig, positive_int
 from llm42.engine.decode_state import DecodeState
 from llm42.engine.fast_step import FastStep
-from llm42.engine.mixed import MixedStep
-from llm42.engine.prefill import FastPrefill
 from llm42.engine.passes import CanonicalPasses
 from llm42.engine.requests import Request, RequestPool
 from llm42.defaults import default_canonical_size
@@ -197,28 +195,9 @@ class DVRGenerator:
         _check_injected("canonical_policy", canonical_policy, ReductionPolicy, "a ReductionPolicy")
         _check_injected("kv_store", kv_store, KVStoreProtocol, "a KVStoreProtocol")
         _check_injected("tokenizer", tokenizer, Tokenizer, "a tokenizer (callable, with decode(ids))")
-        if self.config.canonical_slices > cfg.num_layers:
-            raise ValueError(f"DVRGenerator canonical_slices ({canonical_slices}) exceeds the model's "
-                             f"{cfg.num_layers} layers")
-        if window > cfg.max_position_embeddings:
-            raise ValueError(f"window ({window}) exceeds the model's context of {cfg.max_position_embeddings} tokens")
+        self.config.check_model(cfg, window=window)
         if verifier is not None:
-            if not callable(getattr(verifier, "verify", None)):
-                raise TypeError(f"verifier must have verify(work, kv), got {type(verifier).__name__}")
-            if canonical_policy is not None:
-                raise ValueError("pass canonical_policy or verifier, not both: a verifier brings its own policy")
-            if canonical_stream:
-                raise ValueError("pass canonical_stream or verifier, not both: a verifier runs its own passes "
-                                 "(Verifier(..., use_stream=True))")
-            if canonical_sms is not None:
-                raise ValueError("pass canonical_sms or verifier, not both: a verifier runs its own passes "
-                                 "(Verifier(..., use_stream=True, num_sms=...))")
-            if canonical_priority != "low":
-                raise ValueError("pass canonical_priority or verifier, not both: a verifier runs its own passes "
-                                 "(Verifier(..., use_stream=True, priority=-1))")
-            if self.config.canonical_slices != 1:
-                raise ValueError("pass canonical_slices or verifier, not both: a verifier runs its own passes "
-                                 "(Verifier(..., num_slices=N))")
+            self.config.check_injected_verifier(verifier, has_canonical_policy=canonical_policy is not None)
         if kv_store is not None:
             kv_capacity = kv_store.num_blocks * kv_store.block_size
         else:
@@ -237,20 +216,8 @@ class DVRGenerator:
         self.canonical_policy = canonical_policy if canonical_policy is not None else FixedShapePolicy()
         is_graphed = use_cuda_graphs and self.device.type == "cuda"
         is_cuda = self.device.type == "cuda"
-        if canonical_stream is None:  # on CUDA the default: fast steps run beside the passes (round 9)
-            canonical_stream = is_cuda and verifier is None
-        if is_cuda and self.config.canonical_sms is not None:
-            if not canonical_stream:
-                raise ValueError("DVRGenerator canonical_sms confines the canonical pass's own stream: it needs "
-                                 "canonical_stream (True or None), got canonical_stream=False")
-            total = torch.cuda.get_device_properties(self.device).multi_processor_count
-            if self.config.canonical_sms > total:
-                raise ValueError(f"DVRGenerator canonical_sms ({self.config.canonical_sms}) exceeds the device's "
-                                 f"{total} SMs")
-        if is_cuda and self.config.canonical_priority != "low" and not canonical_stream:
-            raise ValueError(f"DVRGenerator canonical_priority={self.config.canonical_priority!r} raises the "
-                             "canonical pass's own stream: it needs canonical_stream (True or None), got "
-                             "canonical_stream=False")
+        # on CUDA the default: fast steps run beside the passes (round 9)
+        canonical_stream = self.config.resolve_canonical_stream(self.device, has_verifier=verifier is not None)
         # prioritize_fast: each step's work on a high-priority stream (CUDA's priorities: lower is higher; -1 is
         # in every device's range), the canonical pass's stream keeping the default, lowest priority
         self._step_stream = (lend_streams(self, self.device, 1, priority=-1)[0] if is_cuda and prioritize_fast
@@ -310,27 +277,14 @@ class DVRGenerator:
         self.kv = kv_store
         self.decode_state = DecodeState(weights, cfg, self.kv, self.fast_policy, max_num_seqs=max_num_seqs,
                                         max_model_len=self.max_model_len)
-        # the fast path's CUDA-graph objects are made here, once, and handed to the fast step
-        decode_graphs = None
-        is_fast_graphed = is_graphed and getattr(self.fast_policy, "is_graph_safe", False)
-        if is_fast_graphed:
-            decode_graphs = DecodeGraphs(self.decode_state, max_batch_size=min(max_num_seqs, max_fast_tokens))
-        fast_prefill = FastPrefill(weights, cfg, self.kv, self.fast_policy, max_rows=max_fast_tokens,
-                                   max_seqs=min(32, max_num_seqs), use_graph=is_fast_graphed,
-                                   max_model_len=self.max_model_len, bucket_step=self.config.bucket_step(cfg))
         self._rng = random.Random(seed)  # seeds for non-deterministic requests that give none
         self._num_ids = 0
         self._pool = RequestPool(max_num_seqs=max_num_seqs, window=window, adaptive_draft=adaptive_draft,
                                  risk_margin=float(risk_margin), admission=admission,
                                  max_wait_steps=max_wait_steps)
         self.stats = self._pool.stats
-        is_mixed = is_fast_graphed if mixed_steps is None else mixed_steps
-        mixed = (MixedStep(self.decode_state, fast_prefill, decode_graphs, use_graph=is_fast_graphed,
-                           bucket_step=self.config.bucket_step(cfg))
-                 if is_mixed else None)
-        self.fast_step = FastStep(self.runner, self.kv, self.decode_state, decode_graphs, fast_prefill,
-                                  self.fast_policy, self._pool, device=self.device,
-                                  max_rows=max_fast_tokens + max_num_seqs, mixed=mixed)
+        self.fast_step = FastStep.of_config(self.runner, self.kv, self.decode_state, self.fast_policy, self._pool,
+                                            self.config, max_model_len=self.max_model_len, use_graphs=is_graphed)
         self._num_steps = 0
         self._events: dict[int, list[int]] = {}
         # the generator's parts, not the generator: a reference back to it would keep its tensors in a cycle

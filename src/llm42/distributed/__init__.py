@@ -7,8 +7,8 @@ generator methods in the same order (see ``launch``'s module docstring).
 """
 
 from llm42.distributed.group import TensorParallel
-from llm42.distributed.launch import default_backend, init_tensor_parallel, launch
+from llm42.distributed.launch import RendezvousError, default_backend, init_tensor_parallel, launch
 from llm42.distributed.shard import check_shardable, load_shard, shard_config
 
-__all__ = ["TensorParallel", "check_shardable", "default_backend", "init_tensor_parallel", "launch", "load_shard",
-           "shard_config"]
+__all__ = ["RendezvousError", "TensorParallel", "check_shardable", "default_backend", "init_tensor_parallel",
+           "launch", "load_shard", "shard_config"]

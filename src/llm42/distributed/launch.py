@@ -53,6 +53,14 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+# how often ``launch`` starts a job whose ranks could not form their process group (each time on a new port)
+RENDEZVOUS_ATTEMPTS = 3
+
+
+class RendezvousError(RuntimeError):
+    """The ranks of a job could not form their process group (before ``fn`` ran on any of them)."""
+
+
 def _worker(rank: int, world_size: int, backend: str, port: int, num_threads: int | None,
             fn: Callable, args: tuple, results) -> None:
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank),
@@ -60,11 +68,16 @@ def _worker(rank: int, world_size: int, backend: str, port: int, num_threads: in
     if num_threads is not None:
         torch.set_num_threads(num_threads)
     try:
-        init_tensor_parallel(backend)
-        # plain pickle: tensors travel by value (a queue would share their storage, gone once the rank exits)
-        results.put((rank, True, pickle.dumps(fn(*args))))
-    except BaseException:  # reported to the launcher, which raises it
-        results.put((rank, False, traceback.format_exc()))
+        try:
+            init_tensor_parallel(backend)
+        except BaseException:  # reported to the launcher, which starts the job again
+            results.put((rank, "rendezvous", traceback.format_exc()))
+            return
+        try:
+            # plain pickle: tensors travel by value (a queue would share their storage, gone once the rank exits)
+            results.put((rank, "ok", pickle.dumps(fn(*args))))
+        except BaseException:  # reported to the launcher, which raises it
+            results.put((rank, "failed", traceback.format_exc()))
     finally:
         if dist.is_initialized():
             dist.destroy_process_group()
@@ -81,12 +94,29 @@ def launch(fn: Callable[..., Any], *args, tensor_parallel: int, backend: str | N
     rank, ``cuda:rank``); default NCCL where CUDA is available. ``num_threads``
     sets each rank's torch thread count. A rank that raises (or a job past
     ``timeout_s``) stops every rank and raises RuntimeError with its traceback.
+    A job whose ranks could not form their process group (a rendezvous that
+    failed: a port taken meanwhile, a peer's connection dropped on a loaded
+    host) is stopped and started again on a new port, up to
+    ``RENDEZVOUS_ATTEMPTS`` times in all, then ``RendezvousError`` with the
+    last rank's traceback; ``fn`` had not started on the rank that reported it.
     """
     if not isinstance(tensor_parallel, int) or isinstance(tensor_parallel, bool) or tensor_parallel < 1:
         raise ValueError(f"tensor_parallel must be a positive int, got {tensor_parallel!r}")
     backend = default_backend() if backend is None else backend
     if backend not in ("gloo", "nccl"):
         raise ValueError(f"backend must be 'gloo' or 'nccl', got {backend!r}")
+    attempt = 1
+    while True:
+        try:
+            return _launch_once(fn, args, tensor_parallel, backend, num_threads, timeout_s)
+        except RendezvousError as exc:
+            if attempt == RENDEZVOUS_ATTEMPTS:
+                raise RendezvousError(f"{attempt} attempts failed; the last: {exc}") from None
+            attempt += 1
+
+
+def _launch_once(fn: Callable[..., Any], args: tuple, tensor_parallel: int, backend: str, num_threads: int | None,
+                 timeout_s: float) -> list[Any]:
     ctx = mp.get_context("spawn")
     results = ctx.SimpleQueue()
     port = _free_port()
@@ -97,8 +127,10 @@ def launch(fn: Callable[..., Any], *args, tensor_parallel: int, backend: str | N
     outputs: dict[int, Any] = {}
     try:
         for _ in procs:
-            rank, is_ok, value = _get(results, procs, timeout_s)
-            if not is_ok:
+            rank, status, value = _get(results, procs, timeout_s)
+            if status == "rendezvous":
+                raise RendezvousError(f"tensor-parallel rank {rank} could not join the process group:\n{value}")
+            if status != "ok":
                 raise RuntimeError(f"tensor-parallel rank {rank} failed:\n{value}")
             outputs[rank] = pickle.loads(value)
     finally:

@@ -6,6 +6,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING
 
+import torch
+
 if TYPE_CHECKING:
     from llm42.model.config import ModelConfig
 
@@ -245,6 +247,51 @@ class EngineConfig:
         """The config of the engine knobs among ``kwargs`` (others ignored): rejects bad ones before
         anything is loaded."""
         return cls(**{f.name: kwargs[f.name] for f in fields(cls) if f.name in kwargs})
+
+    def check_model(self, cfg: ModelConfig, *, window: int) -> None:
+        """Refuse knobs ``cfg`` cannot take: more canonical slices than layers, a window past the context."""
+        if self.canonical_slices > cfg.num_layers:
+            raise ValueError(f"DVRGenerator canonical_slices ({self.canonical_slices}) exceeds the model's "
+                             f"{cfg.num_layers} layers")
+        if window > cfg.max_position_embeddings:
+            raise ValueError(f"window ({window}) exceeds the model's context of {cfg.max_position_embeddings} tokens")
+
+    def check_injected_verifier(self, verifier, *, has_canonical_policy: bool) -> None:
+        """Refuse the knobs of llm42's own canonical pass beside a user's ``verifier``, which runs its own passes
+        (TypeError: no ``verify``)."""
+        if not callable(getattr(verifier, "verify", None)):
+            raise TypeError(f"verifier must have verify(work, kv), got {type(verifier).__name__}")
+        if has_canonical_policy:
+            raise ValueError("pass canonical_policy or verifier, not both: a verifier brings its own policy")
+        for knob, is_set, instead in (
+                ("canonical_stream", bool(self.canonical_stream), "use_stream=True"),
+                ("canonical_sms", self.canonical_sms is not None, "use_stream=True, num_sms=..."),
+                ("canonical_priority", self.canonical_priority != "low", "use_stream=True, priority=-1"),
+                ("canonical_slices", self.canonical_slices != 1, "num_slices=N")):
+            if is_set:
+                raise ValueError(f"pass {knob} or verifier, not both: a verifier runs its own passes "
+                                 f"(Verifier(..., {instead}))")
+
+    def resolve_canonical_stream(self, device: torch.device, *, has_verifier: bool) -> bool:
+        """``canonical_stream`` resolved on ``device`` (``None``: on CUDA unless a verifier is injected), with the
+        knobs that need the pass's own stream checked against it (and ``canonical_sms`` against the SMs)."""
+        is_cuda = device.type == "cuda"
+        use_stream = is_cuda and not has_verifier if self.canonical_stream is None else self.canonical_stream
+        if not is_cuda:
+            return use_stream
+        if self.canonical_sms is not None:
+            if not use_stream:
+                raise ValueError("DVRGenerator canonical_sms confines the canonical pass's own stream: it needs "
+                                 "canonical_stream (True or None), got canonical_stream=False")
+            total = torch.cuda.get_device_properties(device).multi_processor_count
+            if self.canonical_sms > total:
+                raise ValueError(f"DVRGenerator canonical_sms ({self.canonical_sms}) exceeds the device's "
+                                 f"{total} SMs")
+        if self.canonical_priority != "low" and not use_stream:
+            raise ValueError(f"DVRGenerator canonical_priority={self.canonical_priority!r} raises the "
+                             "canonical pass's own stream: it needs canonical_stream (True or None), got "
+                             "canonical_stream=False")
+        return use_stream
 
     def canonical_stream_priorities(self) -> tuple[int, int | None]:
         """(``priority``, ``prompt_priority``) of the canonical pass's streams (``CanonicalPass``), from

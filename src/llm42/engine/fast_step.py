@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 import torch
 
 from llm42.cuda_graphs import DecodeGraphs
+from llm42.engine.config import EngineConfig
 from llm42.engine.decode_state import DecodeState, to_device
 from llm42.engine.mixed import MixedStep
 from llm42.engine.prefill import FastPrefill
@@ -109,6 +110,26 @@ class FastStep:
         self._readback = [(torch.zeros(max_rows, dtype=torch.int64, pin_memory=pin),
                            torch.zeros(max_rows, dtype=torch.float32, pin_memory=pin)) for _ in range(2)]
         self._readback_turn = 0
+
+    @classmethod
+    def of_config(cls, runner: ModelRunner, kv: KVStoreProtocol, decode_state: DecodeState, policy: ReductionPolicy,
+                  pool: RequestPool, config: EngineConfig, *, max_model_len: int, use_graphs: bool) -> FastStep:
+        """The fast step of an engine of ``config``, with the parts it drives, made here once: the static prompt
+        staging (``FastPrefill``) and, where ``use_graphs`` (CUDA) and the policy can be captured, the decode
+        graphs per batch bucket and, with ``mixed_steps``, the mixed step's graphs."""
+        cfg = runner.cfg
+        is_graphed = use_graphs and getattr(policy, "is_graph_safe", False)
+        decode_graphs = (DecodeGraphs(decode_state, max_batch_size=min(config.max_num_seqs, config.max_fast_tokens))
+                         if is_graphed else None)
+        bucket_step = config.bucket_step(cfg)
+        fast_prefill = FastPrefill(runner.weights, cfg, kv, policy, max_rows=config.max_fast_tokens,
+                                   max_seqs=min(32, config.max_num_seqs), use_graph=is_graphed,
+                                   max_model_len=max_model_len, bucket_step=bucket_step)
+        is_mixed = is_graphed if config.mixed_steps is None else config.mixed_steps
+        mixed = (MixedStep(decode_state, fast_prefill, decode_graphs, use_graph=is_graphed, bucket_step=bucket_step)
+                 if is_mixed else None)
+        return cls(runner, kv, decode_state, decode_graphs, fast_prefill, policy, pool, device=runner.weights.device,
+                   max_rows=config.max_fast_tokens + config.max_num_seqs, mixed=mixed)
 
     def take(self) -> FastRecord | None:
         """Hand over the step in flight (None when there is none); the caller reads it."""
