@@ -144,7 +144,10 @@ class Scheduler(Protocol):
     which the engine admits waiting requests while seats and K/V reservations are short (``DefaultScheduler``).
     """
 
-    def schedule(self, state: SchedulerState) -> Plan: ...
+    def schedule(self, state: SchedulerState) -> Plan:
+        """This step's plan from ``state`` (a snapshot: the scheduler holds no engine state); ``validate_plan``
+        refuses one the engine cannot run (``InvalidPlanError``)."""
+        ...
 
 
 class InvalidPlanError(RuntimeError):

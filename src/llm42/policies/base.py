@@ -34,23 +34,35 @@ class ReductionPolicy(Protocol):
     name: str
     is_shape_closed: bool
 
-    def linear(self, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor: ...
+    def linear(self, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+        """``x @ weight.T + bias``: x [N, in], weight [out, in], bias [out] or None -> [N, out]. A canonical
+        policy must give a row the same bits whatever N is and whatever the other rows hold (at its fixed M)."""
+        ...
 
-    def rms_norm(self, x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor: ...
+    def rms_norm(self, x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+        """RMSNorm of each row of x [N, H] times weight [H]; a row's result depends on that row alone."""
+        ...
 
     def attention(
         self,
-        q: torch.Tensor,
-        k_cache: torch.Tensor,
-        v_cache: torch.Tensor,
+        q: torch.Tensor,  # [N, Hq, D]: one row per token of the step
+        k_cache: torch.Tensor,  # [num_slots, Hkv, D]: paged K of one layer (this step's K already stored)
+        v_cache: torch.Tensor,  # [num_slots, Hkv, D]
         inputs: StepInputs,
         *,
         block_size: int,
         scale: float,
         sliding_window: int | None,
-    ) -> torch.Tensor: ...
+    ) -> torch.Tensor:
+        """Causal attention of each row over its sequence's positions up to its own (``inputs``: positions,
+        block tables, context lengths), [N, Hq, D]. A canonical policy's row must not depend on how the
+        keys are split across programs by the batch (a fixed key order and split)."""
+        ...
 
-    def process_logits(self, logits: torch.Tensor, inputs: StepInputs) -> torch.Tensor: ...
+    def process_logits(self, logits: torch.Tensor, inputs: StepInputs) -> torch.Tensor:
+        """The logits [N, V] the sampler sees; the identity for every library policy but ``NoisyFastPolicy``,
+        which perturbs the fast path's to force rollbacks in tests."""
+        ...
 
 
 @runtime_checkable
