@@ -18,7 +18,7 @@ from llm42 import DVRGenerator
 from llm42.model.weights import random_weights
 from llm42.policies import NoisyFastPolicy
 from llm42.verify import canonical_pass as canonical_pass_module
-from llm42.verify.canonical_pass import slice_bounds
+from llm42.verify.pass_shapes import slice_bounds
 from tests.helpers import launch_prompt_pass, pass_bits, tiny_config
 from tests.test_canonical_thread import _requests
 from tests.test_split_pass_steps import assert_alone_bits

@@ -171,9 +171,10 @@ def test_an_interrupted_wait_returns_only_once_the_worker_is_done(monkeypatch):
     raised only after it has finished (the caller may then free those blocks)."""
     from concurrent.futures import ThreadPoolExecutor
 
-    import llm42.verify.canonical_pass as canonical_pass
+    import llm42.verify.pass_result as pass_result
+    from llm42.verify.pass_result import PassResult
 
-    real_wait, calls = canonical_pass.concurrent.futures.wait, []
+    real_wait, calls = pass_result.concurrent.futures.wait, []
 
     def interrupted_once(futures, timeout=None):
         calls.append(timeout)
@@ -187,8 +188,8 @@ def test_an_interrupted_wait_returns_only_once_the_worker_is_done(monkeypatch):
 
     with ThreadPoolExecutor(max_workers=1) as worker:
         future = worker.submit(slow_pass)
-        result = canonical_pass.PassResult(None, None, None, future=future)
-        monkeypatch.setattr(canonical_pass.concurrent.futures, "wait", interrupted_once)
+        result = PassResult(None, None, None, future=future)
+        monkeypatch.setattr(pass_result.concurrent.futures, "wait", interrupted_once)
         with pytest.raises(KeyboardInterrupt):
             result.wait()
         assert future.done() and len(calls) == 2

@@ -22,7 +22,7 @@ from llm42.ops import exact
 from llm42.policies import FixedShapePolicy
 from llm42.policies import fixed_shape
 from llm42.policies.fixed_shape import fixed_row_blocks, position_variant_gemms
-from llm42.verify.canonical_pass import GemmRowBlocks, bucket_gemm_rows, pass_buckets
+from llm42.verify.pass_shapes import GemmRowBlocks, bucket_gemm_rows, pass_buckets
 from tests.helpers import count_windows, prompt_kv, run_beside_free, tiny_config
 
 CFG = tiny_config(max_position_embeddings=256)

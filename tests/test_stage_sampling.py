@@ -19,7 +19,7 @@ from llm42 import DVRGenerator, SamplingParams
 from llm42.model.weights import random_weights
 from llm42.runner import Segment
 from llm42.sampler import sampling_variant
-from llm42.verify.canonical_pass import SamplingRuns
+from llm42.verify.sampling_runs import SamplingRuns
 from tests.helpers import tiny_config
 
 CFG = tiny_config()

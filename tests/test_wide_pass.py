@@ -17,7 +17,8 @@ from llm42 import DVRGenerator, SamplingParams
 from llm42.model.weights import random_weights
 from llm42.policies import FixedShapePolicy
 from llm42.scheduler import InvalidPlanError, Plan, PrefillChunk, SchedulerState, validate_plan
-from llm42.verify.canonical_pass import SMALLEST_RESULTS, CanonicalPass, GemmRowBlocks, pass_buckets, result_sizes
+from llm42.verify.canonical_pass import CanonicalPass
+from llm42.verify.pass_shapes import SMALLEST_RESULTS, GemmRowBlocks, pass_buckets, result_sizes
 from tests.helpers import count_windows, prompt_kv, tiny_config
 
 CFG = tiny_config(max_position_embeddings=256)

@@ -5,7 +5,7 @@
 
 - pins: the canonical Triton GEMM on round 18's schedules for the 8B shape (round 21 pinned other tiles, a flattened
   tile / K pipeline and a TMA-store epilogue, which give the same bits: gemm_schedule.py);
-- head: no result sizes below R (``canonical_pass.SMALLEST_RESULTS`` past any R), so every R-row pass runs its output
+- head: no result sizes below R (``pass_shapes.SMALLEST_RESULTS`` past any R), so every R-row pass runs its output
   head and sampler on all its rows, as round 20's did (round 21 runs them on the wanted rows where the GEMM rows are
   their own at any M).
 
@@ -29,7 +29,7 @@ from run_target import run_target  # noqa: E402
 
 def main() -> None:
     from llm42.kernels import batch_invariant_matmul as bim
-    from llm42.verify import canonical_pass
+    from llm42.verify import pass_shapes
 
     argv = sys.argv[1:]
     undo = {"pins", "head"}
@@ -39,7 +39,7 @@ def main() -> None:
         for (n, k), config in ROUND18.items():
             bim._SHAPE_CONFIGS[(torch.bfloat16, n, k)] = config
     if "head" in undo:
-        canonical_pass.SMALLEST_RESULTS = 1 << 30
+        pass_shapes.SMALLEST_RESULTS = 1 << 30
     print(f"with_round20_canonical: undone {sorted(undo)}", flush=True)
     run_target(argv, "with_round20_canonical.py [--only pins|head]")
 

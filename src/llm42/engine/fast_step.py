@@ -23,7 +23,7 @@ from llm42.kv import KVStoreProtocol
 from llm42.policies.base import ReductionPolicy
 from llm42.runner import ModelRunner, Segment
 from llm42.scheduler import Plan, PrefillChunk
-from llm42.verify.canonical_pass import top_dicts
+from llm42.verify.pass_result import top_dicts
 
 
 @dataclass

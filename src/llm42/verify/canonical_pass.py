@@ -44,11 +44,9 @@ shares the device with one slice of it per fast step instead of the whole pass.
 
 from __future__ import annotations
 
-import concurrent.futures
 import contextlib
 import dataclasses
-import time
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import torch
@@ -62,70 +60,9 @@ from llm42.policies.base import ReductionPolicy
 from llm42.engine.config import positive_int
 from llm42.engine.decode_state import to_device
 from llm42.sampler import SamplingRows, logprob_details, sample, sampling_variant
-
-
-class GemmRowBlocks:
-    """A canonical policy whose GEMMs run on blocks of exactly ``rows`` rows (the wide pass's).
-
-    ``linear`` (and ``row_parallel_linear``, where the policy has one) of n > ``rows`` rows is the
-    policy's own on each contiguous block of ``rows`` rows, concatenated: the very call an R-row
-    pass makes, so each row gets the bits it gets there. Everything else is the policy's.
-
-    ``streams`` (CUDA streams, the pass's own): the blocks run side by side on them (block i on
-    stream i mod len(streams); the caller's stream waits for them all), each block's call and operands
-    exactly those of the serial loop, so the bits are the same; what changes is that one R-row
-    GEMM of a small model fills a fraction of the SMs (SmolLM2's 256 x 960 x 576 qkv: ~30 tiles on
-    132 SMs), and in a captured graph the blocks are independent branches the device runs at once.
-    None or fewer than two run them one after another on the caller's stream. The streams must be
-    the pass's alone (``llm42.cuda_graphs.lend_streams``): a graph captured on them bakes in each
-    stream's cuBLAS workspace (round 2's hang came from two graphs run at once on one workspace).
-    """
-
-    def __init__(self, policy: ReductionPolicy, rows: int, *, streams: list[torch.cuda.Stream] | None = None):
-        self._policy = policy
-        self.rows = rows
-        self.streams = list(streams or [])
-
-    def __getattr__(self, name: str):
-        if name == "_policy":  # not set yet (copy, unpickling): no recursion through __getattr__
-            raise AttributeError(name)
-        return getattr(self._policy, name)
-
-    def _blocks(self, x: torch.Tensor, fn, *, parallel: bool = False) -> torch.Tensor:
-        if x.shape[0] <= self.rows:
-            return fn(x)
-        starts = range(0, x.shape[0], self.rows)
-        if not (parallel and x.is_cuda and len(self.streams) > 1):
-            return torch.cat([fn(x[i: i + self.rows]) for i in starts])
-        main = torch.cuda.current_stream(x.device)
-        side = self.streams[:len(starts)]
-        parts = []
-        for s in side:  # every block's operands are ready on the caller's stream
-            s.wait_stream(main)
-        for b, i in enumerate(starts):
-            with torch.cuda.stream(side[b % len(side)]):
-                parts.append(fn(x[i: i + self.rows]))
-        for s in side:
-            main.wait_stream(s)
-        for part in parts:  # made on a block's stream, read (by the cat) and freed on the caller's
-            part.record_stream(main)
-        return torch.cat(parts)
-
-    def linear(self, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
-        return self._blocks(x, lambda part: self._policy.linear(part, weight, bias), parallel=True)
-
-    def row_parallel_linear(self, x, weight, bias, *, tp, shard):
-        """The policy's own on R-row blocks, else what ``forward`` does without one (on R-row blocks too);
-        one block after another: each block's collective must be issued in the same order on every rank."""
-        own = getattr(self._policy, "row_parallel_linear", None)
-        if callable(own):
-            return self._blocks(x, lambda part: own(part, weight, bias, tp=tp, shard=shard))
-        out = tp.all_reduce_sum(self.linear(x, weight))
-        return out if bias is None else out + bias
-
-    def __repr__(self) -> str:
-        streams = f", streams={len(self.streams)}" if len(self.streams) > 1 else ""
-        return f"GemmRowBlocks({self._policy!r}, rows={self.rows}{streams})"
+from llm42.verify.pass_result import PassResult
+from llm42.verify.pass_shapes import GemmRowBlocks, bucket_gemm_rows, pass_buckets, result_sizes, slice_bounds
+from llm42.verify.sampling_runs import SamplingRuns
 
 
 # the streams a wide pass's R-row GEMM blocks run on, side by side (``GemmRowBlocks``; the default of
@@ -135,252 +72,10 @@ GEMM_BLOCK_STREAMS = 1
 SEGMENT_TILES = True
 
 
-def pass_buckets(num_rows: int, max_rows: int, *, is_graphed: bool = True,
-                 gemm_rows: int | None = None) -> tuple[int, ...]:
-    """The row counts a pass runs at: with CUDA graphs R, 2R, 4R, ... below ``max_rows``, then ``max_rows``
-    (a graph per bucket); without, every multiple of R up to ``max_rows`` (no row computed for nothing).
-
-    ``gemm_rows`` (a policy whose GEMMs run on blocks of that many rows: ``FixedShapePolicy(gemm_rows=)``): each
-    size of at least one block rounded up to whole blocks (within ``max_rows``), so that a wide pass's GEMMs pad
-    no rows; a narrower size kept, its GEMMs padding their one block (a copy of the input per GEMM) while its row
-    ops and attention run on its own rows. (Round 27 rounded the narrow sizes up too: on an H100, round 31, the
-    passes then computed 2.16x the rows they used and dvr@50 served at 0.63 of nondet against the default's 0.76.)"""
-    if not is_graphed:
-        sizes = tuple(range(num_rows, max_rows + 1, num_rows))
-    else:
-        sizes, size = [], num_rows
-        while size < max_rows:
-            sizes.append(size)
-            size *= 2
-        sizes = tuple(sizes) + (max_rows,)
-    if gemm_rows is None:
-        return sizes
-    return tuple(sorted({size if size < gemm_rows else min(max_rows, -(-size // gemm_rows) * gemm_rows)
-                         for size in sizes}))
-
-
-def bucket_gemm_rows(policy: ReductionPolicy, device: torch.device, num_rows: int) -> int | None:
-    """The GEMM block a pass's buckets are whole multiples of (``pass_buckets``): the policy's fixed GEMM M
-    (``FixedShapePolicy(gemm_rows=)``) on CUDA, where its library GEMM runs on such blocks, if it is a multiple of
-    R (the buckets stay multiples of R); else None (another M pads the GEMM blocks that need it: the same bits).
-    On the CPU every canonical GEMM is the exact one, blocks or not: no row is computed for nothing."""
-    rows = getattr(policy, "gemm_rows", None)
-    if torch.device(device).type != "cuda" or not isinstance(rows, int) or isinstance(rows, bool):
-        return None
-    return rows if rows % num_rows == 0 else None
-
-
-def result_sizes(num_rows: int, bucket: int, *, is_graphed: bool = True,
-                 is_row_invariant: bool = False) -> tuple[int, ...]:
-    """The result rows a pass of ``bucket`` rows may compute (head and sampler, on blocks of R = ``num_rows``):
-    all R of an R-row pass; of a wider one R, 2R, 4R, ... up to the bucket with CUDA graphs (a graph each),
-    every multiple of R without. ``is_row_invariant`` (the policy's head rows are their own at any number of
-    rows: ``is_gemm_row_invariant``): also 8, 64, 512, ... rows below R, so that a pass of prompt chunks, which
-    wants one result per chunk, runs the output head on a few rows rather than R."""
-    if bucket == num_rows:
-        sizes = (num_rows,)
-    elif not is_graphed:
-        sizes = tuple(num_rows * b for b in range(1, bucket // num_rows + 1))
-    else:
-        sizes, b = [], 1
-        while b < bucket // num_rows:
-            sizes.append(num_rows * b)
-            b *= 2
-        sizes = tuple(sizes) + (bucket,)
-    small, n = [], SMALLEST_RESULTS
-    while is_row_invariant and n < num_rows:
-        small.append(n)
-        n *= 8
-    return tuple(small) + sizes
-
-
-# the fewest result rows a pass computes where its head rows are its own at any number of rows (result_sizes)
-SMALLEST_RESULTS = 8
-
-
-def slice_bounds(num_layers: int, num_slices: int) -> tuple[int, ...]:
-    """The first layer of each of ``num_slices`` slices of ``num_layers`` layers, then ``num_layers``: as even as
-    whole layers allow (a slice takes ``num_layers // num_slices`` layers or one more, the larger ones first)."""
-    size, extra = divmod(num_layers, num_slices)
-    bounds = [0]
-    for i in range(num_slices):
-        bounds.append(bounds[-1] + size + (i < extra))
-    return tuple(bounds)
-
-
-class PassResult:
-    """Tokens and log-probs of one launched pass, readable once its event has completed.
-
-    ``top`` (device tensors, ids [R, K] and log-probs [R, K]) when the pass computed top-N alternatives.
-    ``slices``: a sliced pass's later slices (``_SlicedRun``), launched one per ``advance`` or all by ``wait``; the
-    result is not ready before the last one has run.
-    """
-
-    def __init__(self, tokens: torch.Tensor | None, logprobs: torch.Tensor | None, event: torch.cuda.Event | None,
-                 top: tuple[torch.Tensor, torch.Tensor] | None = None, *, future: Future | None = None,
-                 wanted: list[int] | None = None, num_rows: int | None = None, slices=None):
-        self._slices = slices
-        self._tokens = tokens
-        self._logprobs = logprobs
-        self._event = event
-        self._top = top
-        self._future = future  # a CPU pass on the worker thread: (tokens, log-probs, top) once done
-        # a wide pass computed results for the pass rows ``wanted`` only (in that order): results are
-        # handed out per pass row all the same, 0 / nan / {} at the rows nobody asked for
-        self._wanted = wanted
-        self.num_rows = num_rows  # the rows the pass computed (its bucket)
-
-    def _per_row(self, values: list, fill) -> list:
-        if self._wanted is None:
-            return values
-        out = [fill] * self.num_rows
-        for value, row in zip(values, self._wanted.tolist()):
-            out[row] = value
-        return out
-
-    @property
-    def has_pending_slices(self) -> bool:
-        return self._slices is not None
-
-    def advance(self) -> None:
-        """Launch a sliced pass's next slice (the last one with the head, the sampler and the copy-out); nothing
-        where none is left."""
-        if self._slices is not None:
-            self._slices.advance(self)
-
-    def _complete(self) -> None:
-        while self._slices is not None:
-            self._slices.advance(self)
-
-    def is_ready(self) -> bool:
-        if self._slices is not None:
-            return False
-        if self._future is not None:
-            return self._future.done()
-        return self._event is None or self._event.query()
-
-    def wait_ready(self, timeout_s: float) -> bool:
-        """Block up to ``timeout_s`` seconds for the pass to finish (a sliced pass's slices left all launched now);
-        whether it has."""
-        self._complete()
-        if self._future is not None:
-            concurrent.futures.wait([self._future], timeout=timeout_s)
-            return self._future.done()
-        if self._event is None:
-            return True
-        deadline = time.perf_counter() + timeout_s
-        while not self._event.query():
-            if time.perf_counter() >= deadline:
-                return False
-            time.sleep(50e-6)
-        return True
-
-    def _resolve(self) -> None:
-        if self._future is None:
-            return
-        # the worker writes the pass's K/V until it is done: an interrupt (^C) here must not let the caller
-        # go on (abort, free blocks) while it does, so wait it out and raise the interrupt afterwards
-        interrupted = None
-        while True:
-            try:
-                concurrent.futures.wait([self._future])
-                break
-            except BaseException as exc:  # noqa: BLE001 - re-raised below, once the worker is done
-                interrupted = exc
-        future, self._future = self._future, None
-        if interrupted is not None:
-            raise interrupted
-        self._tokens, self._logprobs, self._top = future.result()  # re-raises what the pass raised
-
-    def _scattered(self, values: torch.Tensor, fill) -> list:
-        """``values`` (one per result row) per pass row, ``fill`` at the rows nobody asked for."""
-        if self._wanted is None:
-            return values.tolist()
-        out = np.full(self.num_rows, fill, dtype=values.numpy().dtype)
-        out[self._wanted] = values.numpy()[: self._wanted.size]
-        return out.tolist()
-
-    def wait(self) -> tuple[list[int], list[float]]:
-        self._complete()
-        self._resolve()
-        if self._event is not None:
-            self._event.synchronize()
-        return self._scattered(self._tokens, 0), self._scattered(self._logprobs, float("nan"))
-
-    def top_logprobs(self) -> list[dict[int, float]] | None:
-        """Per row, its most likely tokens (id -> log-prob, most likely first, probability-0 entries left out)."""
-        self._complete()
-        self._resolve()
-        if self._top is None:
-            return None
-        return self._per_row(top_dicts(*self._top), {})
-
-
 def _are_distinct(rows: np.ndarray) -> bool:
     """Whether ``rows`` holds no value twice (ascending rows, a pass's usual, without sorting)."""
     steps = np.diff(rows)
     return bool((steps > 0).all()) or np.unique(rows).size == rows.size
-
-
-def top_dicts(ids: torch.Tensor, logprobs: torch.Tensor) -> list[dict[int, float]]:
-    """ids, logprobs: [N, K] -> per row {id: log-prob} in rank order, without -inf entries."""
-    return [{i: lp for i, lp in zip(row_ids, row_lps) if lp != float("-inf")}
-            for row_ids, row_lps in zip(ids.tolist(), logprobs.tolist())]
-
-
-@dataclasses.dataclass(frozen=True)
-class SamplingRuns:
-    """The sampling parameters of a pass's rows, as runs of consecutive rows that share one request's params and
-    seed (a window's rows, a prompt chunk's): run i is ``counts[i]`` rows with ``params[i]`` and ``seeds[i]``;
-    ``positions``: each row's sampled token's position. What ``stage`` and the sampler's rows are built from with
-    NumPy, per run (a list of (params, seed, position) per row cost ~1 ms of host time a 2,048-row pass)."""
-
-    params: tuple
-    seeds: np.ndarray
-    counts: np.ndarray
-    positions: np.ndarray
-
-    @classmethod
-    def of_segments(cls, segments) -> SamplingRuns:
-        """One run per segment: its rows sample the tokens at positions ``start + 1 .. end``."""
-        n = len(segments)
-        counts = np.fromiter((len(seg.tokens) for seg in segments), np.int64, n)
-        starts = np.fromiter((seg.start for seg in segments), np.int64, n)
-        firsts = np.cumsum(counts) - counts
-        positions = np.arange(int(counts.sum()), dtype=np.int64) + np.repeat(starts + 1 - firsts, counts)
-        return cls(tuple(seg.params for seg in segments), np.fromiter((seg.seed for seg in segments), np.int64, n),
-                   counts, positions)
-
-    @classmethod
-    def of_rows(cls, per_row) -> SamplingRuns:
-        """From (params, seed, position of the sampled token) per row (None: no rows)."""
-        per_row = per_row or []
-        heads: list[int] = []  # the first row of each run
-        params, seed = None, None
-        for i, (p, s, _) in enumerate(per_row):
-            if p is not params or s != seed:
-                heads.append(i)
-                params, seed = p, s
-        counts = np.diff(np.array(heads + [len(per_row)], dtype=np.int64))
-        return cls(tuple(per_row[i][0] for i in heads), np.array([per_row[i][1] for i in heads], dtype=np.int64),
-                   counts, np.array([q for _, _, q in per_row], dtype=np.int64))
-
-    def __len__(self) -> int:
-        return self.positions.size
-
-    def take(self, rows: np.ndarray) -> SamplingRuns:
-        """The runs of ``rows`` (row indices, in that order)."""
-        run_of_row = np.repeat(np.arange(len(self.params), dtype=np.int64), self.counts)[rows]
-        if not run_of_row.size:
-            return SamplingRuns((), run_of_row, run_of_row, run_of_row)
-        heads = np.flatnonzero(np.concatenate(([True], run_of_row[1:] != run_of_row[:-1])))
-        runs = run_of_row[heads]
-        return SamplingRuns(tuple(self.params[i] for i in runs.tolist()), self.seeds[runs],
-                            np.diff(np.append(heads, run_of_row.size)), self.positions[rows])
-
-    def per_run(self, values) -> np.ndarray:
-        """``values`` (one per run) repeated over each run's rows."""
-        return np.repeat(np.asarray(values), self.counts)
 
 
 class _SlicedRun:
@@ -400,12 +95,10 @@ class _SlicedRun:
                 return
             tokens, logprobs, top = cp._run_with_details(self.inputs, self.runs, None, start=self.next)
             if tokens.is_cuda:
-                result._event = cp._copy_out(tokens, logprobs)
-                result._tokens, result._logprobs = cp._host_results()
+                event = cp._copy_out(tokens, logprobs)
+                result.fill(*cp._host_results(), event, top)
             else:
-                result._tokens, result._logprobs = tokens, logprobs
-            result._top = top
-        result._slices = None
+                result.fill(tokens, logprobs, None, top)
 
 
 def _on_stream(stream):

@@ -8,7 +8,9 @@ import numpy as np
 
 from llm42.policies.base import ReductionPolicy
 from llm42.runner import ModelRunner, Segment
-from llm42.verify.canonical_pass import CanonicalPass, PassResult, SamplingRuns
+from llm42.verify.canonical_pass import CanonicalPass
+from llm42.verify.pass_result import PassResult
+from llm42.verify.sampling_runs import SamplingRuns
 from llm42.verify.windows import CanonicalConfig, Commit, commit_window
 
 
