@@ -27,6 +27,9 @@ tiny model (staging does not depend on the model's size):
   of the garbage collector's full passes (their pauses are ``cpu_gc_pauses.py``'s). The digest: every request's
   committed tokens after the steps.
 
+``--steps-only``: the engine-step cases alone, for more rounds in the same time (round 35: one run of every case gave
+engine steps 1.25x and 1.23x, a six-round run of the steps alone 0.99x and 1.02x; each case's ``*_rounds_ms`` now lists every round).
+
 Each tree runs in its own process (``--base``'s ``src`` and this checkout's), ``--rounds`` times in turn (ABAB...), and
 every process also writes a digest of what it staged and committed per case: the two trees must stage and commit
 the same rows (``same_bits``). Host time only, on this machine's CPU: what it saves on a GPU run is not measured.
@@ -58,8 +61,11 @@ def _cases():
     }
 
 
-def measure(reps: int) -> dict:
-    """In this process (whichever tree is on sys.path): each case's median host ms and digest."""
+def measure(reps: int, *, steps_only: bool = False) -> dict:
+    """In this process (whichever tree is on sys.path): each case's median host ms and digest (``steps_only``: the
+    engine-step cases alone)."""
+    if steps_only:
+        return {f"engine_step_1000_det_{share:g}": _engine_steps(share, reps) for share in STEP_SHARES}
     import dataclasses
 
     import torch
@@ -264,32 +270,40 @@ def main() -> None:
     ap.add_argument("--out", default=str(REPO / "benchmarks/results/cpu_host_ab.json"))
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--reps", type=int, default=40)
+    ap.add_argument("--steps-only", action="store_true",
+                    help="the engine-step cases alone (a closer look at them: more rounds in the same time)")
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
-        print(json.dumps(measure(args.reps)))
+        print(json.dumps(measure(args.reps, steps_only=args.steps_only)))
         return
     trees = {"base": Path(args.base).resolve(), "this": REPO}
     runs: dict[str, list[dict]] = {label: [] for label in trees}
     for r in range(args.rounds):
         for label in (("base", "this") if r % 2 == 0 else ("this", "base")):
             env = dict(os.environ, PYTHONPATH=str(trees[label] / "src"))
-            done = subprocess.run([sys.executable, __file__, "--base", args.base, "--child", "--reps", str(args.reps)],
+            done = subprocess.run([sys.executable, __file__, "--base", args.base, "--child", "--reps", str(args.reps),
+                                   *(["--steps-only"] if args.steps_only else [])],
                                   env=env, capture_output=True, text=True, check=True)
             runs[label].append(json.loads(done.stdout.strip().splitlines()[-1]))
     commits = {}
     for label, tree in trees.items():  # a checkout's commit, when it is one (a plain copy of src/ has none)
         done = subprocess.run(["git", "-C", str(tree), "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
         commits[label] = done.stdout.strip() if done.returncode == 0 else None
-    result = {"command": "python3 benchmarks/cpu_host_ab.py --base <checkout of the base commit>",
+    result = {"command": "python3 benchmarks/cpu_host_ab.py --base <checkout of the base commit>"
+                         + (" --steps-only" if args.steps_only else ""),
               "base": str(trees["base"]), "commits": commits, "rounds": args.rounds, "reps": args.reps,
               "cases": {}}
-    for name in [*_cases(), "fast_prefill_16_prompts", *(f"engine_step_1000_det_{x:g}" for x in STEP_SHARES)]:
+    steps = [f"engine_step_1000_det_{x:g}" for x in STEP_SHARES]
+    for name in (steps if args.steps_only else [*_cases(), "fast_prefill_16_prompts", *steps]):
         base = statistics.median(run[name]["ms"] for run in runs["base"])
         this = statistics.median(run[name]["ms"] for run in runs["this"])
         digests = {run[name]["digest"] for label in runs for run in runs[label]}
         result["cases"][name] = {"base_ms": round(base, 4), "this_ms": round(this, 4), "ratio": round(this / base, 3),
-                                 "same_bits": len(digests) == 1}
+                                 "same_bits": len(digests) == 1,
+                                 # each round's (the spread: one machine's noise between processes)
+                                 **{f"{label}_rounds_ms": [round(run[name]["ms"], 4) for run in runs[label]]
+                                    for label in runs}}
         if "parts_ms" in runs["this"][0][name]:
             for label in runs:
                 result["cases"][name][f"{label}_parts_ms"] = {

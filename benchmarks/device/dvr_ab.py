@@ -245,6 +245,10 @@ VARIANTS = {
     # pass's layers in slices, one a step (DVRGenerator(canonical_slices=N)): each fast step beside a slice of it
     "canonical_slices_2": {"canonical_slices": 2},
     "canonical_slices_4": {"canonical_slices": 4},
+    # round 35: the other way to shorten what a fast step shares the device with: passes of R = 256 rows at most
+    # (32 x 8, CUDA's default canonical config), no wide ones (the same committed bits: a wide pass's rows get an
+    # R-row pass's)
+    "narrow_passes": {"max_canonical_tokens": 256},
 }
 
 

@@ -26,7 +26,7 @@ Per pass: host ms of ``stage`` (perf_counter), device ms of ``_run`` (CUDA event
 host time alone (``replay_host_ms``); median and p90, the bucket and ms per real row. Per decode batch: host
 ms of ``stage_batch``, device ms of the step, ms per row; each pass is also given in decode steps of batch 256.
 ``--canonical-slices N``: the passes in N layer slices (``DVRGenerator(canonical_slices=N)``); each pass row also
-gives each slice's device ms (``slice_device_ms``). ``--host-profile``: also cProfile the launches of the 8- and 64-window passes (``host_profile``: own ms per
+gives each slice's device ms (``slice_device_ms``). ``--host-profile``: also cProfile the launches of every pass timed (``host_profile``, round 35: own ms per
 launch by function). ``--kernel-profile``: instead, the generator runs eagerly (no CUDA graphs: the profiler sees every kernel) and one
 pass of each verify and prompt-chunk shape runs under ``torch.profiler`` after the warm-ups; its kernels are summed
 by class (GEMM, attention, row ops, other: ``profile_canonical_prefill.kernel_class``) with the top kernels, under
@@ -317,7 +317,7 @@ def main() -> None:
     ap.add_argument("--canonical-slices", type=int, default=1,
                     help="DVRGenerator(canonical_slices=N): each pass in N layer slices; also times each slice")
     ap.add_argument("--host-profile", action="store_true",
-                    help="also cProfile the launches of 8- and 64-window passes (host time by function)")
+                    help="also cProfile the launches of every pass timed (host time by function)")
     ap.add_argument("--kernel-profile", action="store_true",
                     help="eager passes under torch.profiler: kernel time by class per pass shape (no timings)")
     args = ap.parse_args()
@@ -364,7 +364,7 @@ def main() -> None:
         wanted = list(range(R)) if windows * WINDOW > R else None
         row = time_pass(cp, kv, segments, wanted, reps=args.reps, warmup=args.warmup, device=device)
         result["verify_windows"].append({"windows": windows, **row})
-        if args.host_profile and windows in (8, 64):
+        if args.host_profile:
             result.setdefault("host_profile", {})[f"{windows}_windows"] = host_profile(
                 cp, kv, segments, wanted, reps=args.reps, device=device)
     for rows in (r for r in CHUNK_ROWS if r <= cp.max_rows and not args.decode_only):
@@ -372,6 +372,9 @@ def main() -> None:
         segment = Segment(prompt_rid, tokens, args.context, PARAMS, 0)
         row = time_pass(cp, kv, [segment], [rows - 1], reps=args.reps, warmup=args.warmup, device=device)
         result["prompt_chunks"].append(row)
+        if args.host_profile:
+            result.setdefault("host_profile", {})[f"chunk_{rows}"] = host_profile(
+                cp, kv, [segment], [rows - 1], reps=args.reps, device=device)
     for share in [float(f) for f in args.det_fractions.split(",") if f]:
         num_det = set_deterministic_share(gen, share, args.context)
         for batch in (b for b in DECODE_BATCHES if b <= args.seqs):

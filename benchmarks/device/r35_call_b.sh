@@ -8,7 +8,9 @@
 # nondet and dvr@50, every step's phases timed, twice in ABBA order (round 34's two default runs on one card gave
 # p99 ratios of 1.59 and 1.29: one run a variant is not enough). Then (TIMELINE_CAP > 0) the online timeline of dvr@50, default
 # against canonical_slices_4 (dvr_timeline.py --online-load: whether a fast step beside a pass is longer for its
-# rows, and how long a pass or a slice of it takes served).
+# rows, and how long a pass or a slice of it takes served). VARIANTS=default,canonical_slices_4,narrow_passes also
+# serves passes of at most R rows (dvr_ab.py's narrow_passes: the other way to shorten what a fast step shares the
+# device with), at a third more device time.
 #
 #   bash benchmarks/device/r35_call_b.sh
 source "$(dirname "$0")/session_preamble.sh"
