@@ -62,20 +62,26 @@ class _LaggingResult:
         return getattr(self._result, name)
 
 
+def wrap_pass_results(gen, wrap) -> None:
+    """Hand each canonical pass ``gen`` launches its result as ``wrap(result)`` (computed at launch, as a device
+    queues it; what the wrapper says about when it is ready is what the engine sees)."""
+    from llm42.verify.verifier import LaunchedPass
+
+    launch = gen.verifier.launch
+
+    def wrapped(work, kv):
+        launched = launch(work, kv)
+        return LaunchedPass(launched.work, wrap(launched.result))
+
+    gen.verifier.launch = wrapped
+
+
 def lag_passes(gen, lag: int):
     """Make ``gen``'s canonical passes look ``lag`` asks slower than they are, as on a busy GPU: a pass is
     computed (and writes its K/V) at launch, as the device would queue it, but applied only later, so
     fast steps run, and deterministic requests draft ahead, while it is "in flight". Returns ``gen``."""
-    from llm42.verify.verifier import LaunchedPass
-
     if lag:
-        launch = gen.verifier.launch
-
-        def lagging(work, kv):
-            launched = launch(work, kv)
-            return LaunchedPass(launched.work, _LaggingResult(launched.result, lag))
-
-        gen.verifier.launch = lagging
+        wrap_pass_results(gen, lambda result: _LaggingResult(result, lag))
     return gen
 
 

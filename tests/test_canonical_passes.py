@@ -12,7 +12,7 @@ from __future__ import annotations
 import pytest
 
 from llm42 import DVRGenerator, SamplingParams
-from llm42.verify.verifier import LaunchedPass
+from tests.helpers import wrap_pass_results
 from tests.test_canonical_thread import CFG, WEIGHTS
 
 
@@ -35,13 +35,7 @@ class _HeldResult:
 def _generator(holding: dict | None = None) -> DVRGenerator:
     gen = DVRGenerator(WEIGHTS, CFG, window=4, group=2, kv_cache_tokens=4096, max_fast_tokens=64)
     if holding is not None:
-        launch = gen.verifier.launch
-
-        def held(work, kv):
-            launched = launch(work, kv)
-            return LaunchedPass(launched.work, _HeldResult(launched.result, holding))
-
-        gen.verifier.launch = held
+        wrap_pass_results(gen, lambda result: _HeldResult(result, holding))
     return gen
 
 
