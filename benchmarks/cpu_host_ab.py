@@ -28,7 +28,8 @@ tiny model (staging does not depend on the model's size):
   committed tokens after the steps.
 
 ``--steps-only``: the engine-step cases alone, for more rounds in the same time (round 35: one run of every case gave
-engine steps 1.25x and 1.23x, a six-round run of the steps alone 0.99x and 1.02x; each case's ``*_rounds_ms`` now lists every round).
+engine steps 1.25x and 1.23x, a six-round run of the steps alone 0.99x and 1.02x; each case's ``*_rounds_ms`` now
+lists every round).
 
 Each tree runs in its own process (``--base``'s ``src`` and this checkout's), ``--rounds`` times in turn (ABAB...), and
 every process also writes a digest of what it staged and committed per case: the two trees must stage and commit

@@ -26,8 +26,8 @@ Per pass: host ms of ``stage`` (perf_counter), device ms of ``_run`` (CUDA event
 host time alone (``replay_host_ms``); median and p90, the bucket and ms per real row. Per decode batch: host
 ms of ``stage_batch``, device ms of the step, ms per row; each pass is also given in decode steps of batch 256.
 ``--canonical-slices N``: the passes in N layer slices (``DVRGenerator(canonical_slices=N)``); each pass row also
-gives each slice's device ms (``slice_device_ms``). ``--host-profile``: also cProfile the launches of every pass timed (``host_profile``, round 35: own ms per
-launch by function). ``--kernel-profile``: instead, the generator runs eagerly (no CUDA graphs: the profiler sees every kernel) and one
+gives each slice's device ms (``slice_device_ms``). ``--host-profile``: also cProfile the launches of every pass
+timed (``host_profile``, round 35: own ms per launch by function). ``--kernel-profile``: instead, the generator runs eagerly (no CUDA graphs: the profiler sees every kernel) and one
 pass of each verify and prompt-chunk shape runs under ``torch.profiler`` after the warm-ups; its kernels are summed
 by class (GEMM, attention, row ops, other: ``profile_canonical_prefill.kernel_class``) with the top kernels, under
 ``kernel_profile`` in the JSON (kernel time is what a graph replays; the eager launches add host time only).

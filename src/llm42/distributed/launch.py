@@ -58,7 +58,8 @@ RENDEZVOUS_ATTEMPTS = 3
 
 
 class RendezvousError(RuntimeError):
-    """The ranks of a job could not form their process group (before ``fn`` ran on any of them)."""
+    """The ranks of a job could not form their process group (a rank's ``init_process_group`` raised, before ``fn``
+    ran on it)."""
 
 
 def _worker(rank: int, world_size: int, backend: str, port: int, num_threads: int | None,

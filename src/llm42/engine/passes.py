@@ -35,7 +35,8 @@ class CanonicalPasses:
     """
 
     def __init__(self, verifier, *, pool: RequestPool, kv, decode_state: DecodeState, fast_step,
-                 config: EngineConfig, canonical_config: CanonicalConfig, is_drafting_ahead: bool, finish: Callable[[Request], None]):
+                 config: EngineConfig, canonical_config: CanonicalConfig, is_drafting_ahead: bool,
+                 finish: Callable[[Request], None]):
         self.verifier = verifier
         self.pool = pool
         self.kv = kv
