@@ -241,6 +241,103 @@ def time_decode(gen: DVRGenerator, batch: int, position: int, *, reps: int, warm
             "device_ms": device_stats, "device_ms_per_row": round(device_stats["median"] / batch, 5)}
 
 
+def decode_segments(cfg, rids: range, position: int) -> list[Segment]:
+    """One single-row segment per request of ``rids`` at ``position``: a fast decode row carried by a pass."""
+    return [Segment(rid, ((rid * 7) % cfg.vocab_size,), position, PARAMS, 0) for rid in rids]
+
+
+def time_beside(gen: DVRGenerator, cp, kv, segments: list[Segment], wanted: list[int] | None, batch: int, *,
+                context: int, reps: int, warmup: int, device) -> dict:
+    """A decode step of ``batch`` slots and a pass of ``segments`` side by side on two streams (CUDA only).
+
+    Per rep, both staged first, then one start event; ``fast_first``: the decode graph on the caller's stream, then
+    the pass on a side stream (the engine's order: a fast step launched, a pass behind it); ``pass_first``: the
+    other way. Device ms from the start to each one's end event, and to both done; against each alone."""
+    state, graphs = gen.decode_state, gen.fast_step.decode_graphs
+    per_row = [(s.params, s.seed, pos + 1) for s in segments for pos in range(s.start, s.end)]
+    side = torch.cuda.Stream(device)
+    main = torch.cuda.current_stream(device)
+    saved = state.snapshot()
+    out: dict = {}
+    for order in ("alone", "fast_first", "pass_first"):
+        fast_ms, pass_ms, both_ms = [], [], []
+        for i in range(warmup + reps):
+            state.restore(saved)
+            synchronize(device)
+            variant = state.stage_batch(list(range(batch)), graphs.bucket_for(batch))
+            inputs = cp.stage(segments, kv, per_row, wanted=wanted)
+            synchronize(device)
+            start, fast_end, pass_end = (torch.cuda.Event(enable_timing=True) for _ in range(3))
+            start.record(main)
+            side.wait_event(start)
+
+            def run_fast():
+                graphs.run(batch, variant)  # noqa: B023 - called in this rep
+                fast_end.record(main)  # noqa: B023
+
+            def run_pass():
+                with torch.cuda.stream(side):
+                    cp._run(inputs)  # noqa: B023
+                    pass_end.record(side)  # noqa: B023
+
+            if order == "alone":  # one after the other on the caller's stream: each one's own device time
+                run_fast()
+                side.wait_event(fast_end)
+                run_pass()
+            elif order == "fast_first":
+                run_fast()
+                run_pass()
+            else:
+                run_pass()
+                run_fast()
+            torch.cuda.synchronize(device)
+            if i >= warmup:
+                f, p = start.elapsed_time(fast_end), start.elapsed_time(pass_end)
+                fast_ms.append(f)
+                pass_ms.append(p - f if order == "alone" else p)
+                both_ms.append(max(f, p))
+        out[order] = {"fast_ms": stats(fast_ms)["median"], "pass_ms": stats(pass_ms)["median"],
+                      "both_ms": stats(both_ms)["median"], "fast_p90": stats(fast_ms)["p90"]}
+    state.restore(saved)
+    return {"batch": batch, "pass_rows": len(per_row), **out}
+
+
+def beside_table(gen: DVRGenerator, cp, kv, args, prompt_rid: int) -> list[dict]:
+    """``--beside``: decode steps of 64 / 128 rows beside passes of 1, 4, 8, 64 windows and a 512-row prompt chunk;
+    and the fused alternative: one pass of the windows plus the decode step's rows as one-row segments (requests
+    after the windows'), timed alone."""
+    rows = []
+    window_rids_end = max(w for w in (1, 4, 8, 64) if w * WINDOW <= cp.max_rows)
+    for batch in (64, 128):
+        for windows in (w for w in (1, 4, 8, 64) if w * WINDOW <= cp.max_rows):
+            segments = canonical_segments(gen.cfg, window=WINDOW, group=windows, context=args.context + WINDOW,
+                                          params=PARAMS)
+            wanted = list(range(cp.num_rows)) if windows * WINDOW > cp.num_rows else None
+            row = time_beside(gen, cp, kv, segments, wanted, batch, context=args.context, reps=args.reps,
+                              warmup=args.warmup, device=gen.device)
+            row["pass"] = f"{windows} windows"
+            # fused: the windows and the decode rows in one pass (requests past the windows' for the decode rows)
+            free = decode_segments(gen.cfg, range(window_rids_end, window_rids_end + batch), args.context)
+            fused = segments + free
+            num = windows * WINDOW + batch
+            # results: every row up to R (as the verify rows above R: the first R rows)
+            fused_wanted = None if num <= cp.num_rows else list(range(cp.num_rows))
+            if num <= cp.max_rows:
+                timed = time_pass(cp, kv, fused, fused_wanted, reps=args.reps, warmup=args.warmup, device=gen.device)
+                row["fused_pass_ms"] = timed["device_ms"]["median"]
+                row["fused_rows"] = timed["rows"]
+                row["fused_bucket"] = timed["bucket"]
+            rows.append(row)
+        chunk = Segment(prompt_rid, tuple((7 * i + 3) % gen.cfg.vocab_size for i in range(512)), args.context,
+                        PARAMS, 0)
+        if 512 <= cp.max_rows:
+            row = time_beside(gen, cp, kv, [chunk], [511], batch, context=args.context, reps=args.reps,
+                              warmup=args.warmup, device=gen.device)
+            row["pass"] = "512-row prompt chunk"
+            rows.append(row)
+    return rows
+
+
 def build(args) -> tuple[DVRGenerator, int]:
     device = torch.device(args.device)
     model = args.model or ("smollm2" if device.type == "cuda" else "tiny")
@@ -318,6 +415,8 @@ def main() -> None:
                     help="DVRGenerator(canonical_slices=N): each pass in N layer slices; also times each slice")
     ap.add_argument("--host-profile", action="store_true",
                     help="also cProfile the launches of every pass timed (host time by function)")
+    ap.add_argument("--beside", action="store_true",
+                    help="CUDA: also time decode steps beside passes on two streams, and fused passes (see beside_table)")
     ap.add_argument("--kernel-profile", action="store_true",
                     help="eager passes under torch.profiler: kernel time by class per pass shape (no timings)")
     args = ap.parse_args()
@@ -383,8 +482,16 @@ def main() -> None:
     step_ms = result["decode"][len([b for b in DECODE_BATCHES if b <= args.seqs]) - 1]["device_ms"]["median"]
     for row in result["verify_windows"] + result["prompt_chunks"]:
         row["decode_steps_256"] = round(row["device_ms"]["median"] / step_ms, 3)
+    if args.beside and device.type == "cuda" and gen.fast_step.decode_graphs is not None:
+        result["beside"] = beside_table(gen, cp, kv, args, prompt_rid)
     gen.close()
     Path(args.out).write_text(json.dumps(result, indent=1) + "\n")
+    for r in result.get("beside", []):
+        print(f"beside: decode {r['batch']:4d} rows + {r['pass']:22s} ({r['pass_rows']:5d} rows): alone fast "
+              f"{r['alone']['fast_ms']:.3f} pass {r['alone']['pass_ms']:.3f} | fast first: fast {r['fast_first']['fast_ms']:.3f} "
+              f"both {r['fast_first']['both_ms']:.3f} | pass first: fast {r['pass_first']['fast_ms']:.3f} both "
+              f"{r['pass_first']['both_ms']:.3f}" + (f" | fused {r['fused_rows']} rows ({r['fused_bucket']}): "
+                                                      f"{r['fused_pass_ms']:.3f}" if "fused_pass_ms" in r else ""))
     for name, rows in result.get("host_profile", {}).items():
         print(f"host profile, {name}: " + "; ".join(f"{r['function']} {r['own_ms']:.3f}" for r in rows[:12]))
 
