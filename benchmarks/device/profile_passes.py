@@ -252,14 +252,18 @@ def time_beside(gen: DVRGenerator, cp, kv, segments: list[Segment], wanted: list
 
     Per rep, both staged first, then one start event; ``fast_first``: the decode graph on the caller's stream, then
     the pass on a side stream (the engine's order: a fast step launched, a pass behind it); ``pass_first``: the
-    other way. Device ms from the start to each one's end event, and to both done; against each alone."""
+    other way; ``*_priority``: the same with the decode step on a stream of the device's highest priority and the
+    pass on one of the lowest (``DVRGenerator(prioritize_fast=True)``'s streams; a graph replayed on a stream runs at
+    that stream's priority). Device ms from the start to each one's end event, and to both done; against each
+    alone."""
     state, graphs = gen.decode_state, gen.fast_step.decode_graphs
     per_row = [(s.params, s.seed, pos + 1) for s in segments for pos in range(s.start, s.end)]
-    side = torch.cuda.Stream(device)
-    main = torch.cuda.current_stream(device)
+    side = torch.cuda.Stream(device, priority=0)
+    high = torch.cuda.Stream(device, priority=-1)
     saved = state.snapshot()
     out: dict = {}
-    for order in ("alone", "fast_first", "pass_first"):
+    for order in ("alone", "fast_first", "pass_first", "fast_first_priority", "pass_first_priority"):
+        main = high if order.endswith("_priority") else torch.cuda.current_stream(device)
         fast_ms, pass_ms, both_ms = [], [], []
         for i in range(warmup + reps):
             state.restore(saved)
@@ -272,8 +276,9 @@ def time_beside(gen: DVRGenerator, cp, kv, segments: list[Segment], wanted: list
             side.wait_event(start)
 
             def run_fast():
-                graphs.run(batch, variant)  # noqa: B023 - called in this rep
-                fast_end.record(main)  # noqa: B023
+                with torch.cuda.stream(main):  # noqa: B023
+                    graphs.run(batch, variant)  # noqa: B023 - called in this rep
+                    fast_end.record(main)  # noqa: B023
 
             def run_pass():
                 with torch.cuda.stream(side):
@@ -284,7 +289,7 @@ def time_beside(gen: DVRGenerator, cp, kv, segments: list[Segment], wanted: list
                 run_fast()
                 side.wait_event(fast_end)
                 run_pass()
-            elif order == "fast_first":
+            elif order.startswith("fast_first"):
                 run_fast()
                 run_pass()
             else:
@@ -490,7 +495,9 @@ def main() -> None:
         print(f"beside: decode {r['batch']:4d} rows + {r['pass']:22s} ({r['pass_rows']:5d} rows): alone fast "
               f"{r['alone']['fast_ms']:.3f} pass {r['alone']['pass_ms']:.3f} | fast first: fast {r['fast_first']['fast_ms']:.3f} "
               f"both {r['fast_first']['both_ms']:.3f} | pass first: fast {r['pass_first']['fast_ms']:.3f} both "
-              f"{r['pass_first']['both_ms']:.3f}" + (f" | fused {r['fused_rows']} rows ({r['fused_bucket']}): "
+              f"{r['pass_first']['both_ms']:.3f} | priority, fast first: fast {r['fast_first_priority']['fast_ms']:.3f} "
+              f"both {r['fast_first_priority']['both_ms']:.3f}, pass first: fast {r['pass_first_priority']['fast_ms']:.3f} "
+              f"both {r['pass_first_priority']['both_ms']:.3f}" + (f" | fused {r['fused_rows']} rows ({r['fused_bucket']}): "
                                                       f"{r['fused_pass_ms']:.3f}" if "fused_pass_ms" in r else ""))
     for name, rows in result.get("host_profile", {}).items():
         print(f"host profile, {name}: " + "; ".join(f"{r['function']} {r['own_ms']:.3f}" for r in rows[:12]))
