@@ -10,7 +10,7 @@
 source "$(dirname "$0")/session_preamble.sh"
 source "$(dirname "$0")/smollm2_env.sh"
 timeout "${CAP:-540}" python3 benchmarks/device/dvr_ab.py --model "$SMOL" --cache-dir /tmp/llm42_models \
-    --variants "${VARIANTS:-default,priority}" --modes nondet,dvr@50 --budget-s 100 \
+    --variants "${VARIANTS:-default,priority}" --modes "${MODES:-nondet,dvr@50}" --budget-s 100 \
     --warmup-requests 8 --warmup-modes dvr@50 --online-load 0.7 --online-modes nondet,dvr@50 \
     --online-requests 500 --online-budget-s 240 --online-repeats "${ONLINE_REPEATS:-2}" \
     --out "$OUT/dvr_ab_smollm2_r36_d.json" >"$OUT/dvr_ab_d.txt" 2>&1
