@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from llm42.bench.metrics import GAP_KINDS, RequestRecord, RunResult, StepRecord, free_gap_attribution
+from llm42.bench.metrics import (GAP_KINDS, PASS_WIDTHS, RequestRecord, RunResult, StepRecord,
+                                 free_gap_attribution)
 from tests.helpers import run_dvr_ab
 
 
@@ -40,6 +41,31 @@ def test_each_gap_takes_the_kind_of_the_steps_it_spans():
     assert got["gc"] == {"steps": 1, "total_ms": 0.5, "max_step_ms": 0.5, "gap_share": 0.5, "slowest_1pct_share": 1.0}
 
 
+def test_each_gap_is_classed_by_the_widest_pass_its_fast_steps_could_run_beside():
+    # six 1 ms steps; step 1 launches a 256-row pass, step 4 a 2,048-row one (made 5 ms long)
+    steps, t = [], 0.0
+    for rows, length in ((0, 1), (256, 1), (0, 1), (0, 1), (2048, 5), (0, 1)):
+        steps.append(StepRecord(t, t + length / 1e3, int(rows > 0), 0, canonical_rows=rows))
+        t += length / 1e3
+    ends = [s.end_s for s in steps]
+    # gaps 0->1, 1->2 (steps 0-2: the 256-row pass), 2->3 (steps 1-3: it again), 3->4 and 4->5 (the wide one)
+    free = RequestRecord(0, False, 0.0, delivery_s=ends)
+    late = RequestRecord(1, False, 0.0, delivery_s=[ends[3], ends[5]])  # 3->5 spans the wide pass: the slowest
+    got = free_gap_attribution(RunResult("dvr@50", [free, late], t, None, {}, True, steps=steps))["beside"]
+    assert set(got["gaps"]) == set(PASS_WIDTHS)
+    assert {k: g["share"] for k, g in got["gaps"].items()} == pytest.approx(
+        {"no_pass": 0.0, "rows_le_256": 3 / 6, "rows_le_1024": 0.0, "rows_gt_1024": 3 / 6})
+    # a gap's steps and the one before: free's 0->1 steps 0-1 (the narrow pass), 3->4 steps 2-4 (the wide one);
+    # beside the wide pass: 5, 1 and 6 ms
+    assert got["gaps"]["rows_gt_1024"]["p50_ms"] == pytest.approx(5.0)
+    assert got["gaps"]["rows_le_256"]["p50_ms"] == pytest.approx(1.0)
+    assert got["slowest_1pct_share"] == {"no_pass": 0.0, "rows_le_256": 0.0, "rows_le_1024": 0.0, "rows_gt_1024": 1.0}
+    # negative control: the same run without pass rows puts every gap in "no_pass"
+    bare = [s._replace(canonical_rows=0) for s in steps]
+    got = free_gap_attribution(RunResult("dvr@50", [free, late], t, None, {}, True, steps=bare))["beside"]
+    assert got["gaps"]["no_pass"]["share"] == 1.0 and got["slowest_1pct_share"]["no_pass"] == 1.0
+
+
 def test_a_delivery_at_no_step_is_counted_not_guessed():
     run = _run()
     run.records[0].delivery_s.append(99.0)
@@ -61,6 +87,10 @@ def test_dvr_ab_online_attributes_every_free_gap_to_its_steps(tmp_path, monkeypa
     launching = dvr["steps"]["launch"]["count"] + dvr["steps"]["launch_and_apply"]["count"]
     assert 0 < launching <= runs["dvr@50"]["canonical_passes"] <= 2 * launching
     assert set(dvr["gaps"]) == set(GAP_KINDS)
+    # by the widest pass beside them: nondet's gaps beside none, some of dvr@50's beside its passes
+    assert nondet["beside"]["gaps"]["no_pass"]["share"] == 1.0
+    assert dvr["beside"]["gaps"]["no_pass"]["share"] < 1.0
+    assert sum(g["share"] for g in dvr["beside"]["gaps"].values()) == pytest.approx(1.0)
     for gaps in (nondet, dvr):
         assert gaps["gc"]["total_ms"] >= 0 and 0 <= gaps["gc"]["gap_share"] <= 1
     # the engine phases, timed per step: launching steps spent time in "launch" (and its "stage"), others none

@@ -719,6 +719,10 @@ def _print_online(entry: dict) -> None:
     gaps = entry["free_gaps"]
     print(f"[dvr_ab]   free gaps by kind {({k: g['share'] for k, g in gaps['gaps'].items()})}; "
           f"slowest 1 % {gaps['slowest_1pct_share']}; collector {gaps['gc']}", flush=True)
+    beside = gaps.get("beside")
+    if beside is not None:  # round 36: by the widest pass the gap's fast steps could have run beside
+        print(f"[dvr_ab]   free gaps beside passes {({k: (g['share'], g['p50_ms'], g['p99_ms']) for k, g in beside['gaps'].items()})}; "
+              f"slowest 1 % {beside['slowest_1pct_share']}", flush=True)
     for kind, step in gaps["steps"].items():
         if step["count"]:
             print(f"[dvr_ab]   {kind} steps: {step['count']}, mean {step['mean_ms']} ms; phases "

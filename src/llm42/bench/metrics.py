@@ -28,8 +28,9 @@ class StepRecord(NamedTuple):
     """One engine step of a run: when ``step()`` was called and returned (seconds from the run's start, the clock
     of ``RequestRecord.delivery_s``), the canonical passes it launched (``stats["canonical_passes"]``) and the
     deterministic requests it delivered committed tokens to (a pass's commits arrive in the step that applies it),
-    the time Python's cyclic garbage collector ran inside it (``gc_s``; ``gc.callbacks``), and in online runs the
-    seconds of each engine phase (``phases``: ``llm42.bench.runner.PHASES``; None where not timed)."""
+    the time Python's cyclic garbage collector ran inside it (``gc_s``; ``gc.callbacks``), in online runs the
+    seconds of each engine phase (``phases``: ``llm42.bench.runner.PHASES``; None where not timed), and the rows
+    the passes it launched run, padding included (``canonical_rows``: ``stats["canonical_rows"]``)."""
 
     start_s: float
     end_s: float
@@ -37,6 +38,7 @@ class StepRecord(NamedTuple):
     deterministic_delivered: int
     gc_s: float = 0.0
     phases: dict | None = None
+    canonical_rows: int = 0
 
 
 @dataclass
@@ -233,6 +235,14 @@ def summarize(run: RunResult, *, nondet: RunResult | None = None,
 
 
 GAP_KINDS = ("neither", "launch", "apply", "launch_and_apply")
+# the widest pass a gap's fast steps could have run beside (canonical rows, padding included): none, an R-row pass
+# of CUDA's default config or narrower, up to 1,024 rows, wider (round 36: on the device a decode step takes
+# +0.4 ms beside a pass of up to 256 rows, +0.9-1.0 ms beside a 2,048-row one)
+PASS_WIDTHS = ("no_pass", "rows_le_256", "rows_le_1024", "rows_gt_1024")
+
+
+def _pass_width(rows: int) -> str:
+    return PASS_WIDTHS[0 if rows == 0 else 1 if rows <= 256 else 2 if rows <= 1024 else 3]
 
 
 def _gap_kind(launched: bool, applied: bool) -> str:
@@ -251,11 +261,16 @@ def free_gap_attribution(run: RunResult) -> dict:
     same kinds. What it separates: gaps a pass's device work or host work lengthens from those
     of plain steps (``dvr_ab.py`` online, the free ITL target). ``gc``: the collector's share, whatever the kind:
     the steps it ran in, its total and largest time in a step, and the share of gaps (of all, and of the slowest
-    1 %) that span a step it ran in (a run served outside ``frozen_gc`` makes full collections of every object)."""
+    1 %) that span a step it ran in (a run served outside ``frozen_gc`` makes full collections of every object).
+    ``beside``: the gaps again by the widest pass their fast steps could have run beside (``PASS_WIDTHS``: the
+    widest launched from the step before the gap's first delivery up to the step of its second; a fast step read
+    in a step was launched in the one before), the share and p50 / p99 of each class and each class's share of the
+    slowest 1 %: whether the slow gaps sit beside wide passes."""
     steps = run.steps
     index_of = {s.end_s: i for i, s in enumerate(steps)}
     gaps: dict[str, list[float]] = {k: [] for k in GAP_KINDS}
-    every: list[tuple[float, str, bool]] = []
+    beside: dict[str, list[float]] = {k: [] for k in PASS_WIDTHS}
+    every: list[tuple[float, str, bool, str]] = []
     unmatched = 0
     for rec in run.records:
         if rec.is_deterministic:
@@ -271,7 +286,9 @@ def free_gap_attribution(run: RunResult) -> dict:
                                  any(s.deterministic_delivered for s in spanned))
                 gap = t - steps[previous].end_s
                 gaps[kind].append(gap)
-                every.append((gap, kind, any(s.gc_s > 0 for s in spanned)))
+                width = _pass_width(max(s.canonical_rows for s in steps[max(previous - 1, 0): i + 1]))
+                beside[width].append(gap)
+                every.append((gap, kind, any(s.gc_s > 0 for s in spanned), width))
             previous = i
     every.sort(reverse=True)
     slowest = every[: max(1, len(every) // 100)] if every else []
@@ -291,7 +308,7 @@ def free_gap_attribution(run: RunResult) -> dict:
         "num_gaps": len(every), "unmatched_deliveries": unmatched,
         "gaps": {k: {"share": len(v) / len(every) if every else None, "p50_ms": ms(v, 50), "p90_ms": ms(v, 90),
                      "p99_ms": ms(v, 99)} for k, v in gaps.items()},
-        "slowest_1pct_share": {k: sum(1 for _, kind, _ in slowest if kind == k) / len(slowest) if slowest else None
+        "slowest_1pct_share": {k: sum(1 for _, kind, *_ in slowest if kind == k) / len(slowest) if slowest else None
                                for k in GAP_KINDS},
         "steps": {k: {"count": len(v), "p50_ms": ms(v, 50), "p99_ms": ms(v, 99), "mean_ms": round(
             1e3 * sum(v) / len(v), 4) if v else None, "phases_mean_ms": {name: round(1e3 * total / len(v), 4)
@@ -299,6 +316,10 @@ def free_gap_attribution(run: RunResult) -> dict:
                   for k, v in by_step.items()},
         "gc": {"steps": sum(1 for s in steps if s.gc_s > 0), "total_ms": round(sum(s.gc_s for s in steps) * 1e3, 4),
                "max_step_ms": round(max((s.gc_s for s in steps), default=0.0) * 1e3, 4),
-               "gap_share": sum(1 for *_, g in every if g) / len(every) if every else None,
-               "slowest_1pct_share": sum(1 for *_, g in slowest if g) / len(slowest) if slowest else None},
+               "gap_share": sum(1 for _, _, g, _ in every if g) / len(every) if every else None,
+               "slowest_1pct_share": sum(1 for _, _, g, _ in slowest if g) / len(slowest) if slowest else None},
+        "beside": {"gaps": {k: {"share": len(v) / len(every) if every else None, "p50_ms": ms(v, 50),
+                                "p99_ms": ms(v, 99)} for k, v in beside.items()},
+                   "slowest_1pct_share": {k: sum(1 for *_, w in slowest if w == k) / len(slowest) if slowest else None
+                                          for k in PASS_WIDTHS}},
     }

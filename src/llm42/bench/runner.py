@@ -341,6 +341,7 @@ class _Tracker:
     def step(self, t0: float) -> None:
         stats = self.gen.stats
         start, launched, gc_before = self.clock.now() - t0, stats["canonical_passes"], self.gc_s
+        rows_before = stats.get("canonical_rows", 0)  # a stand-in generator (tests) may count no rows
         if self._phases is not None:
             self._phases.clear()
         events = self.gen.step()
@@ -360,7 +361,8 @@ class _Tracker:
                 self.num_open -= 1
         self.steps.append(StepRecord(start, now, stats["canonical_passes"] - launched, deterministic,
                                      self.gc_s - gc_before,
-                                     None if self._phases is None else dict(self._phases)))
+                                     None if self._phases is None else dict(self._phases),
+                                     stats.get("canonical_rows", 0) - rows_before))
 
     def collect(self) -> list[RequestRecord]:
         for rid, rec in self.records.items():
