@@ -721,8 +721,9 @@ def _print_online(entry: dict) -> None:
           f"slowest 1 % {gaps['slowest_1pct_share']}; collector {gaps['gc']}", flush=True)
     beside = gaps.get("beside")
     if beside is not None:  # round 36: by the widest pass the gap's fast steps could have run beside
-        print(f"[dvr_ab]   free gaps beside passes {({k: (g['share'], g['p50_ms'], g['p99_ms']) for k, g in beside['gaps'].items()})}; "
-              f"slowest 1 % {beside['slowest_1pct_share']}", flush=True)
+        classes = {k: (g["share"], g["p50_ms"], g["p99_ms"]) for k, g in beside["gaps"].items()}
+        print(f"[dvr_ab]   free gaps beside passes (share, p50, p99 ms) {classes}; slowest 1 % "
+              f"{beside['slowest_1pct_share']}", flush=True)
     for kind, step in gaps["steps"].items():
         if step["count"]:
             print(f"[dvr_ab]   {kind} steps: {step['count']}, mean {step['mean_ms']} ms; phases "

@@ -31,6 +31,10 @@ timed (``host_profile``, round 35: own ms per launch by function). ``--kernel-pr
 pass of each verify and prompt-chunk shape runs under ``torch.profiler`` after the warm-ups; its kernels are summed
 by class (GEMM, attention, row ops, other: ``profile_canonical_prefill.kernel_class``) with the top kernels, under
 ``kernel_profile`` in the JSON (kernel time is what a graph replays; the eager launches add host time only).
+``--beside`` (CUDA, round 36): also a decode step of 64 / 128 rows beside passes of 1, 4, 8, 64 windows and a
+512-row prompt chunk on two streams (each alone, both launch orders, and both with the decode step on a stream of the
+highest priority), and the fused alternative, one pass carrying the windows and the decode rows as one-row segments
+(``beside`` in the JSON; ``time_beside``, ``beside_table``).
 On the CPU the defaults shrink to a check that takes seconds: the ``tiny`` model (llm42.bench.models) with 1
 layer, context 32, max 512 canonical rows, 5 reps after 1 warm-up, 1 torch thread (all overridable).
 A diagnostic, not a benchmark.
@@ -247,7 +251,7 @@ def decode_segments(cfg, rids: range, position: int) -> list[Segment]:
 
 
 def time_beside(gen: DVRGenerator, cp, kv, segments: list[Segment], wanted: list[int] | None, batch: int, *,
-                context: int, reps: int, warmup: int, device) -> dict:
+                reps: int, warmup: int, device) -> dict:
     """A decode step of ``batch`` slots and a pass of ``segments`` side by side on two streams (CUDA only).
 
     Per rep, both staged first, then one start event; ``fast_first``: the decode graph on the caller's stream, then
@@ -318,8 +322,8 @@ def beside_table(gen: DVRGenerator, cp, kv, args, prompt_rid: int) -> list[dict]
             segments = canonical_segments(gen.cfg, window=WINDOW, group=windows, context=args.context + WINDOW,
                                           params=PARAMS)
             wanted = list(range(cp.num_rows)) if windows * WINDOW > cp.num_rows else None
-            row = time_beside(gen, cp, kv, segments, wanted, batch, context=args.context, reps=args.reps,
-                              warmup=args.warmup, device=gen.device)
+            row = time_beside(gen, cp, kv, segments, wanted, batch, reps=args.reps, warmup=args.warmup,
+                              device=gen.device)
             row["pass"] = f"{windows} windows"
             # fused: the windows and the decode rows in one pass (requests past the windows' for the decode rows)
             free = decode_segments(gen.cfg, range(window_rids_end, window_rids_end + batch), args.context)
@@ -336,8 +340,8 @@ def beside_table(gen: DVRGenerator, cp, kv, args, prompt_rid: int) -> list[dict]
         chunk = Segment(prompt_rid, tuple((7 * i + 3) % gen.cfg.vocab_size for i in range(512)), args.context,
                         PARAMS, 0)
         if 512 <= cp.max_rows:
-            row = time_beside(gen, cp, kv, [chunk], [511], batch, context=args.context, reps=args.reps,
-                              warmup=args.warmup, device=gen.device)
+            row = time_beside(gen, cp, kv, [chunk], [511], batch, reps=args.reps, warmup=args.warmup,
+                              device=gen.device)
             row["pass"] = "512-row prompt chunk"
             rows.append(row)
     return rows
@@ -421,7 +425,7 @@ def main() -> None:
     ap.add_argument("--host-profile", action="store_true",
                     help="also cProfile the launches of every pass timed (host time by function)")
     ap.add_argument("--beside", action="store_true",
-                    help="CUDA: also time decode steps beside passes on two streams, and fused passes (see beside_table)")
+                    help="CUDA: also time decode steps beside passes on two streams, and fused passes (beside_table)")
     ap.add_argument("--kernel-profile", action="store_true",
                     help="eager passes under torch.profiler: kernel time by class per pass shape (no timings)")
     args = ap.parse_args()
@@ -492,13 +496,12 @@ def main() -> None:
     gen.close()
     Path(args.out).write_text(json.dumps(result, indent=1) + "\n")
     for r in result.get("beside", []):
+        orders = " | ".join(f"{order}: fast {r[order]['fast_ms']:.3f} both {r[order]['both_ms']:.3f}"
+                            for order in ("fast_first", "pass_first", "fast_first_priority", "pass_first_priority"))
+        fused = f" | fused {r['fused_rows']} rows ({r['fused_bucket']}): {r['fused_pass_ms']:.3f}" if (
+            "fused_pass_ms" in r) else ""
         print(f"beside: decode {r['batch']:4d} rows + {r['pass']:22s} ({r['pass_rows']:5d} rows): alone fast "
-              f"{r['alone']['fast_ms']:.3f} pass {r['alone']['pass_ms']:.3f} | fast first: fast {r['fast_first']['fast_ms']:.3f} "
-              f"both {r['fast_first']['both_ms']:.3f} | pass first: fast {r['pass_first']['fast_ms']:.3f} both "
-              f"{r['pass_first']['both_ms']:.3f} | priority, fast first: fast {r['fast_first_priority']['fast_ms']:.3f} "
-              f"both {r['fast_first_priority']['both_ms']:.3f}, pass first: fast {r['pass_first_priority']['fast_ms']:.3f} "
-              f"both {r['pass_first_priority']['both_ms']:.3f}" + (f" | fused {r['fused_rows']} rows ({r['fused_bucket']}): "
-                                                      f"{r['fused_pass_ms']:.3f}" if "fused_pass_ms" in r else ""))
+              f"{r['alone']['fast_ms']:.3f} pass {r['alone']['pass_ms']:.3f} | {orders}{fused}")
     for name, rows in result.get("host_profile", {}).items():
         print(f"host profile, {name}: " + "; ".join(f"{r['function']} {r['own_ms']:.3f}" for r in rows[:12]))
 
