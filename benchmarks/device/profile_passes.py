@@ -77,6 +77,7 @@ DEFAULTS = {"cuda": (20, 3, 600, 2048, None), "cpu": (5, 1, 32, 512, 1)}
 WINDOW_COUNTS = (1, 4, 8, 16, 32, 64)
 CHUNK_ROWS = (256, 512, 1024, 2048)
 DECODE_BATCHES = (64, 128, 256)
+BESIDE_WINDOWS, BESIDE_BATCHES = (1, 4, 8, 64), (64, 128)  # --beside: passes of these windows beside these decode steps
 PARAMS = SamplingParams(deterministic=True)  # greedy rows: the sampler's cheapest variant
 
 
@@ -316,9 +317,10 @@ def beside_table(gen: DVRGenerator, cp, kv, args, prompt_rid: int) -> list[dict]
     and the fused alternative: one pass of the windows plus the decode step's rows as one-row segments (requests
     after the windows'), timed alone."""
     rows = []
-    window_rids_end = max(w for w in (1, 4, 8, 64) if w * WINDOW <= cp.max_rows)
-    for batch in (64, 128):
-        for windows in (w for w in (1, 4, 8, 64) if w * WINDOW <= cp.max_rows):
+    counts = [w for w in BESIDE_WINDOWS if w * WINDOW <= cp.max_rows and w <= args.seqs]
+    first_free = max(counts)  # the decode rows' requests come after every window's (requests 0 .. windows - 1)
+    for batch in (b for b in BESIDE_BATCHES if b <= args.seqs):
+        for windows in counts:
             segments = canonical_segments(gen.cfg, window=WINDOW, group=windows, context=args.context + WINDOW,
                                           params=PARAMS)
             wanted = list(range(cp.num_rows)) if windows * WINDOW > cp.num_rows else None
@@ -326,12 +328,11 @@ def beside_table(gen: DVRGenerator, cp, kv, args, prompt_rid: int) -> list[dict]
                               device=gen.device)
             row["pass"] = f"{windows} windows"
             # fused: the windows and the decode rows in one pass (requests past the windows' for the decode rows)
-            free = decode_segments(gen.cfg, range(window_rids_end, window_rids_end + batch), args.context)
-            fused = segments + free
+            fused = segments + decode_segments(gen.cfg, range(first_free, first_free + batch), args.context)
             num = windows * WINDOW + batch
             # results: every row up to R (as the verify rows above R: the first R rows)
             fused_wanted = None if num <= cp.num_rows else list(range(cp.num_rows))
-            if num <= cp.max_rows:
+            if num <= cp.max_rows and first_free + batch <= args.seqs:  # requests prepare() gave K/V
                 timed = time_pass(cp, kv, fused, fused_wanted, reps=args.reps, warmup=args.warmup, device=gen.device)
                 row["fused_pass_ms"] = timed["device_ms"]["median"]
                 row["fused_rows"] = timed["rows"]
