@@ -678,22 +678,25 @@ def online_runs(engines: dict, workload, modes: list[str], *, det_order: list[in
                 if name == "nondet":
                     base = entry
                 elif base is not None:
-                    entry["free_itl_over_nondet"] = {
-                        q: (entry["free_itl_s"][q] / base["free_itl_s"][q])
-                        if entry["free_itl_s"].get(q) and base["free_itl_s"].get(q) else None
-                        for q in ("p50", "p90", "p99")}
+                    # round 37: tokens handed over before the canonical phase (step's deliver) and, from the same
+                    # runs, as a caller taking them only when step() returns saw them (the clock before round 37)
+                    for key, itl in (("free_itl_over_nondet", "free_itl_s"),
+                                     ("free_itl_at_return_over_nondet", "free_itl_at_return_s")):
+                        entry[key] = {q: (entry[itl][q] / base[itl][q]) if entry[itl].get(q) and base[itl].get(q)
+                                      else None for q in ("p50", "p90", "p99")}
                 if r == 0:
                     got["runs"].setdefault(v, {})[name] = entry
                 got["repeats"].setdefault(v, {}).setdefault(name, []).append(entry)
                 _print_online(entry)
-    got["median_free_itl_over_nondet"] = {
-        v: {name: {q: statistics.median(e["free_itl_over_nondet"][q] for e in entries)
-                   for q in ("p50", "p90", "p99")
-                   if all((e.get("free_itl_over_nondet") or {}).get(q) for e in entries)}
-            for name, entries in by_mode.items() if name != "nondet"}
-        for v, by_mode in got["repeats"].items()}
-    if repeats > 1:
-        print(f"[dvr_ab] online median free ITL over nondet: {got['median_free_itl_over_nondet']}", flush=True)
+    for key in ("free_itl_over_nondet", "free_itl_at_return_over_nondet"):
+        got[f"median_{key}"] = {
+            v: {name: {q: statistics.median(e[key][q] for e in entries)
+                       for q in ("p50", "p90", "p99")
+                       if all((e.get(key) or {}).get(q) for e in entries)}
+                for name, entries in by_mode.items() if name != "nondet"}
+            for v, by_mode in got["repeats"].items()}
+        if repeats > 1:
+            print(f"[dvr_ab] online median {key.replace('_', ' ')}: {got[f'median_{key}']}", flush=True)
     return got
 
 
@@ -704,7 +707,8 @@ def _online_entry(engine, workload, name: str, arrivals: list[float], *, det_ord
     summary = serving_summary(result, nondet=None)
     free = summary["latency_nondeterministic"]
     return {"is_complete": result.is_complete, "output_tokens_per_s": summary["output_tokens_per_s"],
-            "free_itl_s": free["itl_s"], "free_ttft_s": free["ttft_s"],
+            "free_itl_s": free["itl_s"], "free_itl_at_return_s": free["itl_at_return_s"],
+            "free_ttft_s": free["ttft_s"],
             "deterministic_itl_s": summary["latency_deterministic"]["itl_s"],
             "deterministic_ttft_s": summary["latency_deterministic"]["ttft_s"],
             "canonical_passes": result.stats.get("canonical_passes"),
@@ -714,8 +718,11 @@ def _online_entry(engine, workload, name: str, arrivals: list[float], *, det_ord
 
 def _print_online(entry: dict) -> None:
     itl = entry["free_itl_s"]
+    at_return = entry["free_itl_at_return_s"]
     print(f"[dvr_ab]   free ITL p50 {itl.get('p50')}  p99 {itl.get('p99')}  "
           f"{entry.get('free_itl_over_nondet')}  complete {entry['is_complete']}", flush=True)
+    print(f"[dvr_ab]   free ITL at step return p50 {at_return.get('p50')}  p99 {at_return.get('p99')}  "
+          f"{entry.get('free_itl_at_return_over_nondet')}", flush=True)
     gaps = entry["free_gaps"]
     print(f"[dvr_ab]   free gaps by kind {({k: g['share'] for k, g in gaps['gaps'].items()})}; "
           f"slowest 1 % {gaps['slowest_1pct_share']}; collector {gaps['gc']}", flush=True)

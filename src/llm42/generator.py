@@ -25,7 +25,7 @@ import random
 import threading
 import warnings
 from collections import deque
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 import torch
@@ -101,6 +101,10 @@ class _Owner:
 
     def __init__(self, *, is_stream: bool):
         self.tokens: deque[tuple[int, list[int]]] | None = deque() if is_stream else None
+
+
+# ``step(deliver=...)``: receives a step's tokens committed by the time the fast step is read back, per request id
+Deliver = Callable[[dict[int, list[int]]], None]
 
 
 def _serialised(method):
@@ -517,24 +521,32 @@ class DVRGenerator:
             self._finish(req)  # a fast token still in flight for it is dropped when read back
 
     @_serialised
-    def step(self) -> dict[int, list[int]]:
+    def step(self, deliver: Deliver | None = None) -> dict[int, list[int]]:
         """One engine iteration: schedule -> fast step -> canonical pass -> commit.
 
         Returns the tokens newly committed in this step, per request id (a ``stream()``
         call's requests excepted: their tokens go to that stream, whoever steps).
+
+        ``deliver``: called once in the step, as soon as the previous fast step's tokens are read back and
+        before the step's canonical phase (applying and launching passes: host work a step with a pass does
+        after the read), with the tokens committed so far: free requests' tokens of that fast step, and
+        deterministic requests' from passes applied at the top of the step. Those tokens are not in the
+        returned dict, which holds the ones committed after the call: each token is reported once. A server
+        hands free tokens to its clients that much sooner (``AsyncEngine`` does). Not called where nothing was
+        committed by then; if it raises, the step raises and its tokens come again with the next step.
         """
         # events live on the generator until returned: if a later phase of this step raises,
         # tokens an earlier phase already committed are reported by the next successful step
         events = self._events
         try:
             if self._step_stream is None:
-                self._step(events)
+                self._step(events, deliver)
             else:  # ordered after the caller's work, and the caller's later work after it
                 caller = torch.cuda.current_stream(self.device)
                 self._step_stream.wait_stream(caller)
                 try:
                     with torch.cuda.stream(self._step_stream):
-                        self._step(events)
+                        self._step(events, deliver)
                 finally:
                     caller.wait_stream(self._step_stream)
         finally:
@@ -544,7 +556,7 @@ class DVRGenerator:
         self._events = {}
         return events
 
-    def _step(self, events: dict[int, list[int]]) -> None:
+    def _step(self, events: dict[int, list[int]], deliver: Deliver | None) -> None:
         if self._pool.unfreed:
             self._pool.retry_frees(self.kv)
         self._admit()
@@ -581,6 +593,8 @@ class DVRGenerator:
             fast.read(previous, events, self._finish)
         if not self.config.overlap:
             fast.read(fast.take(), events, self._finish)
+        if deliver is not None:
+            self._deliver_early(events, deliver)
         if plan.is_empty and fast.in_flight is None:
             # nothing else to launch: wait (a little) for the pass here instead of returning an empty step
             # the caller would spin on (AsyncEngine drains its commands between steps)
@@ -609,6 +623,14 @@ class DVRGenerator:
         # no more prompt chunks in all than the fast path's prompt staging holds (a step with more runs eagerly)
         chunks = self.fast_step.fast_prefill.max_seqs - len(plan.fast_prefill)
         return self._pool.prompts_to_draft(spare, chunks) if spare > 0 and chunks > 0 else []
+
+    def _deliver_early(self, events: dict[int, list[int]], deliver: Deliver) -> None:
+        """``step(deliver=...)``'s call: the tokens committed so far, then none left in ``events`` (cleared only
+        once ``deliver`` returned: if it raises they stay, for the next step to report)."""
+        self._deliver(events)  # stream() requests' tokens to their streams first, as at the end of a step
+        if events:
+            deliver(dict(events))
+            events.clear()
 
     def _deliver(self, events: dict[int, list[int]]) -> None:
         """Move the tokens of stream() requests from ``events`` to their streams' queues."""

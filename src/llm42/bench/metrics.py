@@ -54,7 +54,11 @@ class RequestRecord:
     token_ids: list[int] = field(default_factory=list)
     num_rollbacks: int = 0
     num_recomputed: int = 0
-    delivery_s: list[float] = field(default_factory=list)  # when each step that delivered tokens returned
+    # when each hand-over of tokens happened: mid-step where the generator hands tokens over before its canonical
+    # phase (``DVRGenerator.step(deliver=...)``), else when the step returned
+    delivery_s: list[float] = field(default_factory=list)
+    delivery_step: list[int] = field(default_factory=list)  # each hand-over's step (an index into RunResult.steps)
+    returned_s: list[float] = field(default_factory=list)  # when each hand-over's step returned
 
     @property
     def is_finished(self) -> bool:
@@ -72,6 +76,13 @@ class RequestRecord:
     def itl_s(self) -> list[float]:
         """Gaps between successive deliveries (one value per delivery after the first)."""
         times = self.delivery_s
+        return [b - a for a, b in zip(times, times[1:])]
+
+    @property
+    def itl_at_return_s(self) -> list[float]:
+        """``itl_s`` as a caller sees it that takes tokens only when ``step()`` returns: gaps between the returns of
+        successive steps that delivered tokens (the clock before ``step(deliver=...)``; one per such step)."""
+        times = sorted(set(self.returned_s))
         return [b - a for a, b in zip(times, times[1:])]
 
     @property
@@ -126,6 +137,7 @@ def _latencies(records: list[RequestRecord]) -> dict:
     return {
         "ttft_s": percentiles([r.ttft_s for r in records if r.ttft_s is not None]),
         "itl_s": percentiles([gap for r in records for gap in r.itl_s]),
+        "itl_at_return_s": percentiles([gap for r in records for gap in r.itl_at_return_s]),
         "tpot_s": percentiles([r.tpot_s for r in records if r.tpot_s is not None]),
         "e2e_s": percentiles([r.e2e_s for r in records if r.e2e_s is not None]),
     }
@@ -253,21 +265,22 @@ def free_gap_attribution(run: RunResult) -> dict:
     """Where free requests' inter-token gaps come from, from ``run.steps``.
 
     Each gap (two successive deliveries to one free request) spans the steps after the first delivery up to the
-    step that made the second; it is of kind ``"launch"`` if one of those steps launched a canonical pass,
-    ``"apply"`` if one delivered a pass's commits to deterministic requests, ``"launch_and_apply"`` if both,
-    ``"neither"`` otherwise (``GAP_KINDS``). Reported per kind: the share of gaps and their p50 / p90 / p99 (ms); the
-    kinds' shares among the slowest 1 % of gaps; and the steps themselves (count, p50 / p99 / mean ms of ``step()``'s
-    wall time, and the mean ms of each engine phase where the steps were timed: ``StepRecord.phases``) by the
-    same kinds. What it separates: gaps a pass's device work or host work lengthens from those
-    of plain steps (``dvr_ab.py`` online, the free ITL target). ``gc``: the collector's share, whatever the kind:
-    the steps it ran in, its total and largest time in a step, and the share of gaps (of all, and of the slowest
-    1 %) that span a step it ran in (a run served outside ``frozen_gc`` makes full collections of every object).
+    step that made the second (and the first delivery's own step where it came mid-step, ``RequestRecord``); it is
+    of kind ``"launch"`` if one of those steps launched a canonical pass, ``"apply"`` if one delivered a pass's
+    commits to deterministic requests, ``"launch_and_apply"`` if both, ``"neither"`` otherwise (``GAP_KINDS``).
+    Reported per kind: the share of gaps and their p50 / p90 / p99 (ms); the kinds' shares among the slowest 1 % of
+    gaps; and the steps themselves (count, p50 / p99 / mean ms of ``step()``'s wall time, and the mean ms of each
+    engine phase where the steps were timed: ``StepRecord.phases``) by the same kinds.
+    What it separates: gaps a pass's device work or host work lengthens from those of plain steps (``dvr_ab.py``
+    online, the free ITL target). ``gc``: the collector's share, whatever the kind: the steps it ran in, its total
+    and largest time in a step, and the share of gaps (of all, and of the slowest 1 %) that span a step it ran in
+    (a run served outside ``frozen_gc`` makes full collections of every object).
     ``beside``: the gaps again by the widest pass their fast steps could have run beside (``PASS_WIDTHS``: the
     widest launched from the step before the gap's first delivery up to the step of its second; a fast step read
     in a step was launched in the one before), the share and p50 / p99 of each class and each class's share of the
     slowest 1 %: whether the slow gaps sit beside wide passes."""
     steps = run.steps
-    index_of = {s.end_s: i for i, s in enumerate(steps)}
+    index_of = {s.end_s: i for i, s in enumerate(steps)}  # records without step indices: by their return times
     gaps: dict[str, list[float]] = {k: [] for k in GAP_KINDS}
     beside: dict[str, list[float]] = {k: [] for k in PASS_WIDTHS}
     every: list[tuple[float, str, bool, str]] = []
@@ -275,21 +288,25 @@ def free_gap_attribution(run: RunResult) -> dict:
     for rec in run.records:
         if rec.is_deterministic:
             continue
-        previous = None
-        for t in rec.delivery_s:
-            i = index_of.get(t)
-            if i is None:
+        previous = previous_t = None
+        by_step = rec.delivery_step if len(rec.delivery_step) == len(rec.delivery_s) else None
+        for k, t in enumerate(rec.delivery_s):
+            i = by_step[k] if by_step is not None else index_of.get(t)
+            if i is None or not 0 <= i < len(steps):
                 unmatched += 1
             elif previous is not None:
-                spanned = steps[previous + 1: i + 1]
+                # a first delivery mid-step (``step(deliver=...)``, before that step's canonical phase): the gap
+                # also spans what that step did after it
+                spanned = steps[previous + (previous_t >= steps[previous].end_s): i + 1]
                 kind = _gap_kind(any(s.passes_launched for s in spanned),
                                  any(s.deterministic_delivered for s in spanned))
-                gap = t - steps[previous].end_s
+                gap = t - previous_t
                 gaps[kind].append(gap)
                 width = _pass_width(max(s.canonical_rows for s in steps[max(previous - 1, 0): i + 1]))
                 beside[width].append(gap)
                 every.append((gap, kind, any(s.gc_s > 0 for s in spanned), width))
-            previous = i
+            if i is not None and 0 <= i < len(steps):
+                previous, previous_t = i, t
     every.sort(reverse=True)
     slowest = every[: max(1, len(every) // 100)] if every else []
     by_step: dict[str, list[float]] = {k: [] for k in GAP_KINDS}

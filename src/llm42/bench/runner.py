@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import gc
+import inspect
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -304,6 +305,9 @@ class _Tracker:
     def __init__(self, gen: DVRGenerator, clock: Clock, *, time_phases: bool = False):
         self.gen = gen
         self.clock = clock
+        # a DVRGenerator hands over the tokens read back before its canonical phase (``step(deliver=...)``), as
+        # AsyncEngine streams them: each token is timed when handed over; a stand-in generator's when step returns
+        self._takes_deliver = "deliver" in inspect.signature(gen.step).parameters
         self._phases: dict[str, float] | None = {} if time_phases else None
         if time_phases:
             _time_phases(gen, self._phases)
@@ -344,20 +348,30 @@ class _Tracker:
         rows_before = stats.get("canonical_rows", 0)  # a stand-in generator (tests) may count no rows
         if self._phases is not None:
             self._phases.clear()
-        events = self.gen.step()
+        index = len(self.steps)
+        delivered: list[tuple[int, list[int], float]] = []  # (rid, tokens, when handed over)
+
+        def deliver(events: dict[int, list[int]]) -> None:  # the tokens read back before the canonical phase
+            now = self.clock.now() - t0
+            delivered.extend((rid, tokens, now) for rid, tokens in events.items())
+
+        events = self.gen.step(deliver=deliver) if self._takes_deliver else self.gen.step()
         now = self.clock.now() - t0
+        delivered.extend((rid, tokens, now) for rid, tokens in events.items())
         deterministic = 0
-        for rid, tokens in events.items():
+        for rid, tokens, at in delivered:
             rec = self.records.get(rid)
             if rec is None or not tokens:
                 continue
             deterministic += rec.is_deterministic
             if rec.first_token_s is None:
-                rec.first_token_s = now
-            rec.delivery_s.append(now)
+                rec.first_token_s = at
+            rec.delivery_s.append(at)
+            rec.delivery_step.append(index)
+            rec.returned_s.append(now)
             rec.num_tokens += len(tokens)
             if rec.num_tokens >= self.max_tokens[rid]:
-                rec.finish_s = now
+                rec.finish_s = at
                 self.num_open -= 1
         self.steps.append(StepRecord(start, now, stats["canonical_passes"] - launched, deterministic,
                                      self.gc_s - gc_before,
