@@ -6,7 +6,8 @@ and launched in steps that also read a fast step back: the steps whose free gaps
 commit order, and the committed output is what the same run gives without ``deliver``; some step handed free
 tokens over before it launched or applied a pass (so "early" is not vacuous); a ``deliver`` that raises leaves its
 tokens for the next step (the negative control of "exactly once": the same tokens then arrive twice to a caller
-that kept the first copy); ``AsyncEngine`` streams through it.
+that kept the first copy); ``AsyncEngine`` streams through it. A property over drawn mixes, engine knobs and
+arrivals checks "once" and the committed output again (its examples with a free request must hand tokens over).
 """
 
 from __future__ import annotations
@@ -14,8 +15,11 @@ from __future__ import annotations
 import asyncio
 
 import pytest
+from hypothesis import event, given, settings
+from hypothesis import strategies as st
 
 from llm42 import DVRGenerator
+from llm42.testing import strategies as ls
 from llm42.async_engine import AsyncEngine
 from tests.test_canonical_thread import CFG, WEIGHTS, SlowCanonicalPolicy, _requests
 from llm42.policies import NoisyFastPolicy
@@ -137,3 +141,54 @@ def test_async_engine_streams_tokens_handed_over_mid_step():
             assert (a.token_ids, a.logprobs) == (b.token_ids, b.logprobs)
         else:
             assert a.finish_reason is not None
+
+
+@settings(max_examples=12)
+@given(mix=ls.batch_mixes(vocab_size=CFG.vocab_size, min_size=2, max_size=6, logprobs=True),
+       knobs=ls.engine_knobs(num_canonical_rows=8), noisy=st.booleans(), stride=st.integers(0, 2))
+def test_deliver_keeps_every_token_once_whatever_the_knobs(mix, knobs, noisy, stride):
+    """Drawn mixes, engine knobs (those that never change a committed bit), a plain or noisy fast path, arrivals
+    every ``stride`` steps: stepped with ``deliver``, each request's tokens (handed over and returned) are its
+    Completion's, and deterministic requests commit what the same generator commits stepped without it."""
+    def make():
+        return DVRGenerator(WEIGHTS, CFG, window=4, group=2, kv_cache_tokens=4096,
+                            fast_policy=NoisyFastPolicy(scale=2.0, seed=3) if noisy else None,
+                            **{k: v for k, v in knobs.items() if k != "scheduler"})
+
+    def serve(early: bool):
+        gen = make()
+        got: dict[int, list[int]] = {}
+        rids: list[int] = []
+
+        def take(events):
+            for rid, tokens in events.items():
+                got.setdefault(rid, []).extend(tokens)
+
+        def handed(events):
+            handed_over[0] += sum(map(len, events.values()))
+            take(events)
+
+        pending = list(mix)
+        while pending or gen.has_unfinished():
+            for _ in range(1 if stride else len(pending)):
+                if pending:
+                    rids.append(gen.submit(*pending.pop(0)))
+            for _ in range(max(stride, 1)):
+                if gen.has_unfinished():
+                    take(gen.step(deliver=handed) if early else gen.step())
+        return [gen.result(rid) for rid in rids], [got.get(rid, []) for rid in rids]
+
+    handed_over = [0]
+    early, early_got = serve(True)
+    # the examples with a free request hand tokens over mid-step (each free token is read back)
+    if any(not p.deterministic for _, p in mix):
+        assert handed_over[0] > 0
+    event(f"tokens handed over mid-step: {'some' if handed_over[0] else 'none'}")
+    plain, plain_got = serve(False)
+    for c, tokens in zip(early, early_got):
+        assert tokens == c.token_ids
+    for c, tokens in zip(plain, plain_got):
+        assert tokens == c.token_ids
+    for (_, p), a, b in zip(mix, early, plain):
+        if p.deterministic:
+            assert (a.token_ids, a.logprobs) == (b.token_ids, b.logprobs)
