@@ -629,7 +629,7 @@ class DVRGenerator:
         once ``deliver`` returned: if it raises they stay, for the next step to report)."""
         self._deliver(events)  # stream() requests' tokens to their streams first, as at the end of a step
         if events:
-            deliver(dict(events))
+            deliver({rid: list(tokens) for rid, tokens in events.items()})  # lists of its own: events' may grow
             events.clear()
 
     def _deliver(self, events: dict[int, list[int]]) -> None:
