@@ -24,7 +24,6 @@ raised by ``await stream.accepted()`` and by the first ``__anext__``.
 from __future__ import annotations
 
 import asyncio
-import inspect
 import logging
 import queue
 import threading
@@ -33,6 +32,7 @@ from collections.abc import Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 
+from llm42.generator import takes_deliver
 from llm42.params import Completion, SamplingParams
 
 __all__ = ["AsyncEngine", "RequestStream", "Output", "EngineSnapshot", "EngineFullError", "EngineClosedError",
@@ -348,7 +348,7 @@ class AsyncEngine:
         """Whether ``step`` (the generator's, read each time: a test may swap it) takes ``deliver``."""
         fn = getattr(step, "__func__", step)
         if self._step_fn is None or self._step_fn[0] is not fn:
-            self._step_fn = (fn, "deliver" in _parameters(step))
+            self._step_fn = (fn, takes_deliver(step))
         return self._step_fn[1]
 
     def _publish_tokens(self, events: dict[int, list[int]]) -> None:
@@ -436,11 +436,3 @@ class AsyncEngine:
 def _deliver_all(items: list) -> None:
     for stream, output in items:
         stream._deliver(output)
-
-
-def _parameters(method) -> set[str]:
-    """The parameter names of ``method`` (none where it has no signature to read)."""
-    try:
-        return set(inspect.signature(method).parameters)
-    except (TypeError, ValueError):
-        return set()

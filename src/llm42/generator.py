@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import inspect
 import os
 import random
 import threading
@@ -105,6 +106,14 @@ class _Owner:
 
 # ``step(deliver=...)``: receives a step's tokens committed by the time the fast step is read back, per request id
 Deliver = Callable[[dict[int, list[int]]], None]
+
+
+def takes_deliver(step) -> bool:
+    """Whether a generator's ``step`` takes ``deliver`` (a ``DVRGenerator``'s does; a stand-in's may not)."""
+    try:
+        return "deliver" in inspect.signature(step).parameters
+    except (TypeError, ValueError):  # no signature to read
+        return False
 
 
 def _serialised(method):

@@ -294,7 +294,8 @@ def free_gap_attribution(run: RunResult) -> dict:
             i = by_step[k] if by_step is not None else index_of.get(t)
             if i is None or not 0 <= i < len(steps):
                 unmatched += 1
-            elif previous is not None:
+                continue
+            if previous is not None:
                 # a first delivery mid-step (``step(deliver=...)``, before that step's canonical phase): the gap
                 # also spans what that step did after it
                 spanned = steps[previous + (previous_t >= steps[previous].end_s): i + 1]
@@ -305,8 +306,7 @@ def free_gap_attribution(run: RunResult) -> dict:
                 width = _pass_width(max(s.canonical_rows for s in steps[max(previous - 1, 0): i + 1]))
                 beside[width].append(gap)
                 every.append((gap, kind, any(s.gc_s > 0 for s in spanned), width))
-            if i is not None and 0 <= i < len(steps):
-                previous, previous_t = i, t
+            previous, previous_t = i, t
     every.sort(reverse=True)
     slowest = every[: max(1, len(every) // 100)] if every else []
     by_step: dict[str, list[float]] = {k: [] for k in GAP_KINDS}

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import dataclasses
 import gc
-import inspect
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -32,7 +31,7 @@ from llm42.bench.models import BenchModel
 from llm42.bench.modes import BATCH_INVARIANT, Mode, deterministic_indices, sampling_params
 from llm42.bench.workloads import FIRST_TOKEN_ID, Workload
 from llm42.gc_freeze import frozen_gc
-from llm42.generator import DVRGenerator
+from llm42.generator import DVRGenerator, takes_deliver
 from llm42.params import SamplingParams
 from llm42.policies import BatchInvariantPolicy, FixedShapePolicy, ReductionPolicy
 from llm42.sampler import SAMPLING_VARIANTS
@@ -307,7 +306,7 @@ class _Tracker:
         self.clock = clock
         # a DVRGenerator hands over the tokens read back before its canonical phase (``step(deliver=...)``), as
         # AsyncEngine streams them: each token is timed when handed over; a stand-in generator's when step returns
-        self._takes_deliver = "deliver" in inspect.signature(gen.step).parameters
+        self._takes_deliver = takes_deliver(gen.step)
         self._phases: dict[str, float] | None = {} if time_phases else None
         if time_phases:
             _time_phases(gen, self._phases)
