@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# Round 38, device call B (carry .dev_stage/b, at once after stage_a.sh carried .dev_stage/a): free requests' online
+# ITL with tokens handed over before each step's canonical phase (step(deliver=...), round 37), default against
+# pass_before_read (the pass's launch under the read's wait) and pass_before_read_split (the same, and a step that
+# applies a pass launches none: at most one of the two host phases a step). Real SmolLM2: offline nondet and dvr@50,
+# then online at 0.7 load, 500 requests, nondet and dvr@50, twice in ABBA order, every step's phases timed.
+#
+#   bash benchmarks/device/r38_call_b.sh
+source "$(dirname "$0")/session_preamble.sh"
+source "$(dirname "$0")/smollm2_env.sh"
+timeout "${CAP:-560}" python3 benchmarks/device/dvr_ab.py --model "$SMOL" --cache-dir /tmp/llm42_models \
+    --variants "${VARIANTS:-default,pass_before_read,pass_before_read_split}" --modes "${MODES:-nondet,dvr@50}" \
+    --budget-s 90 --warmup-requests 8 --warmup-modes dvr@50 --online-load 0.7 --online-modes nondet,dvr@50 \
+    --online-requests "${ONLINE_REQUESTS:-500}" --online-budget-s "${ONLINE_BUDGET:-330}" \
+    --online-repeats "${ONLINE_REPEATS:-2}" --out "$OUT/dvr_ab_smollm2_r38_b.json" >"$OUT/dvr_ab_b.txt" 2>&1
+log "dvr_ab exit $?"
+grep -E "^\[dvr_ab\]|rror|identical" "$OUT/dvr_ab_b.txt" | grep -v warm-up | grep -E "tok/s|median|ITL p50|identical|rror|online" | tail -n 60
+log "done"
