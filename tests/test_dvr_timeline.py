@@ -72,6 +72,7 @@ def test_a_cpu_run_records_every_step_and_span_and_restores_the_hooks(timeline_m
         assert all(0 <= p["start_ms"] <= p["end_ms"] <= run["summary"]["run_ms"] for p in passes)
         assert 0.0 < run["summary"]["busy"]["either"] <= 1.0
         assert run["summary"]["num_steps"] == len(steps)
+        assert run["notes"] == []  # the run went as planned (a failed graph capture would say so here)
     assert not out["runs"]["default nondet"]["passes"]  # no deterministic request, no pass
     assert out["runs"]["default dvr@50"]["passes"]
     assert "tail" in out["runs"]["default dvr@50"]["summary"]

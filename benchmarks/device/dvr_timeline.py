@@ -419,7 +419,9 @@ def main(argv: list[str] | None = None) -> dict:
             report.update(is_complete=result.is_complete, elapsed_s=result.elapsed_s,
                           output_tokens_per_s=result.tokens_per_s,
                           free_last_finish_s=tail["free"]["last_finish_s"],
-                          deterministic_last_finish_s=tail["deterministic"]["last_finish_s"])
+                          deterministic_last_finish_s=tail["deterministic"]["last_finish_s"], notes=list(result.notes))
+            for note in result.notes:  # a run that deviated from the plan (e.g. eager after a failed graph capture)
+                print(f"[dvr_timeline]   note: {note}", flush=True)
             if timeline.det is not None and timeline.tracker is not None and mode_name != "nondet":
                 records = timeline.tracker.records  # engine request id -> the workload request's record
                 committed = {rid: rec.num_tokens for rid, rec in records.items() if rec.is_deterministic}
