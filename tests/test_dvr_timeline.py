@@ -155,3 +155,44 @@ def test_the_summary_counts_a_sliced_pass_once_and_times_its_slices(timeline_mod
     s = timeline_module.summarize(steps, fast, passes)
     assert s["num_passes"] == 1 and s["fast_steps_beside_a_pass"] == 2
     assert s["slice_ms_p50"] == {"0": 2.0, "1": 3.0} and s["pass_ms_p50_by_rows"] == {}
+
+
+def _live_generators_at_each_creation(timeline_module, tmp_path, monkeypatch, *, hold_first: bool) -> list[int]:
+    """main() on the tiny model, two variants served online; when each generator is made, how many made before it
+    are still alive. The end of each run collects as it does on CUDA (``runner._release``; on the CPU it leaves the
+    generator's reference cycles to the collector's own schedule); no collection here: cyclic garbage counts as
+    alive, as it holds device memory on a GPU. ``hold_first``: the watch itself keeps the first one (the control)."""
+    import gc
+    import weakref
+
+    from llm42.bench import runner as runner_module
+
+    made: list[weakref.ref] = []
+    held: list = []
+    alive_at_creation: list[int] = []
+    original = runner_module.Engine.generator
+
+    def watched(self, *args, **kwargs):
+        alive_at_creation.append(sum(ref() is not None for ref in made))
+        gen, notes = original(self, *args, **kwargs)
+        made.append(weakref.ref(gen))
+        if hold_first and not held:
+            held.append(gen)
+        return gen, notes
+
+    monkeypatch.setattr(runner_module.Engine, "generator", watched)
+    monkeypatch.setattr(runner_module, "_release", lambda device: gc.collect())
+    timeline_module.main(["--model", "tiny", "--out", str(tmp_path / "t.json"), "--num-requests", "6",
+                          "--max-num-seqs", "16", "--max-fast-tokens", "64", "--budget-s", "400",
+                          "--warmup-requests", "0", "--variants", "default,pass_before_read", "--modes", "dvr@50",
+                          "--online-load", "0.5", "--online-requests", "4"])
+    return alive_at_creation
+
+
+def test_no_run_keeps_its_generator_alive_into_the_next(timeline_module, tmp_path, monkeypatch):
+    """Each run builds a fresh generator (its K/V cache, its graphs' pools) and frees the one before at its end
+    (``runner._release``): the timeline must not hold it then. Round 38 held the run's tracker, so its generator: on
+    an H100 the second variant's decode graphs ran out of memory and that run went eagerly. When each generator is
+    made, none before it may be alive; the control holds the first one, which the watch must see."""
+    assert _live_generators_at_each_creation(timeline_module, tmp_path, monkeypatch, hold_first=False) == [0, 0, 0]
+    assert _live_generators_at_each_creation(timeline_module, tmp_path, monkeypatch, hold_first=True) == [0, 1, 1]

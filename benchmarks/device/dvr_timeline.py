@@ -156,7 +156,11 @@ class Timeline:
     def __init__(self, is_cuda: bool, *, det_every: int = 0):
         self.clock = _Clock(is_cuda)
         self.det = DetProgress(det_every) if det_every else None
-        self.tracker = None
+        # the run's records (engine request id -> the workload request's record), not its tracker: a tracker holds
+        # its generator, which the run's end (``runner._release``: a collection, the CUDA cache emptied) must find
+        # unreferenced; held here, it stayed as cyclic garbage while the next run built its generator (round 38, an
+        # H100: the second variant's decode graphs ran out of memory and that run went eagerly, 14.7 ms a fast step)
+        self.records: dict | None = None
         self.is_recording = False
         self.step_index = -1
         self.steps: list[dict] = []
@@ -178,7 +182,7 @@ class Timeline:
             def hooked(tracker, t0):
                 if not timeline.is_recording:
                     timeline.is_recording = True
-                    timeline.tracker = tracker  # its records map the engine's request ids to the workload's
+                    timeline.records = tracker.records
                     timeline.clock.start()
                 timeline.step_index += 1
                 start = time.perf_counter()
@@ -422,8 +426,8 @@ def main(argv: list[str] | None = None) -> dict:
                           deterministic_last_finish_s=tail["deterministic"]["last_finish_s"], notes=list(result.notes))
             for note in result.notes:  # a run that deviated from the plan (e.g. eager after a failed graph capture)
                 print(f"[dvr_timeline]   note: {note}", flush=True)
-            if timeline.det is not None and timeline.tracker is not None and mode_name != "nondet":
-                records = timeline.tracker.records  # engine request id -> the workload request's record
+            if timeline.det is not None and timeline.records is not None and mode_name != "nondet":
+                records = timeline.records  # engine request id -> the workload request's record
                 committed = {rid: rec.num_tokens for rid, rec in records.items() if rec.is_deterministic}
                 rid_of = {rec.index: rid for rid, rec in records.items()}
                 last = [rid_of[f["index"]] for f in tail["last_finishers"] if f["deterministic"]]
