@@ -51,6 +51,26 @@ def test_the_summary_splits_fast_steps_by_a_pass_beside_them_and_measures_the_ta
     assert s["busy"]["either"] == pytest.approx((4 + 10 + 4 + 4) / 39.0, abs=1e-4)  # 10-16 and 12-20: 10-20
     assert s["tail"]["start_ms"] == 20.0 and s["tail"]["either"] == pytest.approx(8 / 19.0, abs=1e-4)
     assert [b["running_free"] for b in s["bins"]] == [0]  # one 100 ms bin: the mix at its end
+    assert s["fast_ms_p50_by_rows"] == {"<=32": {"alone_ms": 4.0, "beside_ms": 6.0, "num_alone": 3, "num_beside": 1,
+                                                 "beside_over_alone": 1.5}}
+
+
+def test_fast_steps_are_compared_with_a_pass_beside_them_at_the_same_rows(timeline_module):
+    """By hand: small steps alone, big steps beside a pass (the medians over all steps would call the steps beside a
+    pass 3x slower; at the same rows they are 1.25x); a class with one side only has no ratio; rows past the last
+    bound are their own class."""
+    fast = ([{"start_ms": 10.0 * i, "end_ms": 10.0 * i + 2, "rows": 40} for i in range(3)]
+            + [{"start_ms": 100.0 + 10 * i, "end_ms": 100.0 + 10 * i + 5, "rows": 100} for i in range(2)]
+            + [{"start_ms": 200.0, "end_ms": 204.0, "rows": 100}]
+            + [{"start_ms": 300.0, "end_ms": 303.0, "rows": 600}])
+    is_beside = [False, False, False, True, True, False, True]
+    got = timeline_module._by_row_class(fast, is_beside)
+    assert list(got) == ["<=64", "<=128", ">512"]
+    assert got["<=64"] == {"alone_ms": 2.0, "beside_ms": None, "num_alone": 3, "num_beside": 0,
+                           "beside_over_alone": None}
+    assert got["<=128"] == {"alone_ms": 4.0, "beside_ms": 5.0, "num_alone": 1, "num_beside": 2,
+                            "beside_over_alone": 1.25}
+    assert got[">512"]["num_beside"] == 1 and got[">512"]["beside_over_alone"] is None
 
 
 def test_a_cpu_run_records_every_step_and_span_and_restores_the_hooks(timeline_module, tmp_path):

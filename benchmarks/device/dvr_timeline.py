@@ -281,6 +281,28 @@ def _median(values: list[float]) -> float | None:
     return round(statistics.median(values), 4) if values else None
 
 
+ROW_CLASSES = (32, 64, 128, 256, 512)  # a fast step's rows: at most 32, 64, ..., 512, or more
+
+
+def _by_row_class(fast: list[dict], is_beside: list[bool]) -> dict:
+    """Per class of a fast step's rows (``ROW_CLASSES``; "<=N" or ">512"), the median ms of the steps alone and beside a
+    pass, their counts and the ratio of the two medians (None where a side has no step); classes with no step left
+    out."""
+    groups: dict[str, tuple[list[float], list[float]]] = {}
+    for f, b in zip(fast, is_beside):
+        bound = next((n for n in ROW_CLASSES if f["rows"] <= n), None)
+        key = f"<={bound}" if bound is not None else f">{ROW_CLASSES[-1]}"
+        groups.setdefault(key, ([], []))[1 if b else 0].append(f["end_ms"] - f["start_ms"])
+    order = [f"<={n}" for n in ROW_CLASSES] + [f">{ROW_CLASSES[-1]}"]
+    out = {}
+    for key in (k for k in order if k in groups):
+        alone, beside = groups[key]
+        a, b = _median(alone), _median(beside)
+        out[key] = {"alone_ms": a, "beside_ms": b, "num_alone": len(alone), "num_beside": len(beside),
+                    "beside_over_alone": round(b / a, 3) if a and b else None}
+    return out
+
+
 def summarize(steps: list[dict], fast: list[dict], passes: list[dict], *,
               free_last_finish_s: float | None = None) -> dict:
     """Fast steps alone and beside a pass, passes by rows, the device's busy shares over the run, its tail and bins."""
@@ -329,6 +351,9 @@ def summarize(steps: list[dict], fast: list[dict], passes: list[dict], *,
                                               for f, b in zip(fast, is_beside) if not b and f["rows"]]),
         "fast_us_per_row_p50_beside_a_pass": _median([1e3 * (f["end_ms"] - f["start_ms"]) / f["rows"]
                                                       for f, b in zip(fast, is_beside) if b and f["rows"]]),
+        # the same rows alone and beside a pass (round 38: the steps beside a pass had twice the rows at the median,
+        # so the medians above mix "bigger" with "slower"): per class of rows, each side's median ms and count
+        "fast_ms_p50_by_rows": _by_row_class(fast, is_beside),
         "pass_ms_p50_by_rows": {str(rows): _median(v) for rows, v in sorted(by_rows.items())},
         "slice_ms_p50": {str(k): _median(v) for k, v in sorted(by_slice.items())},
         "passes_at_raised_priority": sum(p["priority"] < 0 for p in passes),
@@ -443,6 +468,9 @@ def main(argv: list[str] | None = None) -> dict:
                   f"{s['fast_rows_p50_alone']} / {s['fast_rows_p50_beside_a_pass']}, us per row "
                   f"{s['fast_us_per_row_p50_alone']} / {s['fast_us_per_row_p50_beside_a_pass']}); busy "
                   f"{s['busy']}; tail {s.get('tail')}", flush=True)
+            print(f"[dvr_timeline]   fast ms by rows (alone / beside a pass, counts, ratio) "
+                  f"{ {k: (v['alone_ms'], v['beside_ms'], v['num_alone'], v['num_beside'], v['beside_over_alone']) for k, v in s['fast_ms_p50_by_rows'].items()} }",
+                  flush=True)
             Path(args.out).write_text(json.dumps(out, indent=1))
     if args.png:
         plot(out["runs"], Path(args.png))
