@@ -468,9 +468,9 @@ def main(argv: list[str] | None = None) -> dict:
                   f"{s['fast_rows_p50_alone']} / {s['fast_rows_p50_beside_a_pass']}, us per row "
                   f"{s['fast_us_per_row_p50_alone']} / {s['fast_us_per_row_p50_beside_a_pass']}); busy "
                   f"{s['busy']}; tail {s.get('tail')}", flush=True)
-            print(f"[dvr_timeline]   fast ms by rows (alone / beside a pass, counts, ratio) "
-                  f"{ {k: (v['alone_ms'], v['beside_ms'], v['num_alone'], v['num_beside'], v['beside_over_alone']) for k, v in s['fast_ms_p50_by_rows'].items()} }",
-                  flush=True)
+            by_rows = {k: (v["alone_ms"], v["beside_ms"], v["num_alone"], v["num_beside"], v["beside_over_alone"])
+                       for k, v in s["fast_ms_p50_by_rows"].items()}
+            print(f"[dvr_timeline]   fast ms by rows (alone, beside a pass, their counts, ratio) {by_rows}", flush=True)
             Path(args.out).write_text(json.dumps(out, indent=1))
     if args.png:
         plot(out["runs"], Path(args.png))
