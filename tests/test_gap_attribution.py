@@ -66,6 +66,28 @@ def test_each_gap_is_classed_by_the_widest_pass_its_fast_steps_could_run_beside(
     assert got["gaps"]["no_pass"]["share"] == 1.0 and got["slowest_1pct_share"]["no_pass"] == 1.0
 
 
+def test_each_step_says_whether_it_applied_after_the_read_or_launched_before_it():
+    """``phase_order``: from the order a step's phases first ran (``StepRecord.phases``): a step that applied a pass at
+    its top and launched after the read counts in neither; one whose apply came after the read counts as
+    ``apply_after_read``; one that launched before the read as ``launch_before_read``; an untimed step in neither."""
+    top = {"admit": 1e-4, "apply": 5e-4, "schedule": 1e-4, "fast_launch": 4e-4, "fast_read": 1e-3, "launch": 1e-3}
+    late = {"admit": 1e-4, "schedule": 1e-4, "fast_launch": 4e-4, "fast_read": 1e-3, "apply": 5e-4, "launch": 1e-3}
+    early = {"admit": 1e-4, "apply": 5e-4, "schedule": 1e-4, "fast_launch": 4e-4, "launch": 1e-3, "fast_read": 1e-3}
+    steps, t = [], 0.0
+    for phases in (top, late, late, early, None):
+        steps.append(StepRecord(t, t + 3e-3, 1, 1, phases=phases))
+        t += 3e-3
+    free = RequestRecord(0, False, 0.0, delivery_s=[s.end_s for s in steps])
+    got = free_gap_attribution(RunResult("dvr@50", [free], t, None, {}, True, steps=steps))["steps"]
+    assert got["launch_and_apply"]["count"] == 5
+    assert got["launch_and_apply"]["phase_order"] == {"apply_after_read": 2, "launch_before_read": 1}
+    assert got["neither"]["phase_order"] == {"apply_after_read": 0, "launch_before_read": 0}
+    # the same phases in the other order (the control): the counts move with the order alone
+    flipped = [s._replace(phases=late if s.phases is top else s.phases) for s in steps]
+    got = free_gap_attribution(RunResult("dvr@50", [free], t, None, {}, True, steps=flipped))["steps"]
+    assert got["launch_and_apply"]["phase_order"] == {"apply_after_read": 3, "launch_before_read": 1}
+
+
 def test_a_delivery_at_no_step_is_counted_not_guessed():
     run = _run()
     run.records[0].delivery_s.append(99.0)
@@ -105,6 +127,8 @@ def test_dvr_ab_online_attributes_every_free_gap_to_its_steps(tmp_path, monkeypa
         top = sum(phases.get(n, 0.0) for n in ("admit", "apply", "schedule", "fast_launch", "fast_read", "launch"))
         assert top <= step["mean_ms"] + 1e-6
     assert "launch" not in nondet["steps"]["neither"]["phases_mean_ms"]
+    # the default order: no launch before the read-back (that is pass_before_read's)
+    assert all(step["phase_order"]["launch_before_read"] == 0 for step in dvr["steps"].values())
 
 
 def test_the_tracker_times_the_collector_inside_a_step():

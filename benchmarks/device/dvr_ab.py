@@ -734,7 +734,7 @@ def _print_online(entry: dict) -> None:
     for kind, step in gaps["steps"].items():
         if step["count"]:
             print(f"[dvr_ab]   {kind} steps: {step['count']}, mean {step['mean_ms']} ms; phases "
-                  f"{step['phases_mean_ms']}", flush=True)
+                  f"{step['phases_mean_ms']}; order {step.get('phase_order')}", flush=True)
 
 
 def host_profile(engine, workload, mode, *, det_order: list[int], budget_s: float, top: int = 40) -> dict:

@@ -261,6 +261,21 @@ def _gap_kind(launched: bool, applied: bool) -> str:
     return GAP_KINDS[launched + 2 * applied]
 
 
+# where a step's pass work fell against its read-back of the fast step (``StepRecord.phases`` keeps the phases in the
+# order each first ran): steps whose first apply came after the read (a pass found ready only in the canonical phase,
+# where the launch follows it: both in the next free gap with ``step(deliver=...)``), and whose first launch came
+# before it (``pass_before_read``)
+PHASE_ORDERS = ("apply_after_read", "launch_before_read")
+
+
+def _phase_orders(phases: dict | None) -> dict[str, bool]:
+    """``PHASE_ORDERS`` of one step's timed phases (all False where the step has no such phase, or none timed)."""
+    names = list(phases or ())
+    read = names.index("fast_read") if "fast_read" in names else None
+    return {"apply_after_read": read is not None and "apply" in names and names.index("apply") > read,
+            "launch_before_read": read is not None and "launch" in names and names.index("launch") < read}
+
+
 def free_gap_attribution(run: RunResult) -> dict:
     """Where free requests' inter-token gaps come from, from ``run.steps``.
 
@@ -269,8 +284,9 @@ def free_gap_attribution(run: RunResult) -> dict:
     of kind ``"launch"`` if one of those steps launched a canonical pass, ``"apply"`` if one delivered a pass's
     commits to deterministic requests, ``"launch_and_apply"`` if both, ``"neither"`` otherwise (``GAP_KINDS``).
     Reported per kind: the share of gaps and their p50 / p90 / p99 (ms); the kinds' shares among the slowest 1 % of
-    gaps; and the steps themselves (count, p50 / p99 / mean ms of ``step()``'s wall time, and the mean ms of each
-    engine phase where the steps were timed: ``StepRecord.phases``) by the same kinds.
+    gaps; and the steps themselves (count, p50 / p99 / mean ms of ``step()``'s wall time, the mean ms of each
+    engine phase where the steps were timed: ``StepRecord.phases``, and how many of them applied a pass after the
+    read-back or launched one before it: ``phase_order``, ``PHASE_ORDERS``) by the same kinds.
     What it separates: gaps a pass's device work or host work lengthens from those of plain steps (``dvr_ab.py``
     online, the free ITL target). ``gc``: the collector's share, whatever the kind: the steps it ran in, its total
     and largest time in a step, and the share of gaps (of all, and of the slowest 1 %) that span a step it ran in
@@ -311,11 +327,14 @@ def free_gap_attribution(run: RunResult) -> dict:
     slowest = every[: max(1, len(every) // 100)] if every else []
     by_step: dict[str, list[float]] = {k: [] for k in GAP_KINDS}
     phases: dict[str, dict[str, float]] = {k: {} for k in GAP_KINDS}  # per kind: phase -> total seconds
+    order: dict[str, dict[str, int]] = {k: dict.fromkeys(PHASE_ORDERS, 0) for k in GAP_KINDS}
     for s in steps:
         kind = _gap_kind(s.passes_launched > 0, s.deterministic_delivered > 0)
         by_step[kind].append(s.end_s - s.start_s)
         for name, seconds in (s.phases or {}).items():
             phases[kind][name] = phases[kind].get(name, 0.0) + seconds
+        for name, is_after in _phase_orders(s.phases).items():
+            order[kind][name] += is_after
 
     def ms(values: list[float], q: int) -> float | None:
         value = percentile(values, q)
@@ -329,7 +348,8 @@ def free_gap_attribution(run: RunResult) -> dict:
                                for k in GAP_KINDS},
         "steps": {k: {"count": len(v), "p50_ms": ms(v, 50), "p99_ms": ms(v, 99), "mean_ms": round(
             1e3 * sum(v) / len(v), 4) if v else None, "phases_mean_ms": {name: round(1e3 * total / len(v), 4)
-                                                                          for name, total in phases[k].items()}}
+                                                                          for name, total in phases[k].items()},
+                      "phase_order": order[k]}
                   for k, v in by_step.items()},
         "gc": {"steps": sum(1 for s in steps if s.gc_s > 0), "total_ms": round(sum(s.gc_s for s in steps) * 1e3, 4),
                "max_step_ms": round(max((s.gc_s for s in steps), default=0.0) * 1e3, 4),
