@@ -1,5 +1,6 @@
 """``split_pass_steps=True``: a step that applies a canonical pass's commits launches no pass (the next step does);
-``pass_before_read=True``: a pass goes out before the previous fast step is read back.
+``pass_before_read=True``: a pass goes out before the previous fast step is read back; ``apply_before_read=True``: a
+pass that finished by the fast step's launch is applied before that read.
 
 Passes run on the CPU's worker thread (``canonical_thread``), slowed so that fast steps run while one is in
 flight and a pass is applied at the top of a later step. With the option, no step applies a pass and then
@@ -23,9 +24,11 @@ def _generator(*, split: bool) -> DVRGenerator:
                         canonical_thread=True, split_pass_steps=split)
 
 
-def _run_logging(gen: DVRGenerator, prompts, params, *, read: bool = False) -> tuple[list, list[list[str]]]:
+def _run_logging(gen: DVRGenerator, prompts, params, *, read: bool = False,
+                 fast: bool = False) -> tuple[list, list[list[str]]]:
     """Step until done; per step, in order, the passes it applied ("apply") and launched ("launch" with a fast step
-    in flight, "launch alone" without) and, with ``read``, its read-backs of a fast step ("read")."""
+    in flight, "launch alone" without), with ``read`` its read-backs of a fast step ("read") and with ``fast`` its
+    fast steps' launches ("fast")."""
     steps: list[list[str]] = []
 
     def logged(owner, name: str, label):
@@ -41,6 +44,8 @@ def _run_logging(gen: DVRGenerator, prompts, params, *, read: bool = False) -> t
     logged(gen.passes, "launch", lambda: "launch" if gen.fast_step.in_flight is not None else "launch alone")
     if read:
         logged(gen.fast_step, "read", lambda: "read")
+    if fast:
+        logged(gen.fast_step, "launch", lambda: "fast")
     rids = [gen.submit(p, s) for p, s in zip(prompts, params)]
     while gen.has_unfinished():
         steps.append([])
@@ -122,3 +127,40 @@ def test_pass_before_read_launches_before_the_read_back_and_commits_the_same(thr
 def test_pass_before_read_is_a_strict_bool():
     with pytest.raises(TypeError, match="pass_before_read"):
         DVRGenerator(WEIGHTS, CFG, window=4, group=2, kv_cache_tokens=4096, pass_before_read="yes")
+
+
+def _applies_between_launch_and_read(phases: list[str]) -> bool:
+    """A pass applied after the step's fast launch and before its read-back of the fast step before."""
+    if "fast" not in phases or "read" not in phases:
+        return False
+    launched, read = phases.index("fast"), phases.index("read")
+    return any(x == "apply" and launched < i < read for i, x in enumerate(phases))
+
+
+@pytest.mark.parametrize("early_launch", [False, True])
+def test_apply_before_read_applies_under_the_read_and_commits_the_same(early_launch):
+    """``apply_before_read=True``: some step applies a pass that finished by its fast step's launch before reading
+    the previous fast step back (the fast step just launched drafted from the state before the apply); without it
+    (the negative control) no step applies a pass between the two. Passes on the worker thread, slowed so that they
+    are in flight across steps, rollbacks forced: the same committed bits either way, and each deterministic request
+    alone's; alone and with ``pass_before_read``."""
+    prompts, params = _requests(5, 12)
+
+    def build(option: bool) -> DVRGenerator:
+        return DVRGenerator(WEIGHTS, CFG, window=4, group=2, kv_cache_tokens=4096, max_fast_tokens=64,
+                            canonical_policy=SlowCanonicalPolicy(), fast_policy=NoisyFastPolicy(scale=2.0, seed=3),
+                            canonical_thread=True, apply_before_read=option, pass_before_read=early_launch)
+
+    gen = build(True)
+    got, steps = _run_logging(gen, prompts, params, read=True, fast=True)
+    control, control_steps = _run_logging(build(False), prompts, params, read=True, fast=True)
+    assert gen.stats["rollbacks"] > 0
+    assert any(_applies_between_launch_and_read(s) for s in steps), "no pass applied before the read: vacuous"
+    assert not any(_applies_between_launch_and_read(s) for s in control_steps)
+    assert any("apply" in s and "read" in s for s in control_steps)  # the control applies passes too
+    assert_alone_bits(prompts, params, got, control, alone=_alone())
+
+
+def test_apply_before_read_is_a_strict_bool():
+    with pytest.raises(TypeError, match="apply_before_read"):
+        DVRGenerator(WEIGHTS, CFG, window=4, group=2, kv_cache_tokens=4096, apply_before_read=1)

@@ -211,6 +211,7 @@ def test_engine_knobs_reach_every_knob_and_the_defaults():
     assert find(strategy, lambda k: k["max_canonical_tokens"] == 32 and k["mixed_steps"] is False)
     assert find(strategy, lambda k: not k["draft_ahead"] and "prompt_drafts" not in k)  # it needs draft_ahead
     assert find(strategy, lambda k: k["split_pass_steps"] and k["pass_before_read"] and k["canonical_thread"])
+    assert find(strategy, lambda k: k["apply_before_read"] and k["pass_before_read"] and k["canonical_thread"])
     sliced = ls.engine_knobs(num_canonical_rows=8, num_layers=3)
     assert find(sliced, lambda k: k.get("canonical_slices") == 3 and k["pass_before_read"])
     assert find(sliced, lambda k: k["canonical_thread"] and "canonical_slices" not in k)  # refused together
@@ -218,7 +219,7 @@ def test_engine_knobs_reach_every_knob_and_the_defaults():
     assert find(strategy, lambda k: k["draft_ahead"] and k["overlap"] and not k["prompt_drafts"]
                 and not k["adaptive_draft"] and k["prefix_cache"] and k["mixed_steps"] is None
                 and not k["canonical_thread"] and k["risk_margin"] == 0 and k["max_canonical_tokens"] == 8
-                and not k["split_pass_steps"] and not k["pass_before_read"]
+                and not k["split_pass_steps"] and not k["pass_before_read"] and not k["apply_before_read"]
                 and k["scheduler"].order == "arrival" and not k["scheduler"].eager_verify)
 
 

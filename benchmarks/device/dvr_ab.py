@@ -241,6 +241,10 @@ VARIANTS = {
     # the wait (DVRGenerator(pass_before_read=True))
     "pass_before_read": {"pass_before_read": True},
     "pass_before_read_split": {"pass_before_read": True, "split_pass_steps": True},
+    # round 38: a pass finished by the fast step's launch applied before the read, under the device's wait, not after
+    # it beside the next pass's launch (DVRGenerator(apply_before_read=True)); and with the launch before the read too
+    "apply_before_read": {"apply_before_read": True},
+    "apply_before_read_pbr": {"apply_before_read": True, "pass_before_read": True},
     # round 34: what was left of the online tail after the host work was moved: the fast steps beside a pass. A
     # pass's layers in slices, one a step (DVRGenerator(canonical_slices=N)): each fast step beside a slice of it
     "canonical_slices_2": {"canonical_slices": 2},

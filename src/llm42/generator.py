@@ -180,6 +180,7 @@ class DVRGenerator:
         prompt_drafts: bool = False,
         split_pass_steps: bool = False,
         pass_before_read: bool = False,
+        apply_before_read: bool = False,
         canonical_slices: int = 1,
     ):
         self.canonical_config = CanonicalConfig(window=window, group=group)
@@ -193,7 +194,8 @@ class DVRGenerator:
             canonical_gemm_streams=canonical_gemm_streams, graph_bucket_step=graph_bucket_step,
             chain_passes=chain_passes, risk_margin=risk_margin, canonical_sms=canonical_sms,
             prompt_drafts=prompt_drafts, split_pass_steps=split_pass_steps,
-            pass_before_read=pass_before_read, canonical_slices=canonical_slices,
+            pass_before_read=pass_before_read, apply_before_read=apply_before_read,
+            canonical_slices=canonical_slices,
         )
         num_canonical_tokens = self.config.canonical_tokens(self.canonical_config.num_rows)
         scratch = getattr(kv_store, "num_scratch_slots", None)  # an injected store: a pass's padding rows write there
@@ -539,7 +541,8 @@ class DVRGenerator:
         ``deliver``: called once in the step, as soon as the previous fast step's tokens are read back and
         before the step's canonical phase (applying and launching passes: host work a step with a pass does
         after the read), with the tokens committed so far: free requests' tokens of that fast step, and
-        deterministic requests' from passes applied at the top of the step. Those tokens are not in the
+        deterministic requests' from passes applied before it (at the top of the step, and with
+        ``apply_before_read`` right before the read). Those tokens are not in the
         returned dict, which holds the ones committed after the call: each token is reported once. A server
         hands free tokens to its clients that much sooner (``AsyncEngine`` does). Not called where nothing was
         committed by then; if it raises, the step raises and its tokens come again with the next step.
@@ -590,12 +593,17 @@ class DVRGenerator:
                 f"{len(self._pool.running)} requests running; no progress is possible"
             )
         previous = fast.take()
-        # the pass goes out before the previous fast step is read back where nothing waits for a pass in flight:
-        # its host work (staging its rows) then runs while the device finishes that step, instead of after
-        early = (self.config.pass_before_read and self.config.overlap and plan.has_canonical_pass
-                 and passes.oldest is None)
+        early = False
         try:
             fast.launch(plan, prompt_drafts)  # leaves what ran in flight, even if part of the step failed
+            if self.config.apply_before_read and self.config.overlap:
+                # a pass that finished since the top of the step: applied while the device finishes the fast step
+                # read below, not after that read beside the next pass's launch
+                applied = passes.apply_ready(events) or applied
+            # the pass goes out before the previous fast step is read back where nothing waits for a pass in flight:
+            # its host work (staging its rows) then runs while the device finishes that step, instead of after
+            early = (self.config.pass_before_read and self.config.overlap and plan.has_canonical_pass
+                     and passes.oldest is None)
             if early:
                 passes.run(plan, windows, events, applied=applied)
         finally:

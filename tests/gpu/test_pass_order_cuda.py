@@ -1,4 +1,5 @@
-"""Where a step puts a canonical pass on CUDA (``pass_before_read``, ``split_pass_steps``): the same committed bits.
+"""Where a step puts a canonical pass on CUDA (``pass_before_read``, ``split_pass_steps``, ``apply_before_read``): the
+same committed bits.
 
 Each pass is held back on its stream (a spinning kernel queued ahead of it), so fast steps run while passes are
 in flight and a finished pass is applied at the top of a later step: the steps the two options reorder. Not
@@ -106,3 +107,45 @@ def test_pass_order_options_commit_the_default_bits(llama8b, report):
     _, params = _case(cfg)
     free, _, _ = _run(llama8b, params=[dataclasses.replace(q, deterministic=False) for q in params])
     assert free != reference
+
+
+def _applies_before_read(gen):
+    """Passes held back; per step, whether a pass was applied after the step's fast launch and before its read-back
+    of the fast step before (``apply_before_read``)."""
+    _hold_passes(gen, lambda work: None)
+    order: list[str] = []
+    for owner, name, label in ((gen.fast_step, "launch", "fast"), (gen.passes, "apply_oldest", "apply"),
+                               (gen.fast_step, "read", "read")):
+        original = getattr(owner, name)
+
+        def logged(*args, _original=original, _label=label, **kw):
+            order.append(_label)
+            return _original(*args, **kw)
+
+        setattr(owner, name, logged)
+
+    def counted() -> bool:
+        between = ("fast" in order and "read" in order
+                   and any(x == "apply" and order.index("fast") < i < order.index("read")
+                           for i, x in enumerate(order)))
+        order.clear()
+        return between
+
+    return counted
+
+
+def test_apply_before_read_commits_the_default_bits(llama8b, report):
+    """``apply_before_read`` on CUDA: a pass applied while two fast steps are in flight (the one launched before the
+    apply drafted from the state before it) commits the default's bits, alone and with ``pass_before_read``; some
+    step applied a pass before its read-back (not vacuous) and the default never does (the control)."""
+    reference, base_stats, base_between = serve(llama8b, watch=_applies_before_read)
+    assert base_between == 0 and base_stats["rollbacks"] > 0
+    got = {}
+    for name, kwargs in {"apply_before_read": {"apply_before_read": True},
+                         "with_pass_before_read": {"apply_before_read": True, "pass_before_read": True}}.items():
+        outputs, stats, between = serve(llama8b, watch=_applies_before_read, **kwargs)
+        got[name] = {"applied_before_read": between, "canonical_passes": stats["canonical_passes"],
+                     "rollbacks": stats["rollbacks"]}
+        assert outputs == reference, name
+        assert between > 0, f"{name}: no pass applied before a read-back"
+    report("apply_before_read_cuda", got)

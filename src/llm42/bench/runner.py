@@ -128,6 +128,7 @@ class Engine:
     prompt_drafts: bool = False  # DVRGenerator's knob: deterministic requests draft from a fast run of their prompt
     split_pass_steps: bool = False  # DVRGenerator's knob: a step that applies a pass launches none
     pass_before_read: bool = False  # DVRGenerator's knob: a pass launched before the previous fast step is read
+    apply_before_read: bool = False  # DVRGenerator's knob: a pass finished by the fast launch applied before the read
     canonical_slices: int = 1  # DVRGenerator's knob: each canonical pass's layers in slices, one a step
     # the scheduler's class: DefaultScheduler or a subclass taking its keywords (an A/B of a scheduling rule)
     scheduler_class: type = DefaultScheduler
@@ -159,6 +160,7 @@ class Engine:
             graph_bucket_step=self.graph_bucket_step, chain_passes=self.chain_passes, risk_margin=self.risk_margin,
             canonical_sms=self.canonical_sms, prompt_drafts=self.prompt_drafts,
             split_pass_steps=self.split_pass_steps, pass_before_read=self.pass_before_read,
+            apply_before_read=self.apply_before_read,
             canonical_slices=self.canonical_slices,
         )
         notes = []

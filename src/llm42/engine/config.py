@@ -163,6 +163,13 @@ class EngineConfig:
     online (SmolLM2, an H100): plain steps spent 1.2 of 1.7 ms waiting in that read, and a step that launched a
     pass after it took 1.1 ms longer. ``False``: launched after the read, as before. Committed output is unchanged
     (the pass's windows are the rows the scheduler planned, whatever is read back after).
+    ``apply_before_read``: with ``overlap``, a step also applies a canonical pass that has finished by the time its
+    fast step is launched, before reading the previous fast step's tokens back, where the host's apply runs while the
+    device finishes that step; without it such a pass is applied after the read, in the step's canonical phase, right
+    before the next pass's launch: with ``step(deliver=...)`` both then fall into the same free inter-token gap (round
+    38's phases, docs/benchmarks.md). The fast step just launched drafted from the state before the apply: its tokens
+    of a request the pass rolled back are voided when read back, as those of the step already in flight always were.
+    Off by default (not yet measured on a GPU). Committed output is unchanged (only when a pass is applied changes).
     ``canonical_slices``: run each canonical pass's layers in this many slices, one a step (the first where the
     pass is launched, the last with the head and the sampler): where a pass shares the device with fast steps, each
     fast step then shares it with a slice instead of the whole pass; the pass's commits come that many steps later
@@ -201,6 +208,7 @@ class EngineConfig:
     prompt_drafts: bool = False
     split_pass_steps: bool = False
     pass_before_read: bool = False
+    apply_before_read: bool = False
     canonical_slices: int = 1
 
     def __post_init__(self) -> None:
@@ -213,7 +221,7 @@ class EngineConfig:
                 positive_int(owner, name, getattr(self, name))
         for name in ("prefix_cache", "use_cuda_graphs", "adaptive_draft", "overlap", "canonical_thread",
                      "draft_ahead", "prioritize_fast", "prompt_drafts", "split_pass_steps",
-                     "pass_before_read"):
+                     "pass_before_read", "apply_before_read"):
             strict_bool(owner, name, getattr(self, name))
         if self.canonical_slices > 1 and self.canonical_thread:
             raise ValueError(f"{owner} canonical_slices runs a pass's slices on later steps: not with "

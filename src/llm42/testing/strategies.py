@@ -266,8 +266,8 @@ def engine_knobs(
     many requests run and how many rows a fast step takes, the overlapped loop, drafting ahead of a pass and from a
     fast run of deterministic prompts, adaptive speculation, risky windows, the prefix cache, mixed steps, wide verify
     passes, chained passes (where the verifier chains: CUDA), the CPU's canonical thread, split pass steps and passes
-    launched before the fast step's read-back (``split_pass_steps``, ``pass_before_read``), and the default scheduler's
-    rules (a :class:`~llm42.DefaultScheduler` in ``scheduler``).
+    launched or applied before the fast step's read-back (``split_pass_steps``, ``pass_before_read``,
+    ``apply_before_read``), and the default scheduler's rules (a :class:`~llm42.DefaultScheduler` in ``scheduler``).
 
     ``max_num_seqs`` / ``max_fast_tokens``: the largest values drawn (from 1 and from 2). ``num_canonical_rows``:
     R = window x group of the generators the knobs are for; given, ``max_canonical_tokens`` is drawn too (R, 2R or
@@ -303,6 +303,7 @@ def _engine_knobs(draw, max_num_seqs: int, max_fast_tokens: int, num_canonical_r
         "canonical_thread": pick(False, True), "risk_margin": pick(0.0, 0.25, 4.0),
         "wide_verify": pick(None, True, False), "chain_passes": pick("prompts", "all", "off"),
         "split_pass_steps": pick(False, True), "pass_before_read": pick(False, True),
+        "apply_before_read": pick(False, True),
     }
     if knobs["draft_ahead"]:
         knobs["prompt_drafts"] = pick(False, True)
