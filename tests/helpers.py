@@ -257,3 +257,12 @@ def pass_bits(result, kv, layers: list[int], slots: list[int]) -> tuple[list[int
     index = torch.tensor(slots, dtype=torch.int64, device=caches.k[0].device)
     return tokens, bits, [torch.cat([caches.k[i].index_select(0, index), caches.v[i].index_select(0, index)]).cpu()
                           for i in layers]
+
+
+def applies_between_launch_and_read(phases: list[str]) -> bool:
+    """In one step's logged phases ("fast": its fast launch, "apply": a pass applied, "read": its read-back of the fast
+    step before), whether a pass was applied after the launch and before the read (``apply_before_read``)."""
+    if "fast" not in phases or "read" not in phases:
+        return False
+    launched, read = phases.index("fast"), phases.index("read")
+    return any(x == "apply" and launched < i < read for i, x in enumerate(phases))

@@ -14,6 +14,7 @@ from __future__ import annotations
 import pytest
 
 from llm42 import DVRGenerator
+from tests.helpers import applies_between_launch_and_read
 from tests.test_canonical_thread import CFG, WEIGHTS, SlowCanonicalPolicy, _requests
 from llm42.policies import NoisyFastPolicy
 
@@ -129,14 +130,6 @@ def test_pass_before_read_is_a_strict_bool():
         DVRGenerator(WEIGHTS, CFG, window=4, group=2, kv_cache_tokens=4096, pass_before_read="yes")
 
 
-def _applies_between_launch_and_read(phases: list[str]) -> bool:
-    """A pass applied after the step's fast launch and before its read-back of the fast step before."""
-    if "fast" not in phases or "read" not in phases:
-        return False
-    launched, read = phases.index("fast"), phases.index("read")
-    return any(x == "apply" and launched < i < read for i, x in enumerate(phases))
-
-
 @pytest.mark.parametrize("early_launch", [False, True])
 def test_apply_before_read_applies_under_the_read_and_commits_the_same(early_launch):
     """``apply_before_read=True``: some step applies a pass that finished by its fast step's launch before reading
@@ -155,8 +148,8 @@ def test_apply_before_read_applies_under_the_read_and_commits_the_same(early_lau
     got, steps = _run_logging(gen, prompts, params, read=True, fast=True)
     control, control_steps = _run_logging(build(False), prompts, params, read=True, fast=True)
     assert gen.stats["rollbacks"] > 0
-    assert any(_applies_between_launch_and_read(s) for s in steps), "no pass applied before the read: vacuous"
-    assert not any(_applies_between_launch_and_read(s) for s in control_steps)
+    assert any(applies_between_launch_and_read(s) for s in steps), "no pass applied before the read: vacuous"
+    assert not any(applies_between_launch_and_read(s) for s in control_steps)
     assert any("apply" in s and "read" in s for s in control_steps)  # the control applies passes too
     assert_alone_bits(prompts, params, got, control, alone=_alone())
 

@@ -21,6 +21,7 @@ pytest.importorskip("triton")
 from llm42.params import SamplingParams  # noqa: E402
 from tests.gpu.test_chained_prefill_cuda import _hold_passes  # noqa: E402
 from tests.gpu.test_engine_cuda import make_generator, random_prompt  # noqa: E402
+from tests.helpers import applies_between_launch_and_read  # noqa: E402
 
 pytestmark = pytest.mark.gpu
 
@@ -125,9 +126,7 @@ def _applies_before_read(gen):
         setattr(owner, name, logged)
 
     def counted() -> bool:
-        between = ("fast" in order and "read" in order
-                   and any(x == "apply" and order.index("fast") < i < order.index("read")
-                           for i, x in enumerate(order)))
+        between = applies_between_launch_and_read(order)
         order.clear()
         return between
 
