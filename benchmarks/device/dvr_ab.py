@@ -55,7 +55,7 @@ at that point, e.g. round 5's head calibrated to SmolLM2's flip rate on the 8B s
 percentile over the same variant's online nondet's, and (``free_gaps``, round 33) the free gaps by what the steps
 they span did: launched a canonical pass, delivered its commits, both or neither (``free_gap_attribution``: each
 kind's share and percentiles, the kinds among the slowest 1 %, the steps' own times by kind). ``--profile-mode M``: last, one more run of M per variant
-with ``cProfile`` on the engine's steps (the host's own time by function, top 40 by own and by cumulative time,
+with ``cProfile`` on the engine's steps (the host's own time by function, top 90 by own and by cumulative time,
 under ``host_profile`` in the ``--out`` JSON); a diagnostic, its run is slower and is not a figure.
 """
 
@@ -245,6 +245,8 @@ VARIANTS = {
     # it beside the next pass's launch (DVRGenerator(apply_before_read=True)); and with the launch before the read too
     "apply_before_read": {"apply_before_read": True},
     "apply_before_read_pbr": {"apply_before_read": True, "pass_before_read": True},
+    # round 39: apply_before_read became the default; the order before it (every pass applied after the read)
+    "apply_after_read": {"apply_before_read": False},
     # round 34: what was left of the online tail after the host work was moved: the fast steps beside a pass. A
     # pass's layers in slices, one a step (DVRGenerator(canonical_slices=N)): each fast step beside a slice of it
     "canonical_slices_2": {"canonical_slices": 2},
@@ -741,7 +743,7 @@ def _print_online(entry: dict) -> None:
                   f"{step['phases_mean_ms']}; order {step.get('phase_order')}", flush=True)
 
 
-def host_profile(engine, workload, mode, *, det_order: list[int], budget_s: float, top: int = 40) -> dict:
+def host_profile(engine, workload, mode, *, det_order: list[int], budget_s: float, top: int = 90) -> dict:
     """One run of ``mode`` with cProfile on each engine step (``_Tracker.step``): the host's time by function."""
     profiler = cProfile.Profile()
     step = runner_module._Tracker.step

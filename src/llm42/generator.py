@@ -180,7 +180,7 @@ class DVRGenerator:
         prompt_drafts: bool = False,
         split_pass_steps: bool = False,
         pass_before_read: bool = False,
-        apply_before_read: bool = False,
+        apply_before_read: bool = True,
         canonical_slices: int = 1,
     ):
         self.canonical_config = CanonicalConfig(window=window, group=group)

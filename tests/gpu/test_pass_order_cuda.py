@@ -134,10 +134,11 @@ def _applies_before_read(gen):
 
 
 def test_apply_before_read_commits_the_default_bits(llama8b, report):
-    """``apply_before_read`` on CUDA: a pass applied while two fast steps are in flight (the one launched before the
-    apply drafted from the state before it) commits the default's bits, alone and with ``pass_before_read``; some
-    step applied a pass before its read-back (not vacuous) and the default never does (the control)."""
-    reference, base_stats, base_between = serve(llama8b, watch=_applies_before_read)
+    """``apply_before_read`` on CUDA (the default since round 39): a pass applied while two fast steps are in flight
+    (the one launched before the apply drafted from the state before it) commits the bits of the order before it
+    (``apply_before_read=False``, every pass applied after the read), alone and with ``pass_before_read``; some step
+    applied a pass before its read-back (not vacuous) and the order before never does (the control)."""
+    reference, base_stats, base_between = serve(llama8b, watch=_applies_before_read, apply_before_read=False)
     assert base_between == 0 and base_stats["rollbacks"] > 0
     got = {}
     for name, kwargs in {"apply_before_read": {"apply_before_read": True},

@@ -128,7 +128,7 @@ class Engine:
     prompt_drafts: bool = False  # DVRGenerator's knob: deterministic requests draft from a fast run of their prompt
     split_pass_steps: bool = False  # DVRGenerator's knob: a step that applies a pass launches none
     pass_before_read: bool = False  # DVRGenerator's knob: a pass launched before the previous fast step is read
-    apply_before_read: bool = False  # DVRGenerator's knob: a pass finished by the fast launch applied before the read
+    apply_before_read: bool = True  # DVRGenerator's knob: a pass finished by the fast launch applied before the read
     canonical_slices: int = 1  # DVRGenerator's knob: each canonical pass's layers in slices, one a step
     # the scheduler's class: DefaultScheduler or a subclass taking its keywords (an A/B of a scheduling rule)
     scheduler_class: type = DefaultScheduler
