@@ -17,6 +17,8 @@ tiny model (staging does not depend on the model's size):
 - ``verify_8_windows``: 8 greedy windows (256 rows, an R-row pass);
 - ``prompt_chunk_2048``: one prompt chunk of 2,048 rows at 2,400 positions (its last row's result);
 - ``mixed_24_windows_chunk``: 24 windows and a 1,024-row chunk;
+- ``flush_after_commits_16`` / ``flush_after_admits_8``: ``DecodeState.flush`` of the device-state updates a step
+  queues after a pass's commits (16 windows) or after admitting 8 requests (round 39: one packed copy);
 - ``fast_prefill_16_prompts``: the fast path's prompt staging (``FastPrefill.stage``, the same row staging: the free
   prompts of a prefill-heavy step), 16 prompt chunks of 128 rows at positions 0-127;
 - ``engine_step_1000_det_<share>``: whole engine steps (``DVRGenerator.step``) with 1,000 requests decoding (8-token
@@ -153,6 +155,7 @@ def measure(reps: int, *, steps_only: bool = False) -> dict:
         prefill.stage(segments, kv)
         times.append((time.perf_counter() - t) * 1e3)
     out["fast_prefill_16_prompts"] = {"ms": statistics.median(times), "digest": digest.hexdigest()}
+    out.update(_flush_cases(gen.decode_state, reps))
     gen.close()
     for share in STEP_SHARES:
         out[f"engine_step_1000_det_{share:g}"] = _engine_steps(share, reps)
@@ -160,6 +163,40 @@ def measure(reps: int, *, steps_only: bool = False) -> dict:
 
 
 STEP_SHARES = (0.0, 0.5)
+
+
+def _flush_cases(state, reps: int) -> dict:
+    """``DecodeState.flush`` of the updates a step queues after a pass's commits (16 windows: each request's next
+    token and position, its protected prefix, a few table entries) and after admitting 8 requests (their sampling
+    parameters and tables): median ms over ``reps`` flushes (round 39 packs them into one copy)."""
+    import torch
+
+    def after_commits():
+        for slot in range(16):
+            state.set_next(slot, 100 + slot, 2400 + slot)
+            state.set_protect(slot, 2400 + slot)
+        state._table_writes.extend((slot, 150, 7 + slot) for slot in range(4))
+
+    def after_admits():
+        for slot in range(8):
+            state._params[slot] = (0.5 + slot / 16, slot * 5, 0.9, 1000 + slot, slot % 2)
+            state._table_writes.extend((slot, col, slot * 8 + col) for col in range(8))
+
+    out = {}
+    for name, queue in (("flush_after_commits_16", after_commits), ("flush_after_admits_8", after_admits)):
+        times = []
+        for i in range(reps + 5):
+            queue()
+            t = time.perf_counter()
+            state.flush()
+            if i >= 5:
+                times.append((time.perf_counter() - t) * 1e3)
+        digest = hashlib.sha256()
+        for field in ("tokens", "positions", "protect", "temperature", "top_p", "top_k", "seeds", "is_deterministic",
+                      "tables"):
+            digest.update(getattr(state, field).to(torch.float64).numpy().tobytes())
+        out[name] = {"ms": statistics.median(times), "digest": digest.hexdigest()}
+    return out
 
 
 # the engine step's host parts, timed by wrapping these (owner module, class or None, name) in either tree; the
@@ -296,7 +333,8 @@ def main() -> None:
               "base": str(trees["base"]), "commits": commits, "rounds": args.rounds, "reps": args.reps,
               "cases": {}}
     steps = [f"engine_step_1000_det_{x:g}" for x in STEP_SHARES]
-    for name in (steps if args.steps_only else [*_cases(), "fast_prefill_16_prompts", *steps]):
+    for name in (steps if args.steps_only else [*_cases(), "fast_prefill_16_prompts", "flush_after_commits_16",
+                                                "flush_after_admits_8", *steps]):
         base = statistics.median(run[name]["ms"] for run in runs["base"])
         this = statistics.median(run[name]["ms"] for run in runs["this"])
         digests = {run[name]["digest"] for label in runs for run in runs[label]}

@@ -26,6 +26,9 @@ WINDOW, GROUP = 4, 2
 
 
 def _generator(*, chain: str, lag: int = 0, eager: bool = False, noisy: bool = True, **kwargs) -> DVRGenerator:
+    # lag_passes counts a pass's readiness in asks: apply_before_read (the default since round 39) asks twice a step,
+    # so its passes would be "in flight" half as long and chain half as often; these tests fix the asks per step
+    kwargs.setdefault("apply_before_read", False)
     gen = DVRGenerator(WEIGHTS, CFG, window=WINDOW, group=GROUP, kv_cache_tokens=2048, block_size=8,
                        max_fast_tokens=32, chain_passes=chain, scheduler=DefaultScheduler(eager_verify=eager),
                        fast_policy=NoisyFastPolicy(scale=0.5, seed=3) if noisy else None, **kwargs)

@@ -79,6 +79,7 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "src"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # batched_passes.py beside it
 
+from llm42.bench.hostprobe import host_probe  # noqa: E402
 from llm42.bench.metrics import free_gap_attribution  # noqa: E402
 from llm42.bench.models import build_model  # noqa: E402
 from llm42.bench.modes import deterministic_order, mode_by_name  # noqa: E402
@@ -491,7 +492,9 @@ def main() -> None:
     if args.repeats < 1:
         raise SystemExit("--repeats must be at least 1")
     share = args.budget_s / (len(modes) * len(variants) * args.repeats)
-    out: dict = {"model": model.summary(), "device": device_name(),
+    probe = host_probe()  # the host's speed (round 39: a slower host, a higher online ratio)
+    print(f"[dvr_ab] host probe {probe}", flush=True)
+    out: dict = {"model": model.summary(), "device": device_name(), "host_probe": probe,
                  "torch": torch.__version__, "args": {k: str(v) for k, v in vars(args).items()},
                  "workload": workload.summary(), "variants": {v: VARIANTS[v] for v in variants}, "runs": {}}
     results: dict[str, dict] = {v: {} for v in variants}  # the first repeat's

@@ -44,6 +44,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import dvr_ab  # noqa: E402
 from llm42.bench import runner as runner_module  # noqa: E402
+from llm42.bench.hostprobe import host_probe  # noqa: E402
 from llm42.bench.modes import mode_by_name  # noqa: E402
 from llm42.bench.runner import run_offline, run_online  # noqa: E402
 from llm42.bench.workloads import poisson_arrivals  # noqa: E402
@@ -416,7 +417,8 @@ def main(argv: list[str] | None = None) -> dict:
     dvr_ab.warm_up(args, engines, workload, config, warm_modes=",".join(modes), tag="dvr_timeline")
     share = args.budget_s / (len(modes) * len(variants))
     is_cuda = model.weights.device.type == "cuda"
-    out: dict = {"model": model.summary(), "device": dvr_ab.device_name(), "torch": torch.__version__,
+    out: dict = {"model": model.summary(), "device": dvr_ab.device_name(), "host_probe": host_probe(),
+                 "torch": torch.__version__,
                  "args": {k: str(v) for k, v in vars(args).items()}, "workload": workload.summary(), "runs": {}}
     arrivals = None
     if args.online_load is not None:  # the capacity, as dvr_ab.py measures it: the first variant's offline nondet

@@ -22,6 +22,7 @@ from pathlib import Path
 import torch
 
 from llm42.bench.devicetime import Budget, write_json
+from llm42.bench.hostprobe import host_probe
 from llm42.bench.suite import device_info, git_info
 from llm42.engine.config import CANONICAL_TILE_HEIGHTS
 from llm42.policies.fast import DECODE_KERNELS
@@ -127,6 +128,7 @@ def run_meta(config, device: torch.device, repo: Path) -> dict:
         "started_utc": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "config": {k: (str(v) if isinstance(v, torch.dtype) else v) for k, v in vars(config).items()},
         "device": device_info(device),
+        "host_probe": host_probe(),  # the host's speed, to compare runs across machines
         "git": git_info(repo),
         "is_complete": False,
     }

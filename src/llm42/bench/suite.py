@@ -26,6 +26,7 @@ from pathlib import Path
 
 import torch
 
+from llm42.bench.hostprobe import host_probe
 from llm42.bench.metrics import RunResult, summarize
 from llm42.bench.models import build_model
 from llm42.bench.modes import (
@@ -327,6 +328,7 @@ def run_suite(config: SuiteConfig, *, progress: bool = True, repo: Path | None =
             "started_utc": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
             "elapsed_s": time.perf_counter() - started,
             "device": device_info(device),
+            "host_probe": host_probe(),  # the host's speed, to compare runs across machines
             "model": model.summary(),
             "window": scale.window,
             "group": scale.group,

@@ -14,6 +14,8 @@ so the CPU suite tests the staging the GPU replays.
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 import torch
 
@@ -68,6 +70,7 @@ class DecodeState:
         self._is_sampled = np.zeros(num_slots, dtype=bool)
         self._is_filtered = np.zeros(num_slots, dtype=bool)
         self._pinned_batch = torch.zeros(max_num_seqs, dtype=torch.int64, pin_memory=self._is_cuda)
+        self._updates = _UpdateStaging(dev)
         self._batch_copied = torch.cuda.Event() if self._is_cuda else None
 
     # -- host -> device updates -------------------------------------------------------------------
@@ -118,31 +121,64 @@ class DecodeState:
             self.sync_table(slot, rid)
 
     def flush(self) -> None:
-        """Send every queued update in a few small copies (stream-ordered before the next step)."""
-        dev = self.device
-        if self._next:
-            slots = list(self._next)
-            with_token = [s for s in slots if self._next[s][0] is not None]
-            self.positions.index_copy_(0, _ints(slots, dev), _ints([self._next[s][1] for s in slots], dev))
+        """Send every queued update to the device (stream-ordered before the next step) in one copy: the host packs
+        them into one pinned buffer (``_UpdateStaging``), the device scatters each field from its part of the copy.
+        Round 39's host profile: a step after a pass's commits had staged up to nine small lists a flush, each its own
+        pinned tensor and copy (``to_device``), fourteen in a step that also admitted requests."""
+        nxt, protect, params, writes = self._next, self._protect, self._params, self._table_writes
+        if not (nxt or protect or params or writes):
+            return
+        with_token = [slot for slot, (token, _) in nxt.items() if token is not None]
+        num_next, num_tokens, num_protect, num_params, num_writes = (len(nxt), len(with_token), len(protect),
+                                                                    len(params), len(writes))
+        num_floats = (num_params + 1) // 2  # int64 entries that hold num_params float32 values
+        # the packed layout: (field, entries), in order; the device reads the same spans
+        spans = (num_next, num_next, num_tokens, num_tokens, num_protect, num_protect, num_params, num_floats,
+                 num_params, num_floats, num_params, num_params, num_writes, num_writes, num_writes)
+        ends = list(itertools.accumulate(spans))
+        host = self._updates.host(ends[-1])
+        if nxt:
+            host[0: ends[0]] = list(nxt)
+            host[ends[0]: ends[1]] = [position for _, position in nxt.values()]
+            host[ends[1]: ends[2]] = with_token
+            host[ends[2]: ends[3]] = [nxt[slot][0] for slot in with_token]
+        if protect:
+            host[ends[3]: ends[4]] = list(protect)
+            host[ends[4]: ends[5]] = list(protect.values())
+        if params:
+            values = list(params.values())
+            host[ends[5]: ends[6]] = list(params)
+            # float64 -> float32 rounds to nearest, as torch.tensor on the Python floats did
+            host[ends[6]: ends[7]].view(np.float32)[:num_params] = [v[0] for v in values]
+            host[ends[7]: ends[8]] = [v[1] for v in values]
+            host[ends[8]: ends[9]].view(np.float32)[:num_params] = [v[2] for v in values]
+            host[ends[9]: ends[10]] = [v[3] for v in values]
+            host[ends[10]: ends[11]] = [v[4] for v in values]
+        if writes:
+            rows, cols, blocks = zip(*writes)
+            host[ends[11]: ends[12]] = rows
+            host[ends[12]: ends[13]] = cols
+            host[ends[13]: ends[14]] = blocks
+        dev = self._updates.copy(ends[-1])
+        if nxt:
+            self.positions.index_copy_(0, dev[0: ends[0]], dev[ends[0]: ends[1]])
             if with_token:
-                self.tokens.index_copy_(0, _ints(with_token, dev), _ints([self._next[s][0] for s in with_token], dev))
-            self._next.clear()
-        if self._protect:
-            self.protect.index_copy_(0, _ints(list(self._protect), dev), _ints(list(self._protect.values()), dev))
-            self._protect.clear()
-        if self._params:
-            slots = _ints(list(self._params), dev)
-            values = list(self._params.values())
-            self.temperature.index_copy_(0, slots, _floats([v[0] for v in values], dev))
-            self.top_k.index_copy_(0, slots, _ints([v[1] for v in values], dev))
-            self.top_p.index_copy_(0, slots, _floats([v[2] for v in values], dev))
-            self.seeds.index_copy_(0, slots, _ints([v[3] for v in values], dev))
-            self.is_deterministic.index_copy_(0, slots, to_device([v[4] for v in values], torch.int8, dev))
-            self._params.clear()
-        if self._table_writes:
-            rows, cols, blocks = zip(*self._table_writes)
-            self.tables.index_put_((_ints(rows, dev), _ints(cols, dev)), _ints(blocks, dev))
-            self._table_writes.clear()
+                self.tokens.index_copy_(0, dev[ends[1]: ends[2]], dev[ends[2]: ends[3]])
+            nxt.clear()
+        if protect:
+            self.protect.index_copy_(0, dev[ends[3]: ends[4]], dev[ends[4]: ends[5]])
+            protect.clear()
+        if params:
+            slots = dev[ends[5]: ends[6]]
+            self.temperature.index_copy_(0, slots, dev[ends[6]: ends[7]].view(torch.float32)[:num_params])
+            self.top_k.index_copy_(0, slots, dev[ends[7]: ends[8]])
+            self.top_p.index_copy_(0, slots, dev[ends[8]: ends[9]].view(torch.float32)[:num_params])
+            self.seeds.index_copy_(0, slots, dev[ends[9]: ends[10]])
+            self.is_deterministic.index_copy_(0, slots, dev[ends[10]: ends[11]].to(torch.int8))
+            params.clear()
+        if writes:
+            self.tables.index_put_((dev[ends[11]: ends[12]], dev[ends[12]: ends[13]]), dev[ends[13]: ends[14]])
+            writes.clear()
 
     def stage_batch(self, slots: list[int], num_rows: int) -> tuple[bool, bool]:
         """Put ``slots`` (padded with the padding slot to ``num_rows``) into the batch buffer; True if any samples."""
@@ -246,17 +282,41 @@ class DecodeState:
         self.positions.copy_(saved[1])
 
 
+class _UpdateStaging:
+    """``DecodeState.flush``'s packed updates: a pinned int64 buffer on CUDA (grown as needed), copied to the
+    device asynchronously once a flush; ``host`` waits until the previous copy has left the buffer, so a flush never
+    overwrites values still in flight. On the CPU the buffer is the device's own: ``copy`` returns it."""
+
+    def __init__(self, device: torch.device, capacity: int = 1024):
+        self.device = device
+        self._is_cuda = device.type == "cuda"
+        self._host = torch.zeros(capacity, dtype=torch.int64, pin_memory=self._is_cuda)
+        self._copied = torch.cuda.Event() if self._is_cuda else None
+        self._is_pending = False
+
+    def host(self, num: int) -> np.ndarray:
+        """The first ``num`` entries to write (a NumPy view of the pinned buffer)."""
+        if self._is_pending:
+            self._copied.synchronize()
+            self._is_pending = False
+        if num > self._host.numel():
+            self._host = torch.zeros(max(num, 2 * self._host.numel()), dtype=torch.int64, pin_memory=self._is_cuda)
+        return self._host.numpy()[:num]
+
+    def copy(self, num: int) -> torch.Tensor:
+        """The first ``num`` entries on the device (queued after the caller's work on the current stream)."""
+        src = self._host[:num]
+        if not self._is_cuda:
+            return src
+        dev = src.to(self.device, non_blocking=True)
+        self._copied.record()
+        self._is_pending = True
+        return dev
+
+
 def to_device(values, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
     """A list on the device without a wait: staged in pinned memory on CUDA (a pageable source makes
     the copy synchronous, and a blocking one waits for every step in flight), then copied asynchronously.
     The caching host allocator keeps the pinned block until the copy is done."""
     is_cuda = torch.device(device).type == "cuda"
     return torch.tensor(values, dtype=dtype, pin_memory=is_cuda).to(device, non_blocking=True)
-
-
-def _ints(values, device) -> torch.Tensor:
-    return to_device(values, torch.int64, device)
-
-
-def _floats(values, device) -> torch.Tensor:
-    return to_device(values, torch.float32, device)
