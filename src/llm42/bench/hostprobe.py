@@ -14,7 +14,7 @@ engine's host work, each the median of ``repeats`` rounds, in microseconds per o
   every torch call the host makes.
 
 It takes ~50 ms. The figures are comparable between machines only at the same Python, NumPy and torch versions
-(recorded beside them by ``llm42.bench.suite.device_info``).
+(the benchmark JSONs record Python's and torch's beside them, ``llm42.bench.suite.device_info``).
 """
 
 from __future__ import annotations

@@ -123,8 +123,8 @@ class DecodeState:
     def flush(self) -> None:
         """Send every queued update to the device (stream-ordered before the next step) in one copy: the host packs
         them into one pinned buffer (``_UpdateStaging``), the device scatters each field from its part of the copy.
-        Round 39's host profile: a step after a pass's commits had staged up to nine small lists a flush, each its own
-        pinned tensor and copy (``to_device``), fourteen in a step that also admitted requests."""
+        Before round 39 each list was its own pinned tensor and copy (``to_device``): up to nine a flush after a pass's
+        commits, fourteen with admissions (round 39's host profile of dvr@50 on a GPU host: 6,906 in 1,402 steps)."""
         nxt, protect, params, writes = self._next, self._protect, self._params, self._table_writes
         if not (nxt or protect or params or writes):
             return
