@@ -7,14 +7,4 @@
 #
 #   [VARIANTS=default,apply_before_read] [TAG=b] bash benchmarks/device/r39_call_b.sh
 #   VARIANTS=apply_before_read,canon_priority,batched TAG=b2 bash benchmarks/device/r39_call_b.sh
-source "$(dirname "$0")/session_preamble.sh"
-source "$(dirname "$0")/smollm2_env.sh"
-TAG=${TAG:-b}
-timeout "${CAP:-560}" python3 benchmarks/device/dvr_ab.py --model "$SMOL" --cache-dir /tmp/llm42_models \
-    --variants "${VARIANTS:-default,apply_before_read}" --modes "${MODES:-nondet,dvr@50}" \
-    --budget-s 90 --warmup-requests 8 --warmup-modes dvr@50 --online-load 0.7 --online-modes nondet,dvr@50 \
-    --online-requests "${ONLINE_REQUESTS:-500}" --online-budget-s "${ONLINE_BUDGET:-330}" \
-    --online-repeats "${ONLINE_REPEATS:-2}" --out "$OUT/dvr_ab_smollm2_r39_$TAG.json" >"$OUT/dvr_ab_$TAG.txt" 2>&1
-log "dvr_ab exit $?"
-grep -E "^\[dvr_ab\]|rror|identical" "$OUT/dvr_ab_$TAG.txt" | grep -v warm-up | grep -E "tok/s|median|ITL p50|identical|rror|online" | tail -n 60
-log "done"
+ROUND=r39 VARIANTS=${VARIANTS:-default,apply_before_read} exec bash "$(dirname "$0")/r38_call_b.sh"
