@@ -285,7 +285,10 @@ class DecodeState:
 class _UpdateStaging:
     """``DecodeState.flush``'s packed updates: a pinned int64 buffer on CUDA (grown as needed), copied to the
     device asynchronously once a flush; ``host`` waits until the previous copy has left the buffer, so a flush never
-    overwrites values still in flight. On the CPU the buffer is the device's own: ``copy`` returns it."""
+    overwrites values still in flight. On the CPU the buffer is the device's own: ``copy`` returns it. Not a
+    ``llm42.cuda_graphs.Staging`` (which mirrors one fixed device buffer): the updates' count has no fixed bound, and
+    each copy lands in a fresh device tensor allocated on the stream that reads it, so the caching allocator reuses
+    it only after that stream's scatters (a flush may run on the step stream of ``prioritize_fast``)."""
 
     def __init__(self, device: torch.device, capacity: int = 1024):
         self.device = device
