@@ -83,7 +83,6 @@ from llm42.bench.hostprobe import host_probe  # noqa: E402
 from llm42.bench.metrics import free_gap_attribution  # noqa: E402
 from llm42.bench.models import build_model  # noqa: E402
 from llm42.bench.modes import deterministic_order, mode_by_name  # noqa: E402
-from llm42.bench import runner as runner_module  # noqa: E402
 from llm42.bench.figures import HeadBasis, with_head  # noqa: E402
 from llm42.bench.runner import run_offline, run_online  # noqa: E402
 from llm42.engine.requests import MARGIN_STATS  # noqa: E402
@@ -746,31 +745,38 @@ def _print_online(entry: dict) -> None:
                   f"{step['phases_mean_ms']}; order {step.get('phase_order')}", flush=True)
 
 
+# the functions whose callees ``host_profile`` lists (pstats regexes): where a step's and a pass's host time goes
+PROFILE_CALLEES = (r"generator.py:\d+\(_step\)", r"engine/passes.py:\d+\(launch\)", r"verifier.py:\d+\(launch\)",
+                   r"canonical_pass.py:\d+\(launch\)", r"canonical_pass.py:\d+\(stage\)",
+                   r"fast_step.py:\d+\(launch\)", r"fast_step.py:\d+\(_launch_decode\)",
+                   r"fast_step.py:\d+\(read\)", r"requests.py:\d+\(views\)",
+                   r"engine/passes.py:\d+\(_apply_commits\)", r"engine/passes.py:\d+\(apply_oldest\)")
+
+
 def host_profile(engine, workload, mode, *, det_order: list[int], budget_s: float, top: int = 90) -> dict:
-    """One run of ``mode`` with cProfile on each engine step (``_Tracker.step``): the host's time by function."""
+    """One run of ``mode`` under cProfile: the host's time by function, and the callees of ``PROFILE_CALLEES``.
+
+    The profiler is on for the whole run (submission included, a small share): enabled and disabled around each
+    step instead (round 39) it overstated cumulative times (the children of ``_step`` summed to 1.7x its own)."""
     profiler = cProfile.Profile()
-    step = runner_module._Tracker.step
-
-    def profiled(self, t0):
-        profiler.enable()
-        try:
-            return step(self, t0)
-        finally:
-            profiler.disable()
-
-    runner_module._Tracker.step = profiled
+    profiler.enable()
     try:
         result = run_offline(engine, workload, mode, det_order=det_order, deadline=time.perf_counter() + budget_s)
     finally:
-        runner_module._Tracker.step = step
+        profiler.disable()
     report = {"is_complete": result.is_complete, "steps": result.stats.get("steps"),
               "elapsed_s": result.elapsed_s, "output_tokens_per_s": result.tokens_per_s}
     for key in ("tottime", "cumulative"):
         text = io.StringIO()
         pstats.Stats(profiler, stream=text).sort_stats(key).print_stats(top)
         report[f"by_{key}"] = text.getvalue().splitlines()
+    callees = {}
+    for pattern in PROFILE_CALLEES:
+        text = io.StringIO()
+        pstats.Stats(profiler, stream=text).sort_stats("cumulative").print_callees(pattern)
+        callees[pattern] = text.getvalue().splitlines()
+    report["callees"] = callees
     return report
-
 
 if __name__ == "__main__":
     main()
