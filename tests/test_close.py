@@ -10,6 +10,8 @@ import pytest
 import torch
 
 from llm42 import DVRGenerator, SamplingParams
+from llm42.kv import KVStore
+from llm42.kv.tensors import KVTensors
 from llm42.model.weights import random_weights
 from llm42.policies import FixedShapePolicy
 from llm42.runner import ModelRunner
@@ -107,6 +109,51 @@ def test_close_aborts_everything_and_drops_device_memory_while_the_generator_is_
         with pytest.raises(RuntimeError, match="closed"):
             call()
     gen.close()  # idempotent
+
+
+def _wrap_in_cycles(gen: DVRGenerator) -> None:
+    """What a caller's instrumentation does (tests/gpu/test_pass_order_cuda.py): wrap a part's method in a closure
+    stored on that part, a cycle (part -> closure -> bound method -> part) refcounting never frees."""
+    for part, name in ((gen.verifier, "launch"), (gen.fast_step, "read")):
+        method = getattr(part, name)
+        setattr(part, name, lambda *args, method=method, **kwargs: method(*args, **kwargs))
+
+
+def test_close_drops_the_kv_while_a_cycle_still_holds_the_verifier_and_the_fast_path():
+    gen = used_generator()
+    _wrap_in_cycles(gen)
+    kv = weakref.ref(gen.kv)
+    k_v = [weakref.ref(t) for t in (*gen.kv._tensors.k, *gen.kv._tensors.v)]
+    gc.collect()
+    gc.disable()
+    try:
+        gen.close()
+        assert kv() is not None, "vacuous: nothing holds the store any more, the cycle is not exercised"
+        assert all(r() is None for r in k_v), "close() left the K/V to the garbage collector"
+    finally:
+        gc.enable()
+
+
+def test_close_keeps_the_kv_of_a_store_it_was_handed(monkeypatch):
+    """An injected store is the caller's (it may serve another generator): close() leaves its tensors. Negative
+    control for the test above: without the release, the cycle keeps the generator's own store's K/V."""
+    store = KVStore(CFG, num_blocks=64, block_size=8, num_scratch_slots=16, dtype=WEIGHTS.dtype)
+    gen = DVRGenerator(WEIGHTS, CFG, window=4, group=2, kv_store=store)
+    gen.generate([[5, 6, 7]], DET)
+    gen.close()
+    assert len(store._tensors.k) == CFG.num_layers and store.layers().k[0].numel() > 0
+    monkeypatch.setattr(KVTensors, "release", lambda self: None)
+    gen = used_generator()
+    _wrap_in_cycles(gen)
+    k_v = [weakref.ref(t) for t in gen.kv._tensors.k]
+    gc.collect()
+    gc.disable()
+    try:
+        gen.close()
+        assert all(r() is not None for r in k_v)
+    finally:
+        gc.enable()
+        gc.collect()
 
 
 def test_context_manager_closes_on_exit_and_on_error():

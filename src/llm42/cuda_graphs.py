@@ -15,9 +15,11 @@ recorded, so a replay gives the same bits as the eager call (tests check replay 
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import itertools
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import numpy as np
 import torch
@@ -97,6 +99,25 @@ def lend_streams(owner: object, device: torch.device, count: int, *, priority: i
     return streams
 
 
+@contextlib.contextmanager
+def collector_off() -> Iterator[None]:
+    """Python's cyclic garbage collector off while the block runs (as it was after).
+
+    A collection that trips during a capture frees whatever cyclic garbage holds then, CUDA graphs and events of
+    an earlier generator included, and destroying a graph while a stream captures is one of the calls a capture
+    forbids: the capture is invalidated and the next kernel of it fails (round 40, an H100:
+    ``CUBLAS_STATUS_EXECUTION_FAILED`` in a canonical pass's capture, then ``CUDAGraph::reset`` warnings "operation
+    not permitted when stream is capturing"). torch 2.11 no longer collects before a capture
+    (``force_cudagraph_gc``)."""
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
+
+
 def capture_graph(fn: Callable[[], object], pool, *, stream: torch.cuda.Stream | None = None
                   ) -> tuple[torch.cuda.CUDAGraph, object]:
     """Warm ``fn`` up on a side stream (Triton compiles, cuBLAS initialises), then capture it.
@@ -113,7 +134,7 @@ def capture_graph(fn: Callable[[], object], pool, *, stream: torch.cuda.Stream |
         fn()
     torch.cuda.current_stream().wait_stream(warm)
     graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph, pool=pool, stream=stream):
+    with collector_off(), torch.cuda.graph(graph, pool=pool, stream=stream):  # no collection inside the capture
         out = fn()
     return graph, out
 

@@ -279,6 +279,7 @@ class DVRGenerator:
         max_wait_steps = getattr(self.scheduler, "max_wait_steps", None)
         if max_wait_steps is not None:
             positive_int("DVRGenerator scheduler's", "max_wait_steps", max_wait_steps)
+        self._owns_kv = kv_store is None  # close() drops the K/V of a store it made, not of one it was handed
         if kv_store is None:
             kv_store = KVStore(
                 cfg,
@@ -876,9 +877,11 @@ class DVRGenerator:
                     in_flight.wait()
                 self._pool.retry_frees(self.kv)
             finally:
-                stop_worker = getattr(getattr(self.verifier, "canonical_pass", None), "close", None)
-                if callable(stop_worker):  # a CPU pass's worker thread (canonical_thread=True)
-                    stop_worker()
+                close_pass = getattr(getattr(self.verifier, "canonical_pass", None), "close", None)
+                if callable(close_pass):  # a CPU pass's worker thread (canonical_thread=True), its graphs and rows
+                    close_pass()
+                if self._owns_kv:  # the K/V goes now, even where a cycle through a wrapper still holds the store
+                    self.kv.release()
                 self._is_closed = True
                 self._pool.finished.clear()
                 self._owners.clear()

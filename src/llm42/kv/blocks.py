@@ -247,5 +247,11 @@ class KVStore:
     def scratch_slot(self, index: int) -> int:
         return self._tensors.scratch_slot(index)
 
+    def release(self) -> None:
+        """Drop the K/V tensors, whoever still holds this store (``DVRGenerator.close`` of the generator that made
+        it: a reference cycle through its verifier or fast path, e.g. a wrapper a caller installed, would otherwise
+        keep the K/V on the device until the garbage collector ran). The store holds no K/V after (idempotent)."""
+        self._tensors.release()
+
     def layers(self) -> KVLayers:
         return self._tensors.layers()

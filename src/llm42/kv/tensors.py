@@ -29,6 +29,12 @@ class KVTensors:
         self.k = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(cfg.num_layers)]
         self.v = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(cfg.num_layers)]
 
+    def release(self) -> None:
+        """Drop the K/V tensors (their device memory returns once nothing else holds them): the lists are emptied in
+        place, so every ``KVLayers`` made from them lets go too. Nothing may read or write the store after."""
+        self.k.clear()
+        self.v.clear()
+
     def scratch_slot(self, index: int) -> int:
         """The scratch slot a dummy row ``index`` writes to (scratch slots are reused cyclically)."""
         return self.scratch_block * self.block_size + index % self.num_scratch_slots

@@ -576,7 +576,14 @@ class CanonicalPass:
         return {"wanted": self._wanted, "num_rows": self._bucket}
 
     def close(self) -> None:
-        """Wait for a pass in flight and stop the worker thread, if one was started (idempotent)."""
+        """Wait for a pass in flight and stop the worker thread, if one was started, then drop what the pass holds
+        for its K/V store: the captured graphs, their memory pool, the static rows, the store itself (a pass staged
+        after this binds and captures again). The caller has applied or dropped its passes (idempotent)."""
         if self._worker is not None:
             self._worker.shutdown(wait=True)
             self._worker = None
+        self._pending = None
+        for held in (self._forward_graphs, self._samplers, self._slice_graphs, self._slice_states):
+            held.clear()
+        self._inputs = {}
+        self._kv = self._rows = self._pool = None
