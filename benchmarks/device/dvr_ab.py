@@ -117,6 +117,10 @@ VARIANTS = {
     "prompt_share": {"prompt_share": 0.5},
     "w16": {"window": 16, "group": 16},
     "w16_share": {"window": 16, "group": 16, "prompt_share": 0.5},
+    # round 40: windows of 64 (R = 64 x 4 = 256 still; another canonical config, other bits): half the windows per
+    # deterministic token, so fewer passes for the fast steps to run beside (a pass of up to R rows costs ~1.5 ms of
+    # latency-bound kernels whatever its rows, round 36); a flip wastes up to 63 drafts (rare on a trained model)
+    "w64": {"window": 64, "group": 4},
     # round 13: the canonical GEMM as the batch-invariant Triton matmul (FixedShapePolicy(gemm="triton"): other
     # committed bits), a wide pass's GEMMs in one launch over all its rows instead of one cuBLAS call per R rows
     "triton_gemm": {"canonical_gemm": "triton"},
