@@ -218,6 +218,9 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--no-gc-freeze", dest="gc_freeze", action="store_false",
                        help="leave the objects of start-up (torch, the model, the engine) in the cyclic garbage "
                             "collector's full passes (default: frozen while serving, so those pauses are short)")
+    serve.add_argument("--no-capture-graphs", dest="capture_graphs", action="store_false",
+                       help="capture each CUDA graph the first time a step needs it, mid-serving (default: all at "
+                            "start-up, DVRGenerator.capture_graphs, so no request waits for a capture)")
     serve.set_defaults(handler=_cmd_serve)
 
     convert = sub.add_parser("convert", help="write a GGUF file as a Hugging Face safetensors directory",
@@ -584,7 +587,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
           f"{args.group} rows; http://{args.host}:{args.port}/v1", file=sys.stderr)
     server.serve(gen, host=args.host, port=args.port, model_name=name, api_key=args.api_key, limits=limits,
                  max_pending=args.max_pending, shutdown_timeout=args.shutdown_timeout, log_level=args.log_level,
-                 gc_freeze=args.gc_freeze)
+                 gc_freeze=args.gc_freeze, capture_graphs=args.capture_graphs)
     return EXIT_OK
 
 

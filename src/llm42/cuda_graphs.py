@@ -357,7 +357,8 @@ class DecodeGraphs:
     """Whole fast decode steps (``DecodeState.decode``) captured per batch bucket and sampling variant.
 
     Captured lazily: a bucket's greedy graph the first time a greedy step of that size runs, its
-    sampling graph the first time a step with a sampled row does. All share one memory pool
+    sampling graph the first time a step with a sampled row does; or all up front
+    (``DVRGenerator.capture_graphs``, which ``llm42 serve`` runs at start-up). All share one memory pool
     (buckets never run concurrently). The captured graphs read the decode state's persistent
     buffers, so they stay valid as requests come and go.
     """
@@ -377,6 +378,10 @@ class DecodeGraphs:
     @property
     def is_captured(self) -> bool:
         return bool(self._graphs)
+
+    @property
+    def num_captured(self) -> int:
+        return len(self._graphs)
 
     def bucket_for(self, num_seqs: int) -> int:
         return next(b for b in self.buckets if b >= num_seqs)
@@ -441,6 +446,10 @@ class PrefillGraphs:
         self.buckets = prefill_buckets(prefill.max_rows, bucket_step)
         self._graphs: dict[tuple[int, bool], tuple[torch.cuda.CUDAGraph, tuple[torch.Tensor, torch.Tensor]]] = {}
         self._pool = torch.cuda.graph_pool_handle()
+
+    @property
+    def num_captured(self) -> int:
+        return len(self._graphs)
 
     def bucket_for(self, num_rows: int) -> int:
         return next(b for b in self.buckets if b >= num_rows)

@@ -848,6 +848,31 @@ class DVRGenerator:
                 views[name].copy_(tensor)
         drop_prefix_cache()
 
+    @_serialised
+    def capture_graphs(self) -> dict[str, int]:
+        """Capture every CUDA graph the engine replays, now, instead of the first time each is needed; the number
+        newly captured per kind (``decode``, ``prefill``, ``mixed``, ``canonical``). A no-op off CUDA or without graphs.
+
+        The fast path captures a graph per (batch bucket, sampling variant) lazily, the mixed step one per (decode
+        bucket, prompt bucket, variant), and the canonical pass all of its buckets at its first pass: each capture
+        synchronises the device and stalls every running request for tens of milliseconds, which a server would see
+        in its latency tail for as long as new shapes keep coming. ``llm42 serve`` calls this at start-up, as a
+        serving engine captures its graphs before it takes requests. Only on an idle generator (no request running,
+        nothing in flight): the captures run on padding rows, whose K/V goes to the scratch block, never a
+        request's; ``RuntimeError`` otherwise. Committed bits are unchanged (a graph replays what it captured).
+        """
+        if self._pool.running or self.fast_step.in_flight is not None or self.passes.oldest is not None:
+            raise RuntimeError("capture_graphs needs an idle generator: call it before submitting requests, or "
+                               "once every request has finished")
+        fast = self.fast_step
+        counts = {"decode": fast.capture_decode(), "prefill": fast.capture_prefill(), "mixed": fast.capture_mixed()}
+        canonical_pass = getattr(self.verifier, "canonical_pass", None)
+        is_graphed = canonical_pass is not None and canonical_pass.is_graphed
+        counts["canonical"] = canonical_pass.bind(self.kv) if is_graphed else 0
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+        return counts
+
     def _drain(self) -> None:
         """Apply the fast step and canonical pass still in flight (no request runs: nothing is committed)."""
         self.fast_step.read(self.fast_step.take(), self._events, self._finish)

@@ -34,7 +34,6 @@ from llm42.gc_freeze import frozen_gc
 from llm42.generator import DVRGenerator, takes_deliver
 from llm42.params import SamplingParams
 from llm42.policies import BatchInvariantPolicy, FixedShapePolicy, ReductionPolicy
-from llm42.sampler import SAMPLING_VARIANTS
 from llm42.scheduler import DefaultScheduler
 
 WARMUP_PROMPT = (FIRST_TOKEN_ID, FIRST_TOKEN_ID + 1)
@@ -183,12 +182,8 @@ def capture_decode_graphs(gen: DVRGenerator, *, buckets: tuple[int, ...] | None 
     graphs = gen.fast_step.decode_graphs
     if graphs is None:
         return [f"{type(gen.fast_policy).__name__} ran without decode CUDA graphs"]
-    buckets = graphs.buckets if buckets is None else tuple(graphs.bucket_for(b) for b in buckets)
     try:
-        for bucket in buckets:
-            for variant in SAMPLING_VARIANTS:
-                gen.decode_state.stage_batch([], bucket)
-                graphs.run(bucket, variant)
+        gen.fast_step.capture_decode(None if buckets is None else tuple(graphs.bucket_for(b) for b in buckets))
         torch.cuda.synchronize(gen.device)
     except Exception as exc:  # noqa: BLE001 - reported in the run's notes, the run continues eagerly
         gen.fast_step.drop_decode_graphs()
@@ -198,20 +193,16 @@ def capture_decode_graphs(gen: DVRGenerator, *, buckets: tuple[int, ...] | None 
 
 
 def capture_prefill_graphs(gen: DVRGenerator) -> list[str]:
-    """Capture every fast-prefill row bucket (every sampling variant) of a fresh ``gen`` before timing.
-
-    Must run before the generator's first prefill: the static rows then hold padding
-    rows only (token 0 at position 0, K/V written to scratch slots). A failure sends
+    """Capture every fast-prefill row bucket (every sampling variant) of ``gen`` before timing
+    (``FastStep.capture_prefill``: on padding rows only, token 0 at position 0, K/V written to scratch slots;
+    between steps). A failure sends
     prefill down the eager path, and the notes say so.
     """
     prefill = gen.fast_step.fast_prefill
-    graphs = getattr(prefill, "graphs", None)
-    if graphs is None:
+    if getattr(prefill, "graphs", None) is None:
         return []
     try:
-        for bucket in graphs.buckets:
-            for variant in SAMPLING_VARIANTS:
-                graphs.run(bucket, variant)
+        gen.fast_step.capture_prefill()
         torch.cuda.synchronize(gen.device)
     except Exception as exc:  # noqa: BLE001 - reported in the run's notes, the run continues eagerly
         prefill.graphs = None
@@ -225,19 +216,11 @@ def capture_mixed_graphs(gen: DVRGenerator, *, decode_rows: tuple[int, ...] | No
     decode buckets of these batch sizes. A failure sends the steps that would have been mixed down two passes,
     and the notes say so."""
     mixed = gen.fast_step.mixed
-    graphs = getattr(mixed, "graphs", None)
-    if graphs is None:
+    if getattr(mixed, "graphs", None) is None:
         return []
-    prefill, state = mixed.prefill, gen.decode_state
     try:
-        buckets = (mixed.decode_buckets() if decode_rows is None
-                   else tuple(sorted({mixed.decode_bucket(n) for n in decode_rows})))
-        for decode_bucket in buckets:
-            for prompt_bucket in prefill.graphs.buckets:
-                for variant in mixed.MIXED_VARIANTS:
-                    state.stage_batch([], decode_bucket)
-                    prefill.stage([], gen.kv, bucket=prompt_bucket)
-                    graphs.run(decode_bucket, prompt_bucket, variant)
+        gen.fast_step.capture_mixed(None if decode_rows is None
+                                    else tuple(sorted({mixed.decode_bucket(n) for n in decode_rows})))
         torch.cuda.synchronize(gen.device)
     except Exception as exc:  # noqa: BLE001 - reported in the run's notes, the run continues with two passes
         gen.fast_step.mixed = None

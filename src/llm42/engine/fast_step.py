@@ -22,6 +22,7 @@ from llm42.engine.requests import Request, RequestPool
 from llm42.kv import KVStoreProtocol
 from llm42.policies.base import ReductionPolicy
 from llm42.runner import ModelRunner, Segment
+from llm42.sampler import SAMPLING_VARIANTS
 from llm42.scheduler import Plan, PrefillChunk
 from llm42.verify.pass_result import top_dicts
 
@@ -135,6 +136,51 @@ class FastStep:
         """Hand over the step in flight (None when there is none); the caller reads it."""
         record, self.in_flight = self.in_flight, None
         return record
+
+    # -- graphs captured up front (``DVRGenerator.capture_graphs``) ----------------------------------------------
+    def capture_decode(self, buckets: Sequence[int] | None = None) -> int:
+        """Capture the decode graphs of ``buckets`` (default every bucket), each sampling variant, on padding rows
+        only (no request's slot is staged: their K/V goes to the scratch block); the number newly captured. Only
+        between steps: no fast step in flight (its rows are staged)."""
+        graphs = self.decode_graphs
+        if graphs is None:
+            return 0
+        before = graphs.num_captured
+        for bucket in graphs.buckets if buckets is None else buckets:
+            for variant in SAMPLING_VARIANTS:
+                self._decode_state.stage_batch([], bucket)
+                graphs.run(bucket, variant)
+        return graphs.num_captured - before
+
+    def capture_prefill(self) -> int:
+        """Capture every prompt-row bucket's graph of the fast prefill (each sampling variant) on padding rows; the
+        number newly captured."""
+        prefill = self.fast_prefill
+        graphs = getattr(prefill, "graphs", None)
+        if graphs is None:
+            return 0
+        before = graphs.num_captured
+        for bucket in graphs.buckets:
+            for variant in SAMPLING_VARIANTS:
+                prefill.stage([], self._kv, bucket=bucket)
+                graphs.run(bucket, variant)
+        return graphs.num_captured - before
+
+    def capture_mixed(self, decode_buckets: Sequence[int] | None = None) -> int:
+        """Capture the mixed step's graphs (each decode bucket of ``decode_buckets``, default all, x each prompt
+        bucket x its two sampler variants) on padding rows; the number newly captured."""
+        mixed = self.mixed
+        graphs = getattr(mixed, "graphs", None)
+        if graphs is None:
+            return 0
+        before = graphs.num_captured
+        for decode_bucket in mixed.decode_buckets() if decode_buckets is None else decode_buckets:
+            for prompt_bucket in mixed.prefill.graphs.buckets:
+                for variant in mixed.MIXED_VARIANTS:
+                    self._decode_state.stage_batch([], decode_bucket)
+                    mixed.prefill.stage([], self._kv, bucket=prompt_bucket)
+                    graphs.run(decode_bucket, prompt_bucket, variant)
+        return graphs.num_captured - before
 
     def drop_decode_graphs(self) -> None:
         """Run decode rows eagerly from now on (a benchmark whose graph capture failed)."""

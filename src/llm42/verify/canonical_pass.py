@@ -246,6 +246,20 @@ class CanonicalPass:
         return [(b, n) for b in self.buckets for n in self._result_sizes(b)]
 
     # -- static buffers and capture ---------------------------------------------------------------
+    @property
+    def num_captured(self) -> int:
+        """The graphs captured for the store bound now (forward passes, slices and sampler variants)."""
+        slices = sum(map(len, self._slice_graphs.values()))  # a sliced pass's: its last also in _forward_graphs
+        return (slices or len(self._forward_graphs)) + len(self._samplers)
+
+    def bind(self, kv) -> int:
+        """Bind ``kv`` now (static buffers, and on CUDA every bucket's graphs), as the first pass staged for it
+        would; the number of graphs captured (0: bound already)."""
+        if kv is self._kv:
+            return 0
+        self._bind(kv)
+        return self.num_captured
+
     def _bind(self, kv) -> None:
         """Allocate static buffers for ``kv`` and (on CUDA) capture the forward pass of every bucket.
 
