@@ -4,8 +4,9 @@
 
 Per model shape (random bf16 weights; SmolLM2-135M's shape and Llama-3.1-8B's), a generator with ``llm42 serve``'s
 defaults (256 seats, 512 fast tokens, window 32 x group 8): the graphs captured per kind, the seconds
-``capture_graphs()`` took (wall, device drained after), the device memory it added (allocated and reserved, the
-K/V store's excluded: it exists before), and a second call (nothing left to capture: zero graphs). A start-up cost,
+``capture_graphs()`` took (wall, device drained after; the first model in a process also compiles the Triton kernels),
+the device memory it added (allocated and reserved, after the allocator's cache is emptied; the K/V store's excluded:
+it exists before), and a second call (nothing left to capture: zero graphs). A start-up cost,
 not a benchmark of the engine.
 """
 
@@ -35,6 +36,7 @@ def measure(name: str) -> dict:
     gen = DVRGenerator(weights, cfg, max_num_seqs=256, max_fast_tokens=512,
                        kv_cache_tokens=256 * 1024 if name == "smollm2" else 64 * 1024)
     torch.cuda.synchronize()
+    torch.cuda.empty_cache()  # the memory an earlier model's generator left cached: not this one's graphs
     before = torch.cuda.memory_allocated(), torch.cuda.memory_reserved()
     start = time.perf_counter()
     counts = gen.capture_graphs()

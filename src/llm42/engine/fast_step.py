@@ -146,7 +146,9 @@ class FastStep:
         if graphs is None:
             return 0
         before = graphs.num_captured
-        for bucket in graphs.buckets if buckets is None else buckets:
+        # the largest first, as the canonical pass does: the graphs share a pool, so the smaller ones' activations
+        # can take the memory the larger ones left (replayed one at a time)
+        for bucket in sorted(graphs.buckets if buckets is None else buckets, reverse=True):
             for variant in SAMPLING_VARIANTS:
                 self._decode_state.stage_batch([], bucket)
                 graphs.run(bucket, variant)
@@ -160,7 +162,7 @@ class FastStep:
         if graphs is None:
             return 0
         before = graphs.num_captured
-        for bucket in graphs.buckets:
+        for bucket in sorted(graphs.buckets, reverse=True):  # the largest first (``capture_decode``)
             for variant in SAMPLING_VARIANTS:
                 prefill.stage([], self._kv, bucket=bucket)
                 graphs.run(bucket, variant)
@@ -174,8 +176,9 @@ class FastStep:
         if graphs is None:
             return 0
         before = graphs.num_captured
-        for decode_bucket in mixed.decode_buckets() if decode_buckets is None else decode_buckets:
-            for prompt_bucket in mixed.prefill.graphs.buckets:
+        for decode_bucket in sorted(mixed.decode_buckets() if decode_buckets is None else decode_buckets,
+                                    reverse=True):  # the largest first (``capture_decode``)
+            for prompt_bucket in sorted(mixed.prefill.graphs.buckets, reverse=True):
                 for variant in mixed.MIXED_VARIANTS:
                     self._decode_state.stage_batch([], decode_bucket)
                     mixed.prefill.stage([], self._kv, bucket=prompt_bucket)
