@@ -588,7 +588,8 @@ def _record_repeat(out: dict, v: str, mode_name: str, result, nondet, workload, 
         "repeat": rep + 1, "position_in_mode": position, "is_complete": result.is_complete,
         "output_tokens_per_s": summary["output_tokens_per_s"], "ratio_to_nondet": summary["ratio_to_nondet"],
         "steps": result.stats.get("steps"), "ms_per_step": summary["engine"].get("ms_per_step"),
-        "canonical_passes": result.stats.get("canonical_passes"), "deferred_passes": result.stats.get("deferred_passes"),
+        "canonical_passes": result.stats.get("canonical_passes"), "prompt_passes": result.stats.get("prompt_passes"),
+        "deferred_passes": result.stats.get("deferred_passes"),
         "free_last_finish_s": tail["free"]["last_finish_s"],
         "deterministic_last_finish_s": tail["deterministic"]["last_finish_s"], "elapsed_s": result.elapsed_s})
 
@@ -620,7 +621,8 @@ def _record_run(out: dict, v: str, mode_name: str, result, nondet, workload) -> 
         "output_tokens_per_s": summary["output_tokens_per_s"],
         "ratio_to_nondet": summary["ratio_to_nondet"],
         "steps": stats.get("steps"), "ms_per_step": summary["engine"].get("ms_per_step"),
-        "canonical_passes": stats.get("canonical_passes"), "canonical_rows": stats.get("canonical_rows"),
+        "canonical_passes": stats.get("canonical_passes"), "prompt_passes": stats.get("prompt_passes"),
+        "canonical_rows": stats.get("canonical_rows"),
         "canonical_rows_used": stats.get("canonical_rows_used"),
         "rollbacks_per_deterministic_request": summary["rollbacks_per_deterministic_request"],
         "recompute_share_deterministic": summary["recompute_share_deterministic"],
@@ -639,7 +641,8 @@ def _record_run(out: dict, v: str, mode_name: str, result, nondet, workload) -> 
         r["deterministic_digests"] = {str(rec.index): token_digest(rec.token_ids) for rec in result.records
                                       if rec.is_deterministic and rec.finish_s is not None}
     print(f"[dvr_ab]   {r['output_tokens_per_s']:,.0f} tok/s  x{r['ratio_to_nondet'] or 0:.3f}  "
-          f"steps {r['steps']}  passes {r['canonical_passes']}  rollbacks {r['rollbacks']} "
+          f"steps {r['steps']}  passes {r['canonical_passes']} ({r['prompt_passes']} with prompts)  "
+          f"rollbacks {r['rollbacks']} "
           f"(risky drafts {r['risky_drafts']}, at one {r['risky_rollbacks']})  complete {r['is_complete']}",
           flush=True)
 
@@ -724,6 +727,7 @@ def _online_entry(engine, workload, name: str, arrivals: list[float], *, det_ord
             "deterministic_itl_s": summary["latency_deterministic"]["itl_s"],
             "deterministic_ttft_s": summary["latency_deterministic"]["ttft_s"],
             "canonical_passes": result.stats.get("canonical_passes"),
+            "prompt_passes": result.stats.get("prompt_passes"),  # round 40: passes carrying a prompt chunk
             # round 33: which free gaps a pass's launch or commits fall in (the ITL target's p99 was 2.1x)
             "free_gaps": free_gap_attribution(result)}
 

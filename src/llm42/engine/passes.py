@@ -160,6 +160,7 @@ class CanonicalPasses:
                 else:  # its window's positions are the pass's to write, even with drafts ahead
                     self.decode_state.set_protect(req.slot, w.segment.end)
         self.stats["canonical_passes"] += 1
+        self.stats["prompt_passes"] += bool(plan.canonical_prefill)
         self.stats["canonical_rows"] += num_rows
         self.stats["canonical_rows_used"] += sum(len(w.segment.tokens) for w in work)
         return launched
