@@ -72,16 +72,23 @@ def _alone(prompts, params) -> dict:
     return out
 
 
-def test_chained_verify_passes_commit_the_reference_bits():
+# (apply_before_read, lag in asks): the order these tests pin, and the default order, which asks twice a step, with
+# twice the asks (round 40: the default's chaining on the CPU too)
+ORDERS = {"apply_after_read": (False, 5), "apply_before_read": (True, 10)}
+
+
+@pytest.mark.parametrize("order", list(ORDERS))
+def test_chained_verify_passes_commit_the_reference_bits(order):
+    apply_before_read, lag = ORDERS[order]
     prompts, params = _case()
-    gen = _generator(chain="all", lag=5)
+    gen = _generator(chain="all", lag=lag, apply_before_read=apply_before_read)
     launches = _count_launches(gen)
     chained = _run(gen, prompts, params)
     behind_with_windows = sum(1 for behind, windows in launches if behind and windows)
     assert behind_with_windows >= 8, f"only {behind_with_windows} of {len(launches)} passes chained windows"
     assert gen.stats["rollbacks"] > 0  # the noisy fast path makes windows roll back: not vacuous
     assert list(chained.values()) == list(_alone(prompts, params).values())
-    unchained = _run(_generator(chain="off", lag=5), prompts, params)
+    unchained = _run(_generator(chain="off", lag=lag, apply_before_read=apply_before_read), prompts, params)
     assert chained == unchained
 
 
