@@ -253,11 +253,16 @@ def _stats_since(gen: DVRGenerator, before: dict[str, int]) -> dict[str, int]:
 
 
 # (name, owner, method): the engine phases an online run times per step (``StepRecord.phases``); "apply" and
-# "launch" hold "pass_wait" / "commits" and "stage"
+# "launch" hold "pass_wait" / "commits" and "stage"; nested finer (round 41): "launch" holds "verifier_launch",
+# which holds "stage" (of it "stage_rows", the static rows, and "stage_sampling") and "pass_run" (the graph replays,
+# sampler, details), "fast_launch" holds "flush" (the decode state's queued updates sent to the device)
 PHASES = (("admit", "gen", "_admit"), ("apply", "passes", "apply_oldest"), ("pass_wait", "verifier", "finish"),
           ("commits", "passes", "_apply_commits"), ("schedule", "scheduler", "schedule"),
           ("fast_launch", "fast_step", "launch"), ("fast_read", "fast_step", "read"),
-          ("launch", "passes", "launch"), ("stage", "canonical_pass", "stage"))
+          ("launch", "passes", "launch"), ("stage", "canonical_pass", "stage"),
+          ("verifier_launch", "verifier", "launch"), ("stage_rows", "rows", "stage_segments"),
+          ("stage_sampling", "canonical_pass", "_stage_sampling"), ("pass_run", "canonical_pass", "_run_with_details"),
+          ("flush", "decode_state", "flush"))
 
 
 def _time_phases(gen: DVRGenerator, totals: dict[str, float]) -> None:
@@ -265,7 +270,9 @@ def _time_phases(gen: DVRGenerator, totals: dict[str, float]) -> None:
     ``totals[name]``. A phase whose owner the generator lacks (an injected verifier) is skipped."""
     owners = {"gen": gen, "passes": gen.passes, "verifier": gen.verifier, "scheduler": gen.scheduler,
               "fast_step": gen.fast_step,
-              "canonical_pass": getattr(gen.verifier, "canonical_pass", None)}
+              "canonical_pass": getattr(gen.verifier, "canonical_pass", None),
+              "rows": getattr(getattr(gen.verifier, "canonical_pass", None), "_rows", None),
+              "decode_state": getattr(gen, "decode_state", None)}
     for name, owner_name, method in PHASES:
         owner = owners[owner_name]
         fn = getattr(owner, method, None)
