@@ -39,12 +39,14 @@ from llm42.bench.passes import canonical_segments  # noqa: E402
 from llm42.cuda_graphs import StaticRows  # noqa: E402
 from llm42.model.weights import random_weights  # noqa: E402
 from llm42.runner import Segment  # noqa: E402
+from llm42.verify.sampling_runs import SamplingRuns  # noqa: E402
 
 CONTEXT, WINDOW, NUM_SEQS = 2400, 32, 64
 
 
 class LegacyRows(StaticRows):
-    """``StaticRows.stage`` as it was before round 14: ``torch.tensor`` on Python lists, one tensor per table."""
+    """``StaticRows.stage`` as it was before round 14: ``torch.tensor`` on Python lists, one tensor per table (into
+    round 41's packed host buffer, sent in its one copy)."""
 
     def stage(self, kv, tokens, positions, slots, row_tables, table_of_row, *, num_rows=None):
         import numpy as np
@@ -52,7 +54,8 @@ class LegacyRows(StaticRows):
         num_rows = self.num_rows if num_rows is None else num_rows
         pad = range(len(tokens), num_rows)
         positions = positions + [0] * len(pad)
-        host = self._staging.host()[:, :num_rows]
+        self.packed.wait()
+        host = torch.from_numpy(self.packed.host("ints"))[:, :num_rows]
         host[0] = torch.tensor(tokens + [0] * len(pad), dtype=torch.int64)
         host[1] = torch.tensor(positions, dtype=torch.int64)
         host[2] = torch.tensor(slots + [kv.scratch_slot(i) for i in pad], dtype=torch.int64)
@@ -64,14 +67,12 @@ class LegacyRows(StaticRows):
         _, first_row, which = np.unique(rows, return_index=True, return_inverse=True)
         host[4] = torch.from_numpy(first_row[which].astype(np.int64))
         host[5] = torch.from_numpy(rows)
-        self._staging.copy()
-        host_tables = self._table_staging.host().view(-1)[: num_tables * width].view(num_tables, width)
+        host_tables = torch.from_numpy(self.packed.host("tables"))[: num_tables * width].view(num_tables, width)
         host_tables.fill_(scratch)
         for i, table in enumerate(row_tables):
             host_tables[i, : len(table)] = torch.tensor(table, dtype=torch.int64)
-        self._table_staging.copy(self.seq_tables[:num_tables, :width], host_tables)
-        segment = self.view("segment", num_rows)
-        self.block_tables[:num_rows, :width] = self.seq_tables[:num_tables, :width].index_select(0, segment)
+        self._staged = (num_tables, width, num_rows)
+        self.send()
         return max(positions, default=0) + 1
 
 
@@ -81,14 +82,12 @@ def legacy_stage_sampling(cp, per_row, num_results: int) -> None:
     from llm42.sampler import sampling_variant
 
     pad = num_results - len(per_row)
-    ints, floats = cp._staging_ints.host(), cp._staging_floats.host()
+    ints, floats = (torch.from_numpy(a) for a in cp._sampling_host())
     ints[0, :num_results] = host_int64([p.top_k for p, _, _ in per_row] + [0] * pad)
     ints[1, :num_results] = host_int64([s for _, s, _ in per_row] + [0] * pad)
     ints[2, :num_results] = host_int64([q for _, _, q in per_row] + [0] * pad)
     floats[0, :num_results] = torch.tensor([p.temperature for p, _, _ in per_row] + [0.0] * pad)
     floats[1, :num_results] = torch.tensor([p.top_p for p, _, _ in per_row] + [1.0] * pad)
-    cp._staging_ints.copy()
-    cp._staging_floats.copy()
     cp._variant = sampling_variant(p for p, _, _ in per_row)
 
 
@@ -106,13 +105,13 @@ def sampling_case(gen, kv, reps: int) -> dict:
     staged = {}
     times = {}
     for label, stage in (("round22", lambda: legacy_stage_sampling(cp, per_row, 2048)),
-                         ("round23", lambda: cp._stage_sampling(per_row, 2048))):
+                         ("round23", lambda: cp._stage_sampling(SamplingRuns.of_rows(per_row), 2048))):
         times[label] = median_ms(stage, gen.device, warmup=3, reps=reps)
-        cp._staging_ints.host().fill_(-1)
-        cp._staging_floats.host().fill_(-1.0)
+        ints, floats = (torch.from_numpy(a) for a in cp._sampling_host())
+        ints.fill_(-1)
+        floats.fill_(-1.0)
         stage()
-        staged[label] = (cp._staging_ints.host()[:, :2048].clone(), cp._staging_floats.host()[:, :2048].clone(),
-                         cp._variant)
+        staged[label] = (ints[:, :2048].clone(), floats[:, :2048].clone(), cp._variant)
     (i22, f22, v22), (i23, f23, v23) = staged["round22"], staged["round23"]
     same = torch.equal(i22, i23) and torch.equal(f22, f23) and v22 == v23
     full = median_ms(lambda: cp.stage(segments, kv, per_row, wanted=list(range(len(per_row)))), gen.device,

@@ -39,10 +39,11 @@ def _per_row_lists(per_row, num_results):
 
 
 def _staged(per_row, num_results):
-    PASS._staging_ints.host().fill_(-7)
-    PASS._staging_floats.host().fill_(-7.0)
+    ints, floats = PASS._sampling_host()
+    ints.fill(-7)
+    floats.fill(-7.0)
     PASS._stage_sampling(SamplingRuns.of_rows(per_row), num_results)
-    return (PASS._staging_ints.host()[:, :num_results].clone(), PASS._staging_floats.host()[:, :num_results].clone(),
+    return (torch.from_numpy(ints[:, :num_results].copy()), torch.from_numpy(floats[:, :num_results].copy()),
             PASS._variant)
 
 

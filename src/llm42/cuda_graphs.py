@@ -1,7 +1,8 @@
 """All of llm42's CUDA-graph code: capture, pinned staging, static row buffers, fast-path decode graphs.
 
 - ``capture_graph`` warms a function up on a side stream, then captures it.
-- ``Staging`` is a pinned host buffer copied asynchronously into a device buffer.
+- ``PackedStaging`` is one pinned host buffer of named regions, copied asynchronously into their device
+  mirrors in one copy.
 - ``StaticRows`` holds the static per-row inputs of a captured pass (the canonical pass uses it).
 - ``DecodeGraphs`` captures the fast path's whole decode step — gather from the device-resident
   decode state, forward, sample, scatter back — once per batch bucket, largest first into one
@@ -147,30 +148,72 @@ def resolve_use_graph(use_graph: bool | None, device: torch.device) -> bool:
     return use_graph
 
 
-class Staging:
-    """A pinned host buffer, copied asynchronously into (part of) a device buffer.
+_NUMPY_DTYPES = {torch.int64: np.int64, torch.float32: np.float32}
 
-    ``host()`` waits until the previous copy has left the buffer, so a caller
-    that never synchronises cannot overwrite data still in flight.
-    """
 
-    def __init__(self, device_buffer: torch.Tensor):
-        self.device_buffer = device_buffer
-        is_cuda = device_buffer.is_cuda
-        self._host = torch.zeros(device_buffer.shape, dtype=device_buffer.dtype, pin_memory=is_cuda)
+class PackedStaging:
+    """Named regions of one pinned host buffer, sent to their device mirrors in one asynchronous copy.
+
+    ``regions``: (name, shape, dtype) each; every region is a fixed part of one device buffer (``device(name)``: a
+    typed view that graphs may capture, its address fixed for the buffer's life) and of the pinned host buffer
+    (``host(name)``: a NumPy view of the same layout, made once). ``wait`` blocks until the previous copy has left
+    the host buffer, so a caller that never synchronises cannot overwrite data still in flight; ``copy(nbytes)``
+    queues the copy of the first ``nbytes`` (default all) on the current stream and records its event.
+
+    What it replaced (round 41): a ``Staging`` (pinned buffer, copy, event) per device buffer, six of them for one
+    canonical pass (its rows, tiles, sequence tables, sampling rows twice, result rows): each its own wait, copy and
+    event, and each staging its NumPy views anew (on an H100 host ~0.2 ms of a pass's 0.9 ms of staging was the
+    copies alone, ``profile_passes.py --host-profile``)."""
+
+    ALIGN = 64  # bytes: each region starts on a multiple (any dtype's view of it is aligned)
+
+    def __init__(self, regions, device: torch.device):
+        self._offsets: dict[str, tuple[int, int, tuple[int, ...], torch.dtype]] = {}
+        offset = 0
+        for name, shape, dtype in regions:
+            nbytes = int(np.prod(shape, dtype=np.int64)) * torch.empty((), dtype=dtype).element_size()
+            self._offsets[name] = (offset, nbytes, tuple(shape), dtype)
+            offset += -(-nbytes // self.ALIGN) * self.ALIGN
+        self.nbytes = offset
+        is_cuda = torch.device(device).type == "cuda"
+        self._device = torch.zeros(offset, dtype=torch.uint8, device=device)
+        self._host = torch.zeros(offset, dtype=torch.uint8, pin_memory=is_cuda)
+        self._host_np = self._host.numpy()
         self._copied = torch.cuda.Event() if is_cuda else None
         self._is_pending = False
+        self._device_views = {name: self._view(self._device, name) for name in self._offsets}
+        self._host_views = {name: self._host_np[o: o + n].view(_NUMPY_DTYPES[dt]).reshape(shape)
+                            for name, (o, n, shape, dt) in self._offsets.items()}
 
-    def host(self) -> torch.Tensor:
+    def _view(self, buffer: torch.Tensor, name: str) -> torch.Tensor:
+        offset, nbytes, shape, dtype = self._offsets[name]
+        return buffer[offset: offset + nbytes].view(dtype).view(shape)
+
+    def offset(self, name: str) -> int:
+        """The byte offset of region ``name`` (a copy of the bytes before it and of its first part: ``copy``)."""
+        return self._offsets[name][0]
+
+    def device(self, name: str) -> torch.Tensor:
+        return self._device_views[name]
+
+    def host(self, name: str) -> np.ndarray:
+        """The host view of region ``name``; write it only after ``wait``."""
+        return self._host_views[name]
+
+    def device_prefix(self, name: str, count: int) -> torch.Tensor:
+        """The first ``count`` elements of region ``name`` on the device, flat."""
+        offset, _, _, dtype = self._offsets[name]
+        size = torch.empty((), dtype=dtype).element_size()
+        return self._device[offset: offset + count * size].view(dtype)
+
+    def wait(self) -> None:
         if self._is_pending:
             self._copied.synchronize()
             self._is_pending = False
-        return self._host
 
-    def copy(self, dst: torch.Tensor | None = None, src: torch.Tensor | None = None) -> None:
-        """Copy ``src`` (a view of the host buffer; default all of it) into ``dst`` (default the device buffer)."""
-        dst = self.device_buffer if dst is None else dst
-        dst.copy_(self._host if src is None else src, non_blocking=True)
+    def copy(self, nbytes: int | None = None) -> None:
+        n = self.nbytes if nbytes is None else nbytes
+        self._device[:n].copy_(self._host[:n], non_blocking=True)
         if self._copied is not None:
             self._copied.record()
             self._is_pending = True
@@ -180,35 +223,42 @@ class StaticRows:
     """Static per-row inputs of a captured pass: one int64 block, a block-table row per pass row (wide
     enough for a sequence of ``max_model_len`` positions) and one per staged sequence, which the host
     stages and the device copies to that sequence's rows. The canonical pass and the fast prefill
-    graphs both read their ``StepInputs`` from here (``inputs``)."""
+    graphs both read their ``StepInputs`` from here (``inputs``).
+
+    Everything the host stages goes in one ``PackedStaging`` (``packed``) and one copy: the rows, the tile table,
+    the sequences' tables (last, only as many bytes as staged) and the owner's own regions (``extra``: (name,
+    shape, dtype) each, e.g. a pass's sampling rows). An owner that writes its regions after the rows stages them
+    with ``send=False``, writes ``packed.host(name)`` and then calls ``send``."""
 
     # table_rows: each row's first row with the same block table (one value per sequence: StepInputs.table_rows);
-    # segment: each row's index into seq_tables (one table per staged sequence, the last one the scratch table)
+    # segment: each row's index into the staged sequence tables (one per staged sequence, the last one the scratch
+    # table)
     FIELDS = ("token_ids", "positions", "slot_mapping", "context_lens", "table_rows", "segment")
 
     def __init__(self, num_rows: int, max_model_len: int, kv, device: torch.device, *, max_seqs: int | None = None,
-                 tile_rows: int | None = None):
+                 tile_rows: int | None = None, extra=()):
         """``max_seqs``: the most sequences one staging holds (default ``num_rows``): what the host stages.
         ``tile_rows``: also stage a tile table (``StepInputs.tiles``, ``tile_starts``) of tiles of at most that
-        many rows, each within one sequence's rows (the canonical tiled attention's launch)."""
+        many rows, each within one sequence's rows (the canonical tiled attention's launch). ``extra``: the
+        owner's regions in the same copy."""
         self.num_rows = num_rows
         self.max_seqs = num_rows if max_seqs is None else max_seqs
         self.tile_rows = tile_rows
-        self.tiles = None
-        if tile_rows is not None:  # at most one tile per row: the table never runs out
-            self.tiles = torch.zeros(num_rows + 1, dtype=torch.int64, device=device)
-            self._tile_staging = Staging(self.tiles)
-        self.ints = torch.zeros((len(self.FIELDS), num_rows), dtype=torch.int64, device=device)
         max_blocks = -(-max_model_len // kv.block_size)
+        regions = [("ints", (len(self.FIELDS), num_rows), torch.int64)]
+        if tile_rows is not None:  # at most one tile per row: the table never runs out
+            regions.append(("tiles", (num_rows + 1,), torch.int64))
+        regions += list(extra)
+        # the host stages one table per sequence, packed (num_tables x width), the device gives each row its copy
+        # (block_tables): a 2,048-row chunk of a 15K-token prompt copied 15 MB of per-row tables from the host per step
+        regions.append(("tables", ((self.max_seqs + 1) * max_blocks,), torch.int64))
+        self.packed = PackedStaging(regions, device)
+        self.ints = self.packed.device("ints")
+        self.tiles = self.packed.device("tiles") if tile_rows is not None else None
         self.block_tables = torch.full((num_rows, max_blocks), kv.scratch_block, dtype=torch.int64, device=device)
-        # the host stages one table per sequence, the device gives each row its copy (block_tables): a
-        # 2,048-row chunk of a 15K-token prompt copied 15 MB of per-row tables from the host per step
-        self.seq_tables = torch.full((self.max_seqs + 1, max_blocks), kv.scratch_block, dtype=torch.int64,
-                                     device=device)
         self.row_seq = torch.arange(num_rows, device=device)
-        self._staging = Staging(self.ints)
-        self._table_staging = Staging(self.seq_tables)
         self._scratch: tuple[object, np.ndarray] | None = None  # (store, each padding row's scratch slot)
+        self._staged = (1, 1, num_rows)  # (tables, their width, rows) of the rows staged last, for ``send``
         self.stage(kv, [], [], [], [], [])  # dummy rows only: safe to run before any real pass
 
     def view(self, name: str, num_rows: int) -> torch.Tensor:
@@ -231,13 +281,13 @@ class StaticRows:
             tiles=None if self.tiles is None else self.tiles[: num_rows + 1],
         )
 
-    def stage_segments(self, kv, segments, *, num_rows: int | None = None) -> tuple[int, list[int]]:
+    def stage_segments(self, kv, segments, *, num_rows: int | None = None, send: bool = True) -> tuple[int, list[int]]:
         """Stage each segment's rows, each row with its sequence's block table, then padding rows.
 
         Returns (the largest position + 1, the index of each segment's last row). Every per-row field is
         computed in NumPy from per-segment values (a row's slot from its sequence's table, as attention reads
         it): a 2,048-row pass of 64 windows had cost ~0.5 ms of Python per-row lists on the host
-        (``benchmarks/cpu_host_ab.py``).
+        (``benchmarks/cpu_host_ab.py``). ``send=False``: the owner writes its own regions, then calls ``send``.
         """
         num_segments = len(segments)
         counts = np.fromiter((len(seg.tokens) for seg in segments), np.int64, num_segments)
@@ -250,7 +300,7 @@ class StaticRows:
         positions = np.arange(num_real, dtype=np.int64) + np.repeat(starts - firsts, counts)
         tokens = np.fromiter(itertools.chain.from_iterable(seg.tokens for seg in segments), np.int64, num_real)
         max_len = self._write(kv, tokens, positions, None, tables, table_of_row, np.repeat(firsts, counts),
-                              num_rows=num_rows)
+                              num_rows=num_rows, send=send)
         return max_len, (ends - 1).tolist()
 
     def stage(self, kv, tokens: list[int], positions: list[int], slots: list[int],
@@ -264,11 +314,11 @@ class StaticRows:
         _, first_row, which = np.unique(rows, return_index=True, return_inverse=True)
         return self._write(kv, np.array(tokens, dtype=np.int64), np.array(positions, dtype=np.int64),
                            np.array(slots, dtype=np.int64), row_tables, rows, first_row[which].astype(np.int64),
-                           num_rows=num_rows)
+                           num_rows=num_rows, send=True)
 
     def _write(self, kv, tokens: np.ndarray, positions: np.ndarray, slots: np.ndarray | None,
                row_tables: list[list[int]], table_of_row: np.ndarray, first_rows: np.ndarray, *,
-               num_rows: int | None) -> int:
+               num_rows: int | None, send: bool) -> int:
         """``stage``'s rows as arrays: ``slots`` None computes each row's from its table; ``first_rows``: each real
         row's first row with the same table."""
         num_rows = self.num_rows if num_rows is None else num_rows
@@ -277,13 +327,14 @@ class StaticRows:
         n = tokens.size
         if n > num_rows:
             raise ValueError(f"{n} rows staged into {num_rows} static rows")
+        packed = self.packed
+        packed.wait()  # the copy before has left the host buffer
         scratch, num_tables = kv.scratch_block, len(row_tables) + 1  # the last table the scratch one (padding)
         width = max(max(map(len, row_tables), default=1), 1)
         # one array for every table, each padded with the scratch block (and the scratch table last): a
         # tensor per table cost 1.5 ms of a 2,048-row pass's 6 ms of staging on the host (64 sequences)
         lengths = np.fromiter(map(len, row_tables), np.int64, len(row_tables))
-        host_tables = self._table_staging.host().view(-1)[: num_tables * width].view(num_tables, width)
-        tables = host_tables.numpy()
+        tables = packed.host("tables")[: num_tables * width].reshape(num_tables, width)
         tables.fill(scratch)
         if lengths.size:
             flat = np.fromiter(itertools.chain.from_iterable(row_tables), np.int64, int(lengths.sum()))
@@ -292,24 +343,30 @@ class StaticRows:
         if slots is None:
             block_size = kv.block_size
             slots = tables[table_of_row, positions // block_size] * block_size + positions % block_size
-        host = self._staging.host()[:, :num_rows].numpy()
+        host = packed.host("ints")[:, :num_rows]
         host[0, :n], host[0, n:] = tokens, 0
         host[1, :n], host[1, n:] = positions, 0
         host[2, :n], host[2, n:] = slots, self._scratch_slots(kv, n, num_rows)
         host[3] = host[1] + 1
         host[4, :n], host[4, n:] = first_rows, n  # padding rows: the first padding row
         host[5, :n], host[5, n:] = table_of_row, len(row_tables)
-        self._staging.copy()  # the whole (small) buffer: rows past num_rows are not read
         if self.tiles is not None:
-            tiles = self._tile_staging.host()[: num_rows + 1]
-            tiles.copy_(torch.from_numpy(tile_starts(host[5], self.tile_rows, num_rows)))
-            self._tile_staging.copy(self.tiles[: num_rows + 1], tiles)
-        self._table_staging.copy(self.seq_tables[:num_tables, :width], host_tables)
+            packed.host("tiles")[: num_rows + 1] = tile_starts(host[5], self.tile_rows, num_rows)
+        self._staged = (num_tables, width, num_rows)
+        if send:
+            self.send()
+        return (int(positions.max()) if n else 0) + 1
+
+    def send(self) -> None:
+        """Copy what was staged (the rows, the tiles, the owner's regions, the staged tables) in one copy, then give
+        each row its sequence's table on the device. Rows past the staged ones keep stale values nobody reads."""
+        num_tables, width, num_rows = self._staged
+        packed = self.packed
+        packed.copy(packed.offset("tables") + num_tables * width * 8)
+        tables = packed.device_prefix("tables", num_tables * width).view(num_tables, width)
         # each row's copy of its sequence's table, gathered on the device; columns past `width` keep stale
         # (valid) block ids: no row attends to a position past its own
-        segment = self.view("segment", num_rows)
-        self.block_tables[:num_rows, :width] = self.seq_tables[:num_tables, :width].index_select(0, segment)
-        return (int(positions.max()) if n else 0) + 1
+        self.block_tables[:num_rows, :width] = tables.index_select(0, self.view("segment", num_rows))
 
     def _scratch_slots(self, kv, start: int, end: int) -> np.ndarray:
         """The scratch slots of padding rows ``start .. end`` (``kv.scratch_slot``, kept once per store)."""

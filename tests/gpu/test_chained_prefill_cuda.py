@@ -56,20 +56,15 @@ def _held_generator(llama8b, *, chained: bool, racing_staging: bool = False):
     if racing_staging:
         gen.generate([[5, 6, 7]], [PARAMS[0]])  # binds the pass's static buffers
         side = torch.cuda.Stream()
-        rows = cpass._rows
-        stagings = [cpass._staging_ints, cpass._staging_floats, cpass._select_staging, rows._staging,
-                    rows._table_staging] + ([rows._tile_staging] if rows.tiles is not None else [])
+        packed = cpass._rows.packed  # the pass's one staging copy (rows, tiles, tables, sampling and result rows)
 
-        def racing(staging):
-            def copy(dst=None, src=None):
-                dst = staging.device_buffer if dst is None else dst
-                with torch.cuda.stream(side):
-                    dst.copy_(staging._host if src is None else src, non_blocking=True)
-                side.synchronize()
-            return copy
+        def racing(nbytes=None):
+            n = packed.nbytes if nbytes is None else nbytes
+            with torch.cuda.stream(side):
+                packed._device[:n].copy_(packed._host[:n], non_blocking=True)
+            side.synchronize()
 
-        for staging in stagings:
-            staging.copy = racing(staging)
+        packed.copy = racing
         behind.clear()
     return gen, behind
 

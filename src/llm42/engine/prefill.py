@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import torch
 
-from llm42.cuda_graphs import PrefillGraphs, Staging, StaticRows
+from llm42.cuda_graphs import PrefillGraphs, StaticRows
 from llm42.inputs import StepInputs
 from llm42.model.config import ModelConfig
 from llm42.model.forward import forward
@@ -36,13 +36,13 @@ class FastPrefill:
         device = weights.device
         self.device = device
         self.max_model_len = cfg.max_position_embeddings if max_model_len is None else max_model_len
-        self._rows = StaticRows(max_rows, self.max_model_len, kv, device, max_seqs=max_seqs)
-        self._logits_rows = torch.zeros(max_seqs, dtype=torch.int64, device=device)
-        self._sampling_ints = torch.zeros((3, max_seqs), dtype=torch.int64, device=device)  # top_k, seeds, pos
-        self._sampling_floats = torch.zeros((2, max_seqs), dtype=torch.float32, device=device)  # temp, top_p
-        self._select = Staging(self._logits_rows)
-        self._staging_ints = Staging(self._sampling_ints)
-        self._staging_floats = Staging(self._sampling_floats)
+        # the chunks' logits rows and sampling parameters go in the rows' one copy
+        extra = (("logits_rows", (max_seqs,), torch.int64), ("sampling_ints", (3, max_seqs), torch.int64),
+                 ("sampling_floats", (2, max_seqs), torch.float32))  # (top_k, seeds, positions), (temperature, top_p)
+        self._rows = StaticRows(max_rows, self.max_model_len, kv, device, max_seqs=max_seqs, extra=extra)
+        packed = self._rows.packed
+        self._logits_rows = packed.device("logits_rows")
+        self._sampling_ints, self._sampling_floats = packed.device("sampling_ints"), packed.device("sampling_floats")
         self.graphs = PrefillGraphs(self, bucket_step=bucket_step) if use_graph else None
 
     def can_run(self, num_rows: int, num_seqs: int) -> bool:
@@ -69,19 +69,21 @@ class FastPrefill:
         """
         num_rows = sum(len(seg.tokens) for seg in segments)
         bucket = self.bucket_for(num_rows) if bucket is None else bucket
-        max_context_len, lasts = self._rows.stage_segments(kv, segments, num_rows=bucket)
+        max_context_len, lasts = self._rows.stage_segments(kv, segments, num_rows=bucket, send=False)
         num_seqs = len(segments)
-        pad = self.max_seqs - num_seqs
-        self._select.host()[:] = torch.tensor(lasts + [0] * pad, dtype=torch.int64)
-        self._select.copy()
-        ints, floats = self._staging_ints.host(), self._staging_floats.host()
-        ints[0] = torch.tensor([s.params.top_k for s in segments] + [0] * pad)
-        ints[1] = torch.tensor([s.seed for s in segments] + [0] * pad)
-        ints[2] = torch.tensor([s.end for s in segments] + [0] * pad)
-        floats[0] = torch.tensor([s.params.temperature for s in segments] + [0.0] * pad)
-        floats[1] = torch.tensor([s.params.top_p for s in segments] + [1.0] * pad)
-        self._staging_ints.copy()
-        self._staging_floats.copy()
+        packed = self._rows.packed
+        select, ints, floats = packed.host("logits_rows"), packed.host("sampling_ints"), packed.host("sampling_floats")
+        select[:num_seqs], select[num_seqs:] = lasts, 0
+        ints[:, num_seqs:] = 0
+        floats[0, num_seqs:], floats[1, num_seqs:] = 0.0, 1.0
+        if num_seqs:
+            ints[0, :num_seqs] = [s.params.top_k for s in segments]
+            ints[1, :num_seqs] = [s.seed for s in segments]
+            ints[2, :num_seqs] = [s.end for s in segments]
+            # float64 -> float32 rounds to nearest, as torch.tensor on the Python floats did
+            floats[0, :num_seqs] = [float(s.params.temperature) for s in segments]
+            floats[1, :num_seqs] = [float(s.params.top_p) for s in segments]
+        self._rows.send()
         return bucket, sampling_variant(s.params for s in segments), max_context_len
 
     def inputs(self, num_rows: int, *, max_context_len: int | None) -> StepInputs:

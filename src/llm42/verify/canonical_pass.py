@@ -51,7 +51,7 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 import torch
 
-from llm42.cuda_graphs import StaticRows, Staging, capture_graph, lend_streams, resolve_use_graph
+from llm42.cuda_graphs import StaticRows, capture_graph, lend_streams, resolve_use_graph
 from llm42.inputs import StepInputs
 from llm42.model.config import ModelConfig
 from llm42.model.forward import embed_rows, forward, forward_head, forward_layers
@@ -225,7 +225,7 @@ class CanonicalPass:
     @property
     def chains(self) -> bool:
         """Whether ``launch`` may stage a pass while the one before it runs: on CUDA every write of the static
-        buffers (``Staging`` copies, the rows' table copies) is queued on the stream behind the pass before, and
+        buffers (their one ``PackedStaging`` copy, the rows' table gather) is queued on the stream behind the pass before, and
         the result rows alternate between two pinned buffers, so at most two passes may be in flight (the
         caller applies the older one before launching a third). On the CPU a launch waits for the pass before, and
         so does a sliced pass's (its static inputs are read until its last slice)."""
@@ -272,15 +272,19 @@ class CanonicalPass:
         if device.type == "cuda" and self.segment_tiles:
             rows_of = getattr(self.policy, "attention_tile_rows", None)
             tile_rows = rows_of(cfg.num_heads, cfg.num_kv_heads) if callable(rows_of) else None
-        self._rows = StaticRows(self.max_rows, self.max_model_len, kv, device, max_seqs=num_rows, tile_rows=tile_rows)
         max_rows = self.max_rows  # every row of a wide pass may need a result (its windows' rows)
-        self._sampling_ints = torch.zeros((3, max_rows), dtype=torch.int64, device=device)  # top_k, seeds, pos
-        self._sampling_floats = torch.zeros((2, max_rows), dtype=torch.float32, device=device)  # temp, top_p
+        # the pass's own regions in its rows' one copy: the result rows' sampling parameters and a wide pass's logits
+        # rows (``_select``)
+        extra = (("sampling_ints", (3, max_rows), torch.int64),  # top_k, seeds, positions
+                 ("sampling_floats", (2, max_rows), torch.float32),  # temperature, top_p
+                 ("select", (max_rows,), torch.int64))
+        self._rows = StaticRows(max_rows, self.max_model_len, kv, device, max_seqs=num_rows, tile_rows=tile_rows,
+                                extra=extra)
+        packed = self._rows.packed
+        self._sampling_ints, self._sampling_floats = packed.device("sampling_ints"), packed.device("sampling_floats")
+        self._select = packed.device("select")
         self._sampling_floats[1] = 1.0
-        self._staging_ints = Staging(self._sampling_ints)
-        self._staging_floats = Staging(self._sampling_floats)
-        self._select = torch.zeros(max_rows, dtype=torch.int64, device=device)  # a wide pass's logits rows
-        self._select_staging = Staging(self._select)
+        packed.host("sampling_floats")[1] = 1.0
         # every key's inputs now where graphs are captured for each; eagerly (the CPU) each when first staged:
         # with R = 1 the keys number in the hundred thousands, and a pass meets few of them
         self._inputs: dict[tuple[int, int], StepInputs] = {}
@@ -398,7 +402,7 @@ class CanonicalPass:
             raise ValueError(f"canonical pass got {num_real} rows, more than its {self.max_rows} "
                              f"(R = {self.num_rows})")
         bucket = self.bucket_for(num_real)
-        max_context_len, lasts = self._rows.stage_segments(kv, segments, num_rows=bucket)
+        max_context_len, lasts = self._rows.stage_segments(kv, segments, num_rows=bucket, send=False)
         runs = per_row if isinstance(per_row, SamplingRuns) else SamplingRuns.of_rows(per_row)
         if len(runs) not in (0, num_real):
             raise ValueError(f"a canonical pass's sampling rows ({len(runs)}) must be one per real row ({num_real})")
@@ -414,13 +418,13 @@ class CanonicalPass:
                                  f"real rows, got {rows.size} wanted rows")
             results = self.results_for(bucket, rows.size)
             # rows past the result rows are never read: only the first ``results`` are gathered
-            select = self._select_staging.host()
-            select[: rows.size] = torch.from_numpy(rows)
+            select = self._rows.packed.host("select")
+            select[: rows.size] = rows
             select[rows.size: results] = 0
-            self._select_staging.copy()
             runs = runs.take(rows) if len(runs) else runs
             self._wanted = rows
         self._stage_sampling(runs, results)
+        self._rows.send()  # the rows, the tiles, the tables, the sampling and result rows: one copy
         self._runs = runs
         self._bucket, self._results = bucket, results
         return dataclasses.replace(self._key_inputs((bucket, results)), max_context_len=max_context_len)
@@ -428,9 +432,9 @@ class CanonicalPass:
     def _stage_sampling(self, runs: SamplingRuns, num_results: int) -> None:
         """The sampling rows of the pass's ``num_results`` result rows (padding: greedy); rows past them
         keep stale values nobody reads (the sampler reads the first ``num_results``). Written per run of rows
-        (``np.repeat``), the positions per row."""
+        (``np.repeat``), the positions per row; into the host regions, which ``stage`` then sends."""
         n = len(runs)
-        ints, floats = self._staging_ints.host().numpy(), self._staging_floats.host().numpy()
+        ints, floats = self._sampling_host()
         ints[:, n:num_results] = 0
         floats[0, n:num_results] = 0.0
         floats[1, n:num_results] = 1.0
@@ -442,9 +446,12 @@ class CanonicalPass:
             # float64 -> float32 rounds to nearest, as torch.tensor on the Python floats does
             floats[0, :n] = runs.per_run([float(p.temperature) for p in params])
             floats[1, :n] = runs.per_run([float(p.top_p) for p in params])
-        self._staging_ints.copy()
-        self._staging_floats.copy()
         self._variant = sampling_variant(runs.params)
+
+    def _sampling_host(self) -> tuple[np.ndarray, np.ndarray]:
+        """The host regions of the sampling rows: (top_k, seed, position) and (temperature, top_p) per result row."""
+        packed = self._rows.packed
+        return packed.host("sampling_ints"), packed.host("sampling_floats")
 
     def run(self, inputs: StepInputs) -> tuple[torch.Tensor, torch.Tensor]:
         """Forward + sampler on the staged pass; returns (tokens, log-probs): per row of an R-row pass
