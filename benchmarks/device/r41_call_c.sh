@@ -3,7 +3,7 @@
 # the packed staging (one pinned buffer, one copy per canonical pass and per fast prompt step) against the tree
 # before it, in separate processes on one machine, in ABBA order: real SmolLM2, the default engine, offline nondet
 # (the capacity), then online nondet and dvr@50 at 0.7 load, 500 requests; each process's free ITL over its own
-# nondet, and the pass steps' host phases. .dev_stage/base: `git archive <base> src benchmarks/device benchmarks/*.py` (round 41: 663dbc2).
+# nondet, and the pass steps' host phases. .dev_stage/base: `git archive <base> src` (round 41: 663dbc2).
 #
 #   bash benchmarks/device/r41_call_c.sh
 source "$(dirname "$0")/session_preamble.sh"
@@ -16,6 +16,9 @@ run() {  # $1: tag, $2: the tree (its dvr_ab.py puts its own src first on the pa
     log "$1 exit $?"
     grep -E "free ITL p50|launch_and_apply steps|launch steps|tok/s" "$OUT/dvr_ab_$1.txt" | cut -c1-400
 }
+# the base tree travels as its src alone (the call's 64 MiB); its benchmark scripts are this tree's (dvr_ab.py and
+# what it imports did not change since 663dbc2)
+mkdir -p .dev_stage/base/benchmarks && cp -r benchmarks/device .dev_stage/base/benchmarks/ && cp benchmarks/*.py .dev_stage/base/benchmarks/
 run base1 .dev_stage/base
 run packed1 .
 run packed2 .

@@ -21,7 +21,7 @@ import torch
 pytest.importorskip("triton")
 
 from llm42 import SamplingParams  # noqa: E402
-from llm42.verify import canonical_pass  # noqa: E402
+from llm42.verify import canonical_pass, pass_shapes  # noqa: E402
 from llm42.policies import FixedShapePolicy  # noqa: E402
 from tests.helpers import (WIDE_GROUP, WIDE_WINDOW, count_windows, prompt_kv, run_beside_random_free,  # noqa: E402
                            wide_pass_generator, wide_pass_requests)
@@ -210,7 +210,7 @@ def test_a_triton_head_on_the_wanted_rows_commits_the_bits_of_an_r_row_head_on_c
     """With the Triton GEMM a pass runs its output head and sampler on the rows it wants (8 / 64 / 512 result
     rows: a prompt chunk's last row, short windows) instead of R = 256: narrow and wide passes, next to free
     requests, commit the tokens, log-probs and top alternatives of passes whose head runs on every row
-    (``SMALLEST_RESULTS`` raised past R, the behaviour before round 21). Not vacuous: the head did run on fewer
+    (``pass_shapes.SMALLEST_RESULTS`` raised past R, the behaviour before round 21). Not vacuous: the head did run on fewer
     than R rows."""
     cfg, _ = llama8b
     prompts, params = wide_pass_requests(cfg.vocab_size)
@@ -222,7 +222,7 @@ def test_a_triton_head_on_the_wanted_rows_commits_the_bits_of_an_r_row_head_on_c
         gen.close()
     report("triton_head_rows_seen", sorted(set(policy.head_rows)))
     assert min(policy.head_rows) < WINDOW * GROUP, f"every head ran on R rows or more: {sorted(set(policy.head_rows))}"
-    monkeypatch.setattr(canonical_pass, "SMALLEST_RESULTS", 1 << 30)  # no result sizes below R: every row's head
+    monkeypatch.setattr(pass_shapes, "SMALLEST_RESULTS", 1 << 30)  # no result sizes below R: every row's head
     everyone = _HeadRows(cfg.vocab_size)
     gen = wide_pass_generator(llama8b, WINDOW * GROUP, canonical_policy=everyone)
     reference = run_beside_random_free(gen, prompts, params)
