@@ -201,7 +201,8 @@ def main() -> None:
         print("   by class alone  ", fa_s.get("by_class_ms"))
         print("   by class beside ", fb_s.get("by_class_ms"))
         for r in entry.get("fast_growth_by_name", [])[:8]:
-            print(f"   {r['grew_us']:8.1f} us  x{r['count']:3d}  {r['alone_us']:8.1f} -> {r['beside_us']:8.1f}  {r['name']}")
+            print(f"   {r['grew_us']:8.1f} us  x{r['count']:3d}  {r['alone_us']:8.1f} -> {r['beside_us']:8.1f}  "
+                  f"{r['name']}")
     state.restore(saved)
     gen.close()
     Path(args.out).write_text(json.dumps(result, indent=1) + "\n")

@@ -210,8 +210,8 @@ def test_a_triton_head_on_the_wanted_rows_commits_the_bits_of_an_r_row_head_on_c
     """With the Triton GEMM a pass runs its output head and sampler on the rows it wants (8 / 64 / 512 result
     rows: a prompt chunk's last row, short windows) instead of R = 256: narrow and wide passes, next to free
     requests, commit the tokens, log-probs and top alternatives of passes whose head runs on every row
-    (``pass_shapes.SMALLEST_RESULTS`` raised past R, the behaviour before round 21). Not vacuous: the head did run on fewer
-    than R rows."""
+    (``pass_shapes.SMALLEST_RESULTS`` raised past R, the behaviour before round 21). Not vacuous: the head did run on
+    fewer than R rows."""
     cfg, _ = llama8b
     prompts, params = wide_pass_requests(cfg.vocab_size)
     policy = _HeadRows(cfg.vocab_size)

@@ -225,8 +225,8 @@ class CanonicalPass:
     @property
     def chains(self) -> bool:
         """Whether ``launch`` may stage a pass while the one before it runs: on CUDA every write of the static
-        buffers (their one ``PackedStaging`` copy, the rows' table gather) is queued on the stream behind the pass before, and
-        the result rows alternate between two pinned buffers, so at most two passes may be in flight (the
+        buffers (their one ``PackedStaging`` copy, the rows' table gather) is queued on the stream behind the pass
+        before, and the result rows alternate between two pinned buffers, so at most two passes may be in flight (the
         caller applies the older one before launching a third). On the CPU a launch waits for the pass before, and
         so does a sliced pass's (its static inputs are read until its last slice)."""
         return self.device.type == "cuda" and self.num_slices == 1
