@@ -129,3 +129,21 @@ def test_a_canonical_pass_and_a_prompt_step_stage_in_one_copy(wide):
     assert prefill._sampling_floats[:, 0].tolist() == [0.5, pytest.approx(0.9)]
     assert prefill._sampling_ints[:, 0].tolist() == [0, 3, 5]
     gen.close()
+
+
+def test_the_tile_table_goes_in_the_same_copy():
+    """A canonical pass on CUDA stages a tile table too (``tile_rows``; never on the CPU engine, so staged here by
+    hand): the device's table is ``tile_starts`` of the staged rows, sent with them."""
+    from llm42.cuda_graphs import tile_starts
+
+    kv, segments = _store_and_segments()
+    rows = StaticRows(16, 64, kv, CPU, max_seqs=4, tile_rows=4)
+    rows.stage_segments(kv, segments, num_rows=16)
+    want = tile_starts(rows.view("segment", 16).numpy(), 4, 16)
+    assert rows.tiles.tolist() == want.tolist()
+    assert want[:4].tolist() == [0, 3, 4, 8]  # 3 rows, 1 row, 6 rows in tiles of 4: [0,3) [3,4) [4,8) [8,10) ...
+    before = rows.tiles.clone()
+    rows.stage_segments(kv, segments[:1], num_rows=16, send=False)
+    assert torch.equal(rows.tiles, before)  # negative control: held back until send
+    rows.send()
+    assert rows.tiles.tolist() == tile_starts(rows.view("segment", 16).numpy(), 4, 16).tolist() != before.tolist()
