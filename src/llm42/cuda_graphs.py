@@ -169,9 +169,11 @@ class PackedStaging:
 
     def __init__(self, regions, device: torch.device):
         self._offsets: dict[str, tuple[int, int, tuple[int, ...], torch.dtype]] = {}
+        self._itemsizes: dict[str, int] = {}
         offset = 0
         for name, shape, dtype in regions:
-            nbytes = int(np.prod(shape, dtype=np.int64)) * torch.empty((), dtype=dtype).element_size()
+            self._itemsizes[name] = torch.empty((), dtype=dtype).element_size()
+            nbytes = int(np.prod(shape, dtype=np.int64)) * self._itemsizes[name]
             self._offsets[name] = (offset, nbytes, tuple(shape), dtype)
             offset += -(-nbytes // self.ALIGN) * self.ALIGN
         self.nbytes = offset
@@ -200,11 +202,14 @@ class PackedStaging:
         """The host view of region ``name``; write it only after ``wait``."""
         return self._host_views[name]
 
+    def end_of(self, name: str, count: int) -> int:
+        """The byte just past the first ``count`` elements of region ``name``: ``copy``'s size to send them."""
+        return self._offsets[name][0] + count * self._itemsizes[name]
+
     def device_prefix(self, name: str, count: int) -> torch.Tensor:
         """The first ``count`` elements of region ``name`` on the device, flat."""
         offset, _, _, dtype = self._offsets[name]
-        size = torch.empty((), dtype=dtype).element_size()
-        return self._device[offset: offset + count * size].view(dtype)
+        return self._device[offset: self.end_of(name, count)].view(dtype)
 
     def wait(self) -> None:
         if self._is_pending:
@@ -362,7 +367,7 @@ class StaticRows:
         each row its sequence's table on the device. Rows past the staged ones keep stale values nobody reads."""
         num_tables, width, num_rows = self._staged
         packed = self.packed
-        packed.copy(packed.offset("tables") + num_tables * width * 8)
+        packed.copy(packed.end_of("tables", num_tables * width))
         tables = packed.device_prefix("tables", num_tables * width).view(num_tables, width)
         # each row's copy of its sequence's table, gathered on the device; columns past `width` keep stale
         # (valid) block ids: no row attends to a position past its own
