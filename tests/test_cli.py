@@ -361,3 +361,23 @@ def test_serve_builds_its_generator_with_the_canonical_slices_asked_for(capsys, 
 def test_serve_refuses_bad_canonical_slices_naming_the_flag(capsys, flags, needle):
     code, _, err = run_cli(capsys, "serve", *SMALL, *flags)
     assert code != 0 and needle in err, err
+
+
+def test_serve_builds_its_generator_with_the_canonical_sms_asked_for(capsys, monkeypatch):
+    """``llm42 serve --canonical-sms N``: the canonical pass on a green context of N SMs (CUDA; on the CPU the knob is
+    kept and does nothing); without the flag every SM (None)."""
+    pytest.importorskip("fastapi")
+    from llm42 import server
+
+    served = {}
+    monkeypatch.setattr(server, "serve", lambda gen, **kwargs: served.setdefault("gen", gen))
+    code, _, _ = run_cli(capsys, "serve", *SMALL, "--canonical-sms", "32")
+    assert code == 0 and served.pop("gen").config.canonical_sms == 32
+    code, _, _ = run_cli(capsys, "serve", *SMALL)
+    assert code == 0 and served["gen"].config.canonical_sms is None
+
+
+@pytest.mark.parametrize("value", ["0", "-4"])
+def test_serve_refuses_bad_canonical_sms_naming_the_flag(capsys, value):
+    code, _, err = run_cli(capsys, "serve", *SMALL, "--canonical-sms", value)
+    assert code != 0 and "--canonical-sms" in err, err

@@ -658,12 +658,17 @@ def _online_and_profile(args, out: dict, engines: dict, workload, first_results:
         if unknown:
             raise SystemExit(f"--online-variants {unknown} are not among --variants")
         online_set = workload.head(min(args.online_requests, workload.num_requests))
-        out["online"] = online_runs({v: engines[v] for v in served}, online_set,
-                                    [m for m in args.online_modes.split(",") if m], det_order=det_order,
-                                    rate=args.online_load * capacity, budget_s=args.online_budget_s,
-                                    seed=config.seed, repeats=args.online_repeats)
-        out["online"].update(load=args.online_load, capacity_rps=capacity)
-        Path(args.out).write_text(json.dumps(out, indent=1))
+
+        def save(got: dict, *, is_partial: bool) -> None:  # round 42: a call's cap cut two runs' records here
+            out["online"] = dict(got, load=args.online_load, capacity_rps=capacity, is_partial=is_partial)
+            Path(args.out).write_text(json.dumps(out, indent=1))
+
+        got = online_runs({v: engines[v] for v in served}, online_set,
+                          [m for m in args.online_modes.split(",") if m], det_order=det_order,
+                          rate=args.online_load * capacity, budget_s=args.online_budget_s,
+                          seed=config.seed, repeats=args.online_repeats,
+                          on_entry=lambda partial: save(partial, is_partial=True))
+        save(got, is_partial=False)
     if args.profile_mode:
         share = args.profile_budget_s / len(engines)
         out["host_profile"] = {v: host_profile(engine, workload, mode_by_name(args.profile_mode),
@@ -673,11 +678,12 @@ def _online_and_profile(args, out: dict, engines: dict, workload, first_results:
 
 
 def online_runs(engines: dict, workload, modes: list[str], *, det_order: list[int], rate: float, budget_s: float,
-                seed: int, repeats: int = 1) -> dict:
+                seed: int, repeats: int = 1, on_entry=None) -> dict:
     """Each variant serves ``modes`` to the same Poisson arrivals at ``rate``, ``repeats`` times (the variants in
     ABBA order); ITL/TTFT percentiles and each free ITL percentile over the same variant's online nondet of the same
     repeat. ``runs``: the first repeat's entries; ``repeats``: every repeat's; ``median_free_itl_over_nondet``: per
-    variant and mode, the median over the repeats of each ratio."""
+    variant and mode, the median over the repeats of each ratio. ``on_entry(got)``: called after every run with what
+    has landed so far (no medians yet), so a run cut short by a device call's cap loses only itself."""
     if repeats < 1:
         raise SystemExit(f"--online-repeats must be >= 1, got {repeats}")
     arrivals = poisson_arrivals(workload.num_requests, rate, seed=seed)
@@ -703,6 +709,8 @@ def online_runs(engines: dict, workload, modes: list[str], *, det_order: list[in
                     got["runs"].setdefault(v, {})[name] = entry
                 got["repeats"].setdefault(v, {}).setdefault(name, []).append(entry)
                 _print_online(entry)
+                if on_entry is not None:
+                    on_entry(got)
     for key in ("free_itl_over_nondet", "free_itl_at_return_over_nondet"):
         got[f"median_{key}"] = {
             v: {name: {q: statistics.median(e[key][q] for e in entries)
@@ -739,6 +747,12 @@ def _print_online(entry: dict) -> None:
           f"{entry.get('free_itl_over_nondet')}  complete {entry['is_complete']}", flush=True)
     print(f"[dvr_ab]   free ITL at step return p50 {at_return.get('p50')}  p99 {at_return.get('p99')}  "
           f"{entry.get('free_itl_at_return_over_nondet')}", flush=True)
+    det_itl, det_ttft, free_ttft = (entry[k] or {} for k in ("deterministic_itl_s", "deterministic_ttft_s",
+                                                            "free_ttft_s"))
+    print(f"[dvr_ab]   deterministic ITL p50 {det_itl.get('p50')}  p99 {det_itl.get('p99')}  TTFT p50 "
+          f"{det_ttft.get('p50')}  p99 {det_ttft.get('p99')}; free TTFT p50 {free_ttft.get('p50')}  p99 "
+          f"{free_ttft.get('p99')}; passes {entry['canonical_passes']} ({entry['prompt_passes']} with prompts)",
+          flush=True)
     gaps = entry["free_gaps"]
     print(f"[dvr_ab]   free gaps by kind {({k: g['share'] for k, g in gaps['gaps'].items()})}; "
           f"slowest 1 % {gaps['slowest_1pct_share']}; collector {gaps['gc']}", flush=True)

@@ -202,6 +202,12 @@ def build_parser() -> argparse.ArgumentParser:
                        help="run each canonical pass's layers in N slices, one an engine step, so free requests' "
                             "steps share the device with a slice of a pass at a time (at most the model's layers; "
                             "not with --canonical-thread; not measured on a GPU yet) (default: 1, the whole pass)")
+    serve.add_argument("--canonical-sms", type=int, default=None, metavar="N",
+                       help="CUDA: run the canonical pass on a green context of N SMs, so free requests' steps keep "
+                            "the rest of the device: free requests' inter-token gaps nearer nondet's, deterministic "
+                            "requests served later (round 42 on an H100: N = 32 gave free ITL p50 1.13x nondet's at "
+                            "dvr@50 online, against 1.19x, and 0.61x the offline dvr@50 throughput of 0.75x; "
+                            "docs/serving.md) (default: every SM)")
     _add_engine_args(serve)
     serve.add_argument("--max-n", type=int, default=16, help="largest n (samples per prompt) (default: 16)")
     serve.add_argument("--max-tokens", type=int, default=None,
@@ -578,10 +584,13 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         raise CLIError(f"--canonical-slices must be >= 1, got {args.canonical_slices}")
     if args.canonical_slices > 1 and args.canonical_thread:
         raise CLIError("--canonical-slices runs a pass's slices on later steps: not with --canonical-thread")
+    if args.canonical_sms is not None and args.canonical_sms < 1:
+        raise CLIError(f"--canonical-sms must be >= 1, got {args.canonical_sms}")
     scheduler = DefaultScheduler(order=args.order, admission=args.admission, max_wait_steps=args.max_wait_steps)
     loader = _Loader(args, args.model)
     gen = loader(max_num_seqs=args.max_num_seqs, max_model_len=args.max_model_len,
-                 canonical_thread=args.canonical_thread, scheduler=scheduler, canonical_slices=args.canonical_slices)
+                 canonical_thread=args.canonical_thread, scheduler=scheduler, canonical_slices=args.canonical_slices,
+                 canonical_sms=args.canonical_sms)
     name = args.served_model_name or (loader.path.stem if loader.path.is_file() else loader.path.name)
     print(f"llm42 serve: {loader.path} on {args.device} as {name!r}; canonical pass R = {args.window} x "
           f"{args.group} rows; http://{args.host}:{args.port}/v1", file=sys.stderr)
