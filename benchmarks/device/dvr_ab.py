@@ -174,6 +174,10 @@ VARIANTS = {
     "sms_48": {"canonical_sms": 48},
     "sms_64": {"canonical_sms": 64},
     "sms_96": {"canonical_sms": 96},
+    # round 42: on an H100, 32 / 48 SMs kept free requests' online ITL within 1.15x of nondet (p50 1.13 / 1.14-1.15)
+    # at 0.61 / 0.67 of nondet offline for dvr@50 (the default 0.75-0.77); the budget order (0.845 there) with them
+    "order_budget_sms_48": {"scheduler_order": "budget", "canonical_sms": 48},
+    "order_budget_sms_32": {"scheduler_order": "budget", "canonical_sms": 32},
     # round 25: the Triton canonical GEMM with SmolLM2's layer weights on 64 x 64 tiles, 2 programs per SM (the
     # graph sweep's fastest at 256 rows, a quarter of the default tiles' shared memory: does a pass that leaves
     # room on each SM disturb the fast steps less?); the same bits as the tree's pins on the H200 (the sweep)

@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# Next device call (scripted in round 42, not run; carry .dev_stage/b, at once after stage_a.sh carried
+# .dev_stage/a): can one configuration meet issue 10's online target and dvr@50's offline one together? Round 42 (an
+# H100): the pass on 32 / 48 SMs kept free requests' online ITL within 1.15x of nondet at 0.61 / 0.67 of nondet
+# offline for dvr@50; the budget order served dvr@50 at 0.845 with every SM. Real SmolLM2, 1,000 chat requests
+# offline (nondet, dvr@10, dvr@50), then online at 0.7 load, 500 requests, nondet and dvr@50, twice in ABBA order;
+# every online run lands in the JSON as it finishes (round 42's dvr_ab.py), with the deterministic requests'
+# latencies. On an H200 when one comes (the targets name it).
+#
+#   bash benchmarks/device/r43_call_b.sh
+source "$(dirname "$0")/session_preamble.sh"
+source "$(dirname "$0")/smollm2_env.sh"
+TAG=${TAG:-b}
+timeout "${CAP:-560}" python3 benchmarks/device/dvr_ab.py --model "$SMOL" --cache-dir /tmp/llm42_models \
+    --variants "${VARIANTS:-default,order_budget,order_budget_sms_48,order_budget_sms_32}" \
+    --modes "${MODES:-nondet,dvr@10,dvr@50}" --budget-s 160 --warmup-requests 8 --warmup-modes dvr@50 \
+    --online-load 0.7 --online-modes nondet,dvr@50 \
+    --online-variants "${ONLINE_VARIANTS:-default,order_budget_sms_48,order_budget_sms_32}" \
+    --online-requests "${ONLINE_REQUESTS:-500}" --online-budget-s "${ONLINE_BUDGET:-300}" \
+    --online-repeats "${ONLINE_REPEATS:-2}" --out "$OUT/dvr_ab_smollm2_r43_$TAG.json" >"$OUT/dvr_ab_$TAG.txt" 2>&1
+log "dvr_ab exit $?"
+grep -E "^\[dvr_ab\]" "$OUT/dvr_ab_$TAG.txt" | grep -v warm-up | grep -E "tok/s|ITL p50|deterministic ITL|identical|rror|online|probe" | cut -c1-300 | tail -n 70
+log "done"
