@@ -8,15 +8,18 @@
 #   bash benchmarks/device/r38_call_b.sh
 #
 # ROUND and TAG name the output files (dvr_ab_smollm2_${ROUND}_${TAG}.json, dvr_ab_${TAG}.txt; r39_call_b.sh sets them).
+# BUDGET: the offline runs' --budget-s (90); ONLINE_VARIANTS: the variants served online (default: every variant;
+# r42_call_b.sh sets both).
 source "$(dirname "$0")/session_preamble.sh"
 source "$(dirname "$0")/smollm2_env.sh"
 ROUND=${ROUND:-r38}
 TAG=${TAG:-b}
 timeout "${CAP:-560}" python3 benchmarks/device/dvr_ab.py --model "$SMOL" --cache-dir /tmp/llm42_models \
     --variants "${VARIANTS:-default,pass_before_read,pass_before_read_split}" --modes "${MODES:-nondet,dvr@50}" \
-    --budget-s 90 --warmup-requests 8 --warmup-modes dvr@50 --online-load 0.7 --online-modes nondet,dvr@50 \
+    --budget-s "${BUDGET:-90}" ${ONLINE_VARIANTS:+--online-variants "$ONLINE_VARIANTS"} --warmup-requests 8 \
+    --warmup-modes dvr@50 --online-load 0.7 --online-modes nondet,dvr@50 \
     --online-requests "${ONLINE_REQUESTS:-500}" --online-budget-s "${ONLINE_BUDGET:-330}" \
     --online-repeats "${ONLINE_REPEATS:-2}" --out "$OUT/dvr_ab_smollm2_${ROUND}_$TAG.json" >"$OUT/dvr_ab_$TAG.txt" 2>&1
 log "dvr_ab exit $?"
-grep -E "^\[dvr_ab\]|rror|identical" "$OUT/dvr_ab_$TAG.txt" | grep -v warm-up | grep -E "tok/s|median|ITL p50|identical|rror|online" | tail -n 60
+grep -E "^\[dvr_ab\]|rror|identical" "$OUT/dvr_ab_$TAG.txt" | grep -v warm-up | grep -E "tok/s|median|ITL p50|deterministic ITL|identical|rror|online" | cut -c1-300 | tail -n 70
 log "done"

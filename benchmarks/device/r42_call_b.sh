@@ -5,18 +5,10 @@
 # first variant's nondet and its own), and the pass on a green context of 96 or 64 SMs (canonical_sms; round 40: 96 SMs
 # gave the best single p50 at the hand-over, within the spread); then online at 0.7 x the default's nondet capacity,
 # 500 requests, nondet and dvr@50, the default against the two green contexts, twice in ABBA order, free requests'
-# ITL at the hand-over.
+# ITL at the hand-over. Round 38's call script with these runs (its VARIANTS, MODES, ONLINE_VARIANTS, ONLINE_REQUESTS,
+# ONLINE_BUDGET, ONLINE_REPEATS, CAP, TAG pick others; ROUND names the JSON, r43_call_b.sh sets it).
 #
 #   bash benchmarks/device/r42_call_b.sh
-source "$(dirname "$0")/session_preamble.sh"
-source "$(dirname "$0")/smollm2_env.sh"
-TAG=${TAG:-b}
-timeout "${CAP:-560}" python3 benchmarks/device/dvr_ab.py --model "$SMOL" --cache-dir /tmp/llm42_models \
-    --variants "${VARIANTS:-default,order_budget,sms_96,sms_64}" --modes "${MODES:-nondet,dvr@10,dvr@50}" \
-    --budget-s 160 --warmup-requests 8 --warmup-modes dvr@50 --online-load 0.7 --online-modes nondet,dvr@50 \
-    --online-variants "${ONLINE_VARIANTS:-default,sms_96,sms_64}" \
-    --online-requests "${ONLINE_REQUESTS:-500}" --online-budget-s "${ONLINE_BUDGET:-300}" \
-    --online-repeats "${ONLINE_REPEATS:-2}" --out "$OUT/dvr_ab_smollm2_r42_$TAG.json" >"$OUT/dvr_ab_$TAG.txt" 2>&1
-log "dvr_ab exit $?"
-grep -E "^\[dvr_ab\]|rror|identical" "$OUT/dvr_ab_$TAG.txt" | grep -v warm-up | grep -E "tok/s|median|ITL p50|identical|rror|online|probe" | cut -c1-300 | tail -n 60
-log "done"
+VARIANTS=${VARIANTS:-default,order_budget,sms_96,sms_64} MODES=${MODES:-nondet,dvr@10,dvr@50} BUDGET=160 \
+    ONLINE_VARIANTS=${ONLINE_VARIANTS:-default,sms_96,sms_64} ONLINE_BUDGET=${ONLINE_BUDGET:-300} \
+    ROUND=${ROUND:-r42} exec bash "$(dirname "$0")/r38_call_b.sh"

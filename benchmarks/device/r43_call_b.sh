@@ -8,16 +8,6 @@
 # latencies. On an H200 when one comes (the targets name it).
 #
 #   bash benchmarks/device/r43_call_b.sh
-source "$(dirname "$0")/session_preamble.sh"
-source "$(dirname "$0")/smollm2_env.sh"
-TAG=${TAG:-b}
-timeout "${CAP:-560}" python3 benchmarks/device/dvr_ab.py --model "$SMOL" --cache-dir /tmp/llm42_models \
-    --variants "${VARIANTS:-default,order_budget,order_budget_sms_48,order_budget_sms_32}" \
-    --modes "${MODES:-nondet,dvr@10,dvr@50}" --budget-s 160 --warmup-requests 8 --warmup-modes dvr@50 \
-    --online-load 0.7 --online-modes nondet,dvr@50 \
-    --online-variants "${ONLINE_VARIANTS:-default,order_budget_sms_48,order_budget_sms_32}" \
-    --online-requests "${ONLINE_REQUESTS:-500}" --online-budget-s "${ONLINE_BUDGET:-300}" \
-    --online-repeats "${ONLINE_REPEATS:-2}" --out "$OUT/dvr_ab_smollm2_r43_$TAG.json" >"$OUT/dvr_ab_$TAG.txt" 2>&1
-log "dvr_ab exit $?"
-grep -E "^\[dvr_ab\]" "$OUT/dvr_ab_$TAG.txt" | grep -v warm-up | grep -E "tok/s|ITL p50|deterministic ITL|identical|rror|online|probe" | cut -c1-300 | tail -n 70
-log "done"
+VARIANTS=${VARIANTS:-default,order_budget,order_budget_sms_48,order_budget_sms_32} \
+    ONLINE_VARIANTS=${ONLINE_VARIANTS:-default,order_budget_sms_48,order_budget_sms_32} ROUND=r43 \
+    exec bash "$(dirname "$0")/r42_call_b.sh"

@@ -205,8 +205,8 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--canonical-sms", type=int, default=None, metavar="N",
                        help="CUDA: run the canonical pass on a green context of N SMs, so free requests' steps keep "
                             "the rest of the device: free requests' inter-token gaps nearer nondet's, deterministic "
-                            "requests served later (round 42 on an H100: N = 32 gave free ITL p50 1.13x nondet's at "
-                            "dvr@50 online, against 1.19x, and 0.61x the offline dvr@50 throughput of 0.75x; "
+                            "requests served later (round 42 on an H100, dvr@50: N = 32 gave free ITL p50 1.13x nondet's "
+                            "online against 1.19x, and offline throughput 0.61 of nondet's against 0.75; "
                             "docs/serving.md) (default: every SM)")
     _add_engine_args(serve)
     serve.add_argument("--max-n", type=int, default=16, help="largest n (samples per prompt) (default: 16)")
