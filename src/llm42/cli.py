@@ -31,6 +31,7 @@ from pathlib import Path
 import torch
 from tqdm import tqdm
 
+from llm42.cuda_graphs import green_contexts_supported
 from llm42.defaults import default_canonical_size
 from llm42.engine.config import EngineConfig
 from llm42.generator import DVRGenerator
@@ -205,8 +206,8 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--canonical-sms", type=int, default=None, metavar="N",
                        help="CUDA: run the canonical pass on a green context of N SMs, so free requests' steps keep "
                             "the rest of the device: free requests' inter-token gaps nearer nondet's, deterministic "
-                            "requests served later (round 42 on an H100, dvr@50: N = 32 gave free ITL p50 1.13x nondet's "
-                            "online against 1.19x, and offline throughput 0.61 of nondet's against 0.75; "
+                            "requests served later (round 42 on an H100, dvr@50: N = 32 gave free ITL p50 1.13x "
+                            "nondet's online against 1.19x, and offline throughput 0.61 of nondet's against 0.75; "
                             "docs/serving.md) (default: every SM)")
     _add_engine_args(serve)
     serve.add_argument("--max-n", type=int, default=16, help="largest n (samples per prompt) (default: 16)")
@@ -586,6 +587,10 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         raise CLIError("--canonical-slices runs a pass's slices on later steps: not with --canonical-thread")
     if args.canonical_sms is not None and args.canonical_sms < 1:
         raise CLIError(f"--canonical-sms must be >= 1, got {args.canonical_sms}")
+    is_cuda = torch.device(args.device).type == "cuda"
+    if args.canonical_sms is not None and is_cuda and not green_contexts_supported():
+        raise CLIError("--canonical-sms needs CUDA green contexts with a stream of their own (torch >= 2.11 built "
+                       f"with CUDA >= 12.8); this torch is {torch.__version__}")
     scheduler = DefaultScheduler(order=args.order, admission=args.admission, max_wait_steps=args.max_wait_steps)
     loader = _Loader(args, args.model)
     gen = loader(max_num_seqs=args.max_num_seqs, max_model_len=args.max_model_len,
