@@ -61,3 +61,23 @@ def test_on_the_cpu_canonical_sms_changes_no_committed_bit():
 def test_without_green_context_streams_asking_for_one_says_what_is_missing():
     with pytest.raises(RuntimeError, match="green contexts"):
         _green_stream(0, 16)
+
+
+def test_on_cuda_a_torch_without_green_context_streams_is_refused_naming_canonical_sms(monkeypatch):
+    """``EngineConfig.resolve_canonical_stream`` checks the torch before any stream is asked for, so a generator with
+    ``canonical_sms`` on such a torch fails with a ValueError naming the field (not a RuntimeError from the stream pool);
+    where green contexts are there the check lets it through to the device's SM count (the control: on this machine
+    without CUDA that query fails otherwise, never with this message)."""
+    import torch
+
+    from llm42 import cuda_graphs
+    from llm42.engine.config import EngineConfig
+
+    config = EngineConfig(canonical_sms=16)
+    monkeypatch.setattr(cuda_graphs, "green_contexts_supported", lambda: False)
+    with pytest.raises(ValueError, match="canonical_sms needs CUDA green contexts"):
+        config.resolve_canonical_stream(torch.device("cuda"), has_verifier=False)
+    monkeypatch.setattr(cuda_graphs, "green_contexts_supported", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda device: type("P", (), {"multi_processor_count": 8}))
+    with pytest.raises(ValueError, match=r"canonical_sms \(16\) exceeds the device's 8 SMs"):
+        config.resolve_canonical_stream(torch.device("cuda"), has_verifier=False)

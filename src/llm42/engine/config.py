@@ -299,6 +299,11 @@ class EngineConfig:
             if not use_stream:
                 raise ValueError("DVRGenerator canonical_sms confines the canonical pass's own stream: it needs "
                                  "canonical_stream (True or None), got canonical_stream=False")
+            from llm42.cuda_graphs import green_contexts_supported
+
+            if not green_contexts_supported():
+                raise ValueError("DVRGenerator canonical_sms needs CUDA green contexts with a stream of their own "
+                                 f"(torch >= 2.11 built with CUDA >= 12.8); this torch is {torch.__version__}")
             total = torch.cuda.get_device_properties(device).multi_processor_count
             if self.canonical_sms > total:
                 raise ValueError(f"DVRGenerator canonical_sms ({self.canonical_sms}) exceeds the device's "
