@@ -78,6 +78,7 @@ def test_on_cuda_a_torch_without_green_context_streams_is_refused_naming_canonic
     with pytest.raises(ValueError, match="canonical_sms needs CUDA green contexts"):
         config.resolve_canonical_stream(torch.device("cuda"), has_verifier=False)
     monkeypatch.setattr(cuda_graphs, "green_contexts_supported", lambda: True)
-    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda device: type("P", (), {"multi_processor_count": 8}))
+    props = type("Props", (), {"multi_processor_count": 8})
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda device: props)
     with pytest.raises(ValueError, match=r"canonical_sms \(16\) exceeds the device's 8 SMs"):
         config.resolve_canonical_stream(torch.device("cuda"), has_verifier=False)
