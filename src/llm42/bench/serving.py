@@ -62,6 +62,7 @@ from llm42.bench.suite import device_info
 from llm42.bench.workloads import FIRST_TOKEN_ID, Workload, chat_like, fixed_shape, poisson_arrivals, sharegpt_like
 from llm42.generator import DVRGenerator
 from llm42.params import SamplingParams
+from llm42.scheduler import ADMISSIONS, ORDERS
 
 OFFLINE_MODES = ("nondet", "nondet_sync", "dvr@10", "dvr@50", "dvr@100", "batch_invariant")
 ONLINE_MODES = ("nondet", "dvr@10", "dvr@50", "batch_invariant")
@@ -114,6 +115,9 @@ class ServingConfig:
     canonical_gemm_rows: int | None = None  # FixedShapePolicy(gemm_rows=...): every canonical GEMM at that M (CUDA)
     gc_freeze: bool = True  # every timed run inside ``frozen_gc``, as ``llm42 serve`` serves
     prompt_drafts: bool = False  # DVRGenerator(prompt_drafts=...): drafting from a fast run of deterministic prompts
+    canonical_sms: int | None = None  # DVRGenerator(canonical_sms=...): the canonical pass on that many SMs (CUDA)
+    scheduler_order: str = "arrival"  # DefaultScheduler(order=...): who is served first where rows are short
+    scheduler_admission: str = "arrival"  # DefaultScheduler(admission=...): who is admitted first
 
     def fast_policy(self):
         """The non-batch-invariant modes' fast path: None (the default FastPolicy) unless a decode kernel is set."""
@@ -280,7 +284,8 @@ def _engine(model: BenchModel, config: ServingConfig, workload: Workload) -> Eng
                   fast_policy=config.fast_policy(), max_canonical_tokens=config.max_canonical_tokens,
                   canonical_stream=config.canonical_stream, draft_ahead=config.draft_ahead,
                   wide_verify=config.wide_verify, canonical_gemm_rows=config.canonical_gemm_rows,
-                  gc_freeze=config.gc_freeze, prompt_drafts=config.prompt_drafts)
+                  gc_freeze=config.gc_freeze, prompt_drafts=config.prompt_drafts, canonical_sms=config.canonical_sms,
+                  scheduler_order=config.scheduler_order, scheduler_admission=config.scheduler_admission)
 
 
 def serving_summary(run: RunResult, *, nondet: RunResult | None) -> dict:
@@ -617,6 +622,14 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--prompt-drafts", action="store_true",
                    help="deterministic requests draft from a fast run of their prompts while the prompts' canonical "
                         "passes wait (DVRGenerator(prompt_drafts=True))")
+    p.add_argument("--canonical-sms", type=int, default=None, metavar="N",
+                   help="CUDA: the canonical pass on a green context of N SMs (DVRGenerator(canonical_sms=N), `llm42 "
+                        "serve --canonical-sms N`; docs/serving.md; default: every SM)")
+    p.add_argument("--order", choices=ORDERS, default="arrival",
+                   help="DefaultScheduler(order=...), every mode alike (`llm42 serve --order`; default: arrival)")
+    p.add_argument("--admission", choices=ADMISSIONS, default="arrival",
+                   help="DefaultScheduler(admission=...), every mode alike (`llm42 serve --admission`; default: "
+                        "arrival)")
     p.add_argument("--modes", default=",".join(OFFLINE_MODES), help="offline modes (must include nondet)")
     p.add_argument("--online-modes", default=",".join(ONLINE_MODES), help="online modes ('' skips online)")
     p.add_argument("--online-loads", default="0.4,0.7,0.9", help="fractions of the offline nondet request rate")
@@ -656,7 +669,8 @@ def main(argv: list[str] | None = None, *, repo: Path | None = None) -> int:
             fast_decode_kernel=args.fast_decode_kernel, max_canonical_tokens=args.max_canonical_tokens,
             canonical_stream=args.canonical_stream, draft_ahead=not args.no_draft_ahead,
             wide_verify=args.wide_verify, canonical_gemm_rows=args.canonical_gemm_rows, gc_freeze=args.gc_freeze,
-            prompt_drafts=args.prompt_drafts,
+            prompt_drafts=args.prompt_drafts, canonical_sms=args.canonical_sms, scheduler_order=args.order,
+            scheduler_admission=args.admission,
         )
         out = args.out or repo / "benchmarks" / "results" / f"serving_{args.device}_{_model_stem(model)}.json"
         results = run_serving(config, out=out, repo=repo, cache_dir=args.cache_dir)
