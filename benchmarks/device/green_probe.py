@@ -5,7 +5,8 @@
 Prints and records, each step guarded so one failure does not hide the rest:
 - the torch API (``torch.cuda.green_contexts``) and whether a green context gives a stream of its own;
 - how many SMs a kernel launched on that stream reaches (a Triton kernel that records ``%smid`` per program), eagerly
-  and replayed from a CUDA graph captured on it, and from the same graph replayed on an ordinary stream;
+  and replayed from a CUDA graph captured on it, and from the same graph replayed on an ordinary stream; and a graph
+  captured on an ordinary stream replayed on the green one (round 42);
 - whether cuBLAS and the batch-invariant Triton matmul give the same bits on it as on an ordinary stream;
 - a contention test: a decode-like workload (many small GEMMs) timed alone, beside a wide GEMM workload on an
   ordinary stream, and beside the same workload on a green stream of each ``--sms`` size.
@@ -116,7 +117,23 @@ def main() -> None:
             g.replay()
         torch.cuda.synchronize()
         graph_plain = sms_reached(o2)
-        return {"eager": eager, "graph_on_green": graph_green, "graph_on_ordinary": graph_plain}
+        # round 42: the converse, a graph captured on an ordinary stream replayed on the green one. If it is confined
+        # there, a canonical pass could take its SM share per launch from the stream alone (one capture, two streams,
+        # as CanonicalPass's urgent stream does for priorities) instead of a capture per share
+        o3 = torch.zeros(4096, dtype=torch.int32, device="cuda")
+        g3 = torch.cuda.CUDAGraph()
+        with torch.cuda.stream(plain):
+            launch_smid(o3)
+            torch.cuda.synchronize()
+            with torch.cuda.graph(g3, stream=plain):
+                launch_smid(o3)
+        o3.zero_()
+        with torch.cuda.stream(s):
+            g3.replay()
+        torch.cuda.synchronize()
+        ordinary_graph_on_green = sms_reached(o3)
+        return {"eager": eager, "graph_on_green": graph_green, "graph_on_ordinary": graph_plain,
+                "ordinary_graph_on_green": ordinary_graph_on_green}
 
     for n in sizes:
         step(f"smid_green_{n}", lambda n=n: smid_on_green(n))
