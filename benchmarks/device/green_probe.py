@@ -91,6 +91,24 @@ def main() -> None:
     def green_stream(n):
         return greens[n].Stream()
 
+    def graph_smid(capture_on, *replay_on) -> list[int]:
+        """The SMs a graph of the probe kernel reaches, captured on one stream and replayed on each of the others."""
+        out = torch.zeros(4096, dtype=torch.int32, device="cuda")
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.stream(capture_on):
+            launch_smid(out)  # warm-up on that stream
+            torch.cuda.synchronize()
+            with torch.cuda.graph(graph, stream=capture_on):
+                launch_smid(out)
+        reached = []
+        for stream in replay_on:
+            out.zero_()
+            with torch.cuda.stream(stream):
+                graph.replay()
+            torch.cuda.synchronize()
+            reached.append(sms_reached(out))
+        return reached
+
     def smid_on_green(n):
         s = green_stream(n)
         o = torch.zeros(4096, dtype=torch.int32, device="cuda")
@@ -98,40 +116,13 @@ def main() -> None:
             launch_smid(o)
         torch.cuda.synchronize()
         eager = sms_reached(o)
-        # a graph captured on the green stream, replayed there and on an ordinary stream
-        o2 = torch.zeros(4096, dtype=torch.int32, device="cuda")
-        g = torch.cuda.CUDAGraph()
-        with torch.cuda.stream(s):
-            launch_smid(o2)  # warm-up on that stream
-            torch.cuda.synchronize()
-            with torch.cuda.graph(g, stream=s):
-                launch_smid(o2)
-        o2.zero_()
-        with torch.cuda.stream(s):
-            g.replay()
-        torch.cuda.synchronize()
-        graph_green = sms_reached(o2)
-        o2.zero_()
         plain = torch.cuda.Stream()
-        with torch.cuda.stream(plain):
-            g.replay()
-        torch.cuda.synchronize()
-        graph_plain = sms_reached(o2)
+        # a graph captured on the green stream, replayed there and on an ordinary stream
+        graph_green, graph_plain = graph_smid(s, s, plain)
         # round 42: the converse, a graph captured on an ordinary stream replayed on the green one. If it is confined
         # there, a canonical pass could take its SM share per launch from the stream alone (one capture, two streams,
         # as CanonicalPass's urgent stream does for priorities) instead of a capture per share
-        o3 = torch.zeros(4096, dtype=torch.int32, device="cuda")
-        g3 = torch.cuda.CUDAGraph()
-        with torch.cuda.stream(plain):
-            launch_smid(o3)
-            torch.cuda.synchronize()
-            with torch.cuda.graph(g3, stream=plain):
-                launch_smid(o3)
-        o3.zero_()
-        with torch.cuda.stream(s):
-            g3.replay()
-        torch.cuda.synchronize()
-        ordinary_graph_on_green = sms_reached(o3)
+        (ordinary_graph_on_green,) = graph_smid(plain, s)
         return {"eager": eager, "graph_on_green": graph_green, "graph_on_ordinary": graph_plain,
                 "ordinary_graph_on_green": ordinary_graph_on_green}
 
