@@ -31,7 +31,6 @@ from pathlib import Path
 import torch
 from tqdm import tqdm
 
-from llm42.cuda_graphs import green_contexts_supported
 from llm42.defaults import default_canonical_size
 from llm42.engine.config import EngineConfig
 from llm42.generator import DVRGenerator
@@ -587,10 +586,6 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         raise CLIError("--canonical-slices runs a pass's slices on later steps: not with --canonical-thread")
     if args.canonical_sms is not None and args.canonical_sms < 1:
         raise CLIError(f"--canonical-sms must be >= 1, got {args.canonical_sms}")
-    is_cuda = torch.device(args.device).type == "cuda"
-    if args.canonical_sms is not None and is_cuda and not green_contexts_supported():
-        raise CLIError("--canonical-sms needs CUDA green contexts with a stream of their own (torch >= 2.11 built "
-                       f"with CUDA >= 12.8); this torch is {torch.__version__}")
     scheduler = DefaultScheduler(order=args.order, admission=args.admission, max_wait_steps=args.max_wait_steps)
     loader = _Loader(args, args.model)
     gen = loader(max_num_seqs=args.max_num_seqs, max_model_len=args.max_model_len,
