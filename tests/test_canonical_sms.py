@@ -82,3 +82,85 @@ def test_on_cuda_a_torch_without_green_context_streams_is_refused_naming_canonic
     monkeypatch.setattr(torch.cuda, "get_device_properties", lambda device: props)
     with pytest.raises(ValueError, match=r"canonical_sms \(16\) exceeds the device's 8 SMs"):
         config.resolve_canonical_stream(torch.device("cuda"), has_verifier=False)
+
+
+# -- canonical_sms_max_rows: only passes of at most that many rows confined (round 43) ---------------------------------
+
+@pytest.mark.parametrize("bad,error", [(0, ValueError), (-8, ValueError), (True, TypeError), ("32", TypeError),
+                                       (16.0, TypeError)])
+def test_a_bad_canonical_sms_max_rows_is_refused_naming_it(bad, error):
+    with pytest.raises(error, match="canonical_sms_max_rows"):
+        DVRGenerator(WEIGHTS, CFG, window=WINDOW, group=GROUP, canonical_sms=16, canonical_sms_max_rows=bad)
+
+
+def test_canonical_sms_max_rows_needs_canonical_sms_and_at_least_r_rows():
+    r = WINDOW * GROUP
+    with pytest.raises(ValueError, match="canonical_sms_max_rows .*needs canonical_sms"):
+        DVRGenerator(WEIGHTS, CFG, window=WINDOW, group=GROUP, canonical_sms_max_rows=4 * r)
+    with pytest.raises(ValueError, match=rf"canonical_sms_max_rows \({r - 1}\) is under .* = {r} rows"):
+        DVRGenerator(WEIGHTS, CFG, window=WINDOW, group=GROUP, canonical_sms=16, canonical_sms_max_rows=r - 1)
+    verifier = Verifier(ModelRunner(WEIGHTS, CFG), FixedShapePolicy(), CanonicalConfig(window=WINDOW, group=GROUP))
+    with pytest.raises(ValueError, match="canonical_sms or verifier"):  # the pass it bounds is the verifier's own
+        DVRGenerator(WEIGHTS, CFG, window=WINDOW, group=GROUP, verifier=verifier, canonical_sms=16,
+                     canonical_sms_max_rows=r)
+    gen = DVRGenerator(WEIGHTS, CFG, window=WINDOW, group=GROUP, canonical_sms=16, canonical_sms_max_rows=r)  # control
+    assert gen.config.canonical_sms_max_rows == r and gen.verifier.canonical_pass.sms_max_rows == r
+    assert gen.verifier.canonical_pass.confined_buckets == ()  # the CPU has no green context: nothing is confined
+    gen.close()
+
+
+def test_a_canonical_pass_refuses_a_bad_sms_max_rows_naming_it():
+    r = WINDOW * GROUP
+    with pytest.raises(ValueError, match="sms_max_rows bounds the passes num_sms confines"):
+        CanonicalPass(WEIGHTS, CFG, FixedShapePolicy(), r, max_rows=4 * r, sms_max_rows=2 * r)
+    with pytest.raises(ValueError, match=rf"sms_max_rows \({r - 1}\) is under R = {r}"):
+        CanonicalPass(WEIGHTS, CFG, FixedShapePolicy(), r, max_rows=4 * r, num_sms=16, sms_max_rows=r - 1)
+    with pytest.raises(ValueError, match="sms_max_rows"):
+        CanonicalPass(WEIGHTS, CFG, FixedShapePolicy(), r, max_rows=4 * r, num_sms=16, sms_max_rows=0)
+
+
+@pytest.mark.parametrize("bound,confined", [(None, (256, 512, 1024, 2048)), (256, (256,)), (1024, (256, 512, 1024)),
+                                            (700, (256, 512)), (4096, (256, 512, 1024, 2048))])
+def test_the_confined_buckets_are_those_of_at_most_the_bound(bound, confined):
+    """A pass's SMs follow from its bucket, which follows from its rows alone: the buckets up to the bound (a bound
+    between two buckets confines the smaller); ``None`` every bucket."""
+    from llm42.verify.pass_shapes import confined_buckets, pass_buckets
+
+    buckets = pass_buckets(256, 2048)
+    assert buckets == (256, 512, 1024, 2048)
+    assert confined_buckets(buckets, bound) == confined
+
+
+def test_each_bucket_runs_on_its_shares_stream():
+    """``_stream_for`` routes a bucket to the green context's stream when confined, else to the wide stream (also a
+    pass's GEMM-block streams); without a wide stream (no bound, or every bucket under it) every bucket goes to the
+    pass's one stream. Streams stand in as sentinels: on the CPU a pass has none (its CUDA routing, SMs and bits are
+    tests/gpu/test_canonical_sms_cuda.py's)."""
+    r = WINDOW * GROUP
+    cp = CanonicalPass(WEIGHTS, CFG, FixedShapePolicy(), r, max_rows=4 * r)
+    green, wide, blocks_green, blocks_wide = object(), object(), [object()], [object()]
+    cp._stream = cp._urgent_stream = green
+    cp._block_streams, cp._wide_block_streams = blocks_green, blocks_wide
+    cp.confined_buckets = tuple(b for b in cp.buckets if b <= r)
+    assert len(cp.buckets) > 1
+    cp._wide_stream = None  # control: no split, every bucket on the pass's stream
+    assert all(cp._stream_for(b) is green and cp._block_streams_for(b) is blocks_green for b in cp.buckets)
+    cp._wide_stream = wide
+    for b in cp.buckets:
+        expected = (green, blocks_green) if b <= r else (wide, blocks_wide)
+        assert (cp._stream_for(b), cp._block_streams_for(b)) == expected, b
+        assert cp._stream_for(b, urgent=True) is expected[0]
+
+
+def test_on_the_cpu_canonical_sms_max_rows_changes_no_committed_bit():
+    prompts = [[3, 14, 15, 92, 65] * 6, [35, 89, 79], [32, 38, 46, 26, 43, 38, 32]]
+    params = [SamplingParams(max_new_tokens=20, deterministic=True, logprobs=True),
+              SamplingParams(max_new_tokens=16, temperature=0.8, seed=4, deterministic=True, logprobs=True),
+              SamplingParams(max_new_tokens=12, temperature=0.7, seed=2)]
+    plain = serve(DVRGenerator(WEIGHTS, CFG, window=WINDOW, group=GROUP), prompts, params)
+    gen = DVRGenerator(WEIGHTS, CFG, window=WINDOW, group=GROUP, canonical_sms=16,
+                       canonical_sms_max_rows=WINDOW * GROUP)
+    split = serve(gen, prompts, params)
+    assert gen.stats["canonical_passes"] > 0
+    for a, b in zip(plain[:2], split[:2]):
+        assert a.token_ids == b.token_ids and a.logprobs == b.logprobs

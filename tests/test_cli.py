@@ -381,3 +381,26 @@ def test_serve_builds_its_generator_with_the_canonical_sms_asked_for(capsys, mon
 def test_serve_refuses_bad_canonical_sms_naming_the_flag(capsys, value):
     code, _, err = run_cli(capsys, "serve", *SMALL, "--canonical-sms", value)
     assert code != 0 and "--canonical-sms" in err, err
+
+
+def test_serve_builds_its_generator_with_the_canonical_sms_max_rows_asked_for(capsys, monkeypatch):
+    """``--canonical-sms-max-rows ROWS``: only passes of at most ROWS rows confined; without it, every one (None)."""
+    pytest.importorskip("fastapi")
+    from llm42 import server
+
+    served = {}
+    monkeypatch.setattr(server, "serve", lambda gen, **kwargs: served.setdefault("gen", gen))
+    code, _, _ = run_cli(capsys, "serve", *SMALL, "--canonical-sms", "32", "--canonical-sms-max-rows", "16")
+    assert code == 0
+    config = served.pop("gen").config
+    assert (config.canonical_sms, config.canonical_sms_max_rows) == (32, 16)
+    code, _, _ = run_cli(capsys, "serve", *SMALL, "--canonical-sms", "32")
+    assert code == 0 and served["gen"].config.canonical_sms_max_rows is None
+
+
+@pytest.mark.parametrize("flags", [("--canonical-sms-max-rows", "16"),  # without --canonical-sms
+                                   ("--canonical-sms", "32", "--canonical-sms-max-rows", "7"),  # under R = 8
+                                   ("--canonical-sms", "32", "--canonical-sms-max-rows", "-8")])
+def test_serve_refuses_bad_canonical_sms_max_rows_naming_the_flag(capsys, flags):
+    code, _, err = run_cli(capsys, "serve", *SMALL, *flags)
+    assert code != 0 and "--canonical-sms-max-rows" in err, err

@@ -325,22 +325,27 @@ def test_transformers_generate_comparison_runs_on_a_tiny_checkpoint(tmp_path):
 
 
 def test_serving_engine_takes_the_canonical_sms_and_the_scheduler_order_and_admission():
-    """The issue's serving harness serves round 42's latency-first config (``--canonical-sms N``) and the budget order
+    """The issue's serving harness serves round 42's latency-first config (``--canonical-sms N``, round 43's
+    ``--canonical-sms-max-rows``) and the budget order
     (``--order budget --admission budget``), every mode alike; the defaults stay every SM and arrival order."""
     from llm42.bench.serving import ServingConfig, _engine, parse_args
 
-    args = parse_args(["--canonical-sms", "32", "--order", "budget", "--admission", "budget"])
-    assert (args.canonical_sms, args.order, args.admission) == (32, "budget", "budget")
+    args = parse_args(["--canonical-sms", "32", "--canonical-sms-max-rows", "16", "--order", "budget", "--admission",
+                       "budget"])
+    assert (args.canonical_sms, args.canonical_sms_max_rows, args.order, args.admission) == (32, 16, "budget",
+                                                                                              "budget")
     plain = parse_args([])
-    assert (plain.canonical_sms, plain.order, plain.admission) == (None, "arrival", "arrival")
+    assert (plain.canonical_sms, plain.canonical_sms_max_rows, plain.order, plain.admission) == (None, None, "arrival",
+                                                                                                  "arrival")
     model = build_model("tiny", device=CPU, dtype=torch.float32, max_positions=64)
     workload = fixed_shape(8, 4, 2, length_scale=1.0, vocab_size=model.cfg.vocab_size, seed=0, sampled_share=0.0)
     config = ServingConfig(device="cpu", model="tiny", dtype=torch.float32, budget_s=10, window=4, group=2,
-                           max_num_seqs=2, canonical_sms=32, scheduler_order="budget", scheduler_admission="budget")
+                           max_num_seqs=2, canonical_sms=32, canonical_sms_max_rows=16, scheduler_order="budget",
+                           scheduler_admission="budget")
     for mode in ("nondet", "dvr@50"):
         gen, _ = _engine(model, config, workload).generator(mode_by_name(mode))
         try:
-            assert gen.config.canonical_sms == 32
+            assert (gen.config.canonical_sms, gen.config.canonical_sms_max_rows) == (32, 16)
             assert (gen.scheduler.order, gen.scheduler.admission) == ("budget", "budget")
         finally:
             gen.close()

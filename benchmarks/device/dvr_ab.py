@@ -178,6 +178,13 @@ VARIANTS = {
     # at 0.61 / 0.67 of nondet offline for dvr@50 (the default 0.75-0.77); the budget order (0.845 there) with them
     "order_budget_sms_48": {"scheduler_order": "budget", "canonical_sms": 48},
     "order_budget_sms_32": {"scheduler_order": "budget", "canonical_sms": 32},
+    # round 43: only passes of at most that many rows confined (DVRGenerator(canonical_sms_max_rows=)): online the
+    # passes are mostly narrow and stay on the green context; an offline backlog fills wide ones, which take every SM
+    "sms_32_rows_512": {"canonical_sms": 32, "canonical_sms_max_rows": 512},
+    "sms_32_rows_1024": {"canonical_sms": 32, "canonical_sms_max_rows": 1024},
+    "order_budget_sms_32_rows_512": {"scheduler_order": "budget", "canonical_sms": 32, "canonical_sms_max_rows": 512},
+    "order_budget_sms_32_rows_1024": {"scheduler_order": "budget", "canonical_sms": 32,
+                                      "canonical_sms_max_rows": 1024},
     # round 25: the Triton canonical GEMM with SmolLM2's layer weights on 64 x 64 tiles, 2 programs per SM (the
     # graph sweep's fastest at 256 rows, a quarter of the default tiles' shared memory: does a pass that leaves
     # room on each SM disturb the fast steps less?); the same bits as the tree's pins on the H200 (the sweep)

@@ -208,6 +208,10 @@ def build_parser() -> argparse.ArgumentParser:
                             "requests served later (round 42 on an H100, dvr@50: N = 32 gave free ITL p50 1.13x "
                             "nondet's online against 1.19x, and offline throughput 0.61 of nondet's against 0.75; "
                             "docs/serving.md) (default: every SM)")
+    serve.add_argument("--canonical-sms-max-rows", type=int, default=None, metavar="ROWS",
+                       help="with --canonical-sms: confine only passes of at most ROWS rows (their graph bucket's); "
+                            "a wider pass, filled by a backlog of deterministic work, takes every SM (at least the "
+                            "pass's R = window x group) (default: every pass confined)")
     _add_engine_args(serve)
     serve.add_argument("--max-n", type=int, default=16, help="largest n (samples per prompt) (default: 16)")
     serve.add_argument("--max-tokens", type=int, default=None,
@@ -586,11 +590,17 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         raise CLIError("--canonical-slices runs a pass's slices on later steps: not with --canonical-thread")
     if args.canonical_sms is not None and args.canonical_sms < 1:
         raise CLIError(f"--canonical-sms must be >= 1, got {args.canonical_sms}")
+    if args.canonical_sms_max_rows is not None:
+        if args.canonical_sms is None:
+            raise CLIError("--canonical-sms-max-rows bounds the passes --canonical-sms confines: pass --canonical-sms")
+        if args.canonical_sms_max_rows < args.window * args.group:
+            raise CLIError(f"--canonical-sms-max-rows must be >= the pass's R = window x group = "
+                           f"{args.window * args.group}, got {args.canonical_sms_max_rows}")
     scheduler = DefaultScheduler(order=args.order, admission=args.admission, max_wait_steps=args.max_wait_steps)
     loader = _Loader(args, args.model)
     gen = loader(max_num_seqs=args.max_num_seqs, max_model_len=args.max_model_len,
                  canonical_thread=args.canonical_thread, scheduler=scheduler, canonical_slices=args.canonical_slices,
-                 canonical_sms=args.canonical_sms)
+                 canonical_sms=args.canonical_sms, canonical_sms_max_rows=args.canonical_sms_max_rows)
     name = args.served_model_name or (loader.path.stem if loader.path.is_file() else loader.path.name)
     print(f"llm42 serve: {loader.path} on {args.device} as {name!r}; canonical pass R = {args.window} x "
           f"{args.group} rows; http://{args.host}:{args.port}/v1", file=sys.stderr)

@@ -177,6 +177,7 @@ class DVRGenerator:
         chain_passes: str = "prompts",
         risk_margin: float = 0.0,
         canonical_sms: int | None = None,
+        canonical_sms_max_rows: int | None = None,
         prompt_drafts: bool = False,
         split_pass_steps: bool = False,
         pass_before_read: bool = False,
@@ -193,9 +194,9 @@ class DVRGenerator:
             wide_verify=wide_verify, prioritize_fast=prioritize_fast, canonical_priority=canonical_priority,
             canonical_gemm_streams=canonical_gemm_streams, graph_bucket_step=graph_bucket_step,
             chain_passes=chain_passes, risk_margin=risk_margin, canonical_sms=canonical_sms,
-            prompt_drafts=prompt_drafts, split_pass_steps=split_pass_steps,
-            pass_before_read=pass_before_read, apply_before_read=apply_before_read,
-            canonical_slices=canonical_slices,
+            canonical_sms_max_rows=canonical_sms_max_rows, prompt_drafts=prompt_drafts,
+            split_pass_steps=split_pass_steps, pass_before_read=pass_before_read,
+            apply_before_read=apply_before_read, canonical_slices=canonical_slices,
         )
         num_canonical_tokens = self.config.canonical_tokens(self.canonical_config.num_rows)
         scratch = getattr(kv_store, "num_scratch_slots", None)  # an injected store: a pass's padding rows write there
@@ -210,7 +211,7 @@ class DVRGenerator:
         _check_injected("canonical_policy", canonical_policy, ReductionPolicy, "a ReductionPolicy")
         _check_injected("kv_store", kv_store, KVStoreProtocol, "a KVStoreProtocol")
         _check_injected("tokenizer", tokenizer, Tokenizer, "a tokenizer (callable, with decode(ids))")
-        self.config.check_model(cfg, window=window)
+        self.config.check_model(cfg, window=window, num_rows=self.canonical_config.num_rows)
         if verifier is not None:
             self.config.check_injected_verifier(verifier, has_canonical_policy=canonical_policy is not None)
         if kv_store is not None:
@@ -246,6 +247,7 @@ class DVRGenerator:
                                 max_model_len=self.max_model_len, max_rows=num_canonical_tokens,
                                 use_stream=canonical_stream, gemm_streams=self.config.canonical_gemm_streams,
                                 num_sms=self.config.canonical_sms,
+                                sms_max_rows=self.config.canonical_sms_max_rows,
                                 priority=priority, prompt_priority=prompt_priority,
                                 num_slices=self.config.canonical_slices)
         else:

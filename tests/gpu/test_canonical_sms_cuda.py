@@ -5,7 +5,10 @@ Llama-3.1-8B shape: the pass's stream really reaches at most N SMs (a kernel tha
 launched eagerly and replayed from a graph captured on that stream; control: on an ordinary stream the same kernel
 reaches more SMs than N, so the bound is not vacuous), and a greedy and a sampled deterministic needle inside random
 batches commit the bits they commit alone with every SM (the reference), while fast steps ran beside the passes.
-Negative control: the same needle on the fast path drifts across those batches.
+Negative control: the same needle on the fast path drifts across those batches. With ``canonical_sms_max_rows``
+(round 43) only passes of at most R rows are confined: the wider buckets' graphs are captured on an ordinary stream
+of the pass's, which reaches more SMs than the green context holds, both kinds of pass run, and the needles keep
+their bits.
 """
 
 from __future__ import annotations
@@ -59,11 +62,7 @@ def test_needles_are_bit_identical_with_the_pass_on_a_share_of_the_sms(llama8b, 
     cfg, _ = llama8b
     rng = random.Random(11)
     needle_prompt = random_prompt(rng, cfg.vocab_size, 300)
-    reference = make_generator(llama8b)  # every SM
-    alone = {name: reference.generate([needle_prompt], [p])[0] for name, p in NEEDLES.items()}
-    alone = {name: (tuple(c.token_ids), tuple(c.logprobs)) for name, c in alone.items()}
-    reference.close()
-
+    alone = _needles_alone(llama8b, needle_prompt)
     gen = make_generator(llama8b, canonical_sms=NUM_SMS)
     stream = gen.verifier.canonical_pass._stream
     assert stream is not None
@@ -75,16 +74,62 @@ def test_needles_are_bit_identical_with_the_pass_on_a_share_of_the_sms(llama8b, 
     assert ordinary > bound, "control: an ordinary stream should reach more SMs than the green context holds"
     assert eager <= bound and graphed <= bound, f"the pass's stream reached {eager} / {graphed} SMs, over {bound}"
 
+    _check_needles(gen, needle_prompt, alone, rng, report, "canonical_sms")
+    gen.close()
+
+
+def _needles_alone(llama8b, needle_prompt):
+    reference = make_generator(llama8b)  # every SM
+    alone = {name: reference.generate([needle_prompt], [p])[0] for name, p in NEEDLES.items()}
+    reference.close()
+    return {name: (tuple(c.token_ids), tuple(c.logprobs)) for name, c in alone.items()}
+
+
+def _check_needles(gen, needle_prompt, alone, rng, report, label) -> None:
+    """The deterministic needles commit their bits alone in random batches with fast steps beside the passes; the
+    fast-only needle drifts (negative control)."""
+    cfg = gen.cfg
     beside = FastStepsBesidePasses(gen)  # fast steps launched while a canonical pass is still running
     fast_outputs = {alone["fast_only"][0]}
     for batch_size in BATCH_SIZES:
         others = [random_request(rng, cfg.vocab_size) for _ in range(batch_size - len(NEEDLES))]
         got = run_with_needles(gen, needle_prompt, others, rng)
         for name in ("greedy", "sampled"):
-            assert got[name] == alone[name], f"{name} needle differs at batch size {batch_size} on {NUM_SMS} SMs"
+            assert got[name] == alone[name], f"{name} needle differs at batch size {batch_size} ({label})"
         fast_outputs.add(got["fast_only"][0])
-    report("canonical_sms_fast_steps_beside_a_pass", beside.count)
-    report("canonical_sms_fast_only_distinct_outputs", len(fast_outputs))
+    report(f"{label}_fast_steps_beside_a_pass", beside.count)
+    report(f"{label}_fast_only_distinct_outputs", len(fast_outputs))
     assert beside.count > 0, "no fast step ran beside a pass: the test did not exercise the overlap"
     assert len(fast_outputs) > 1  # negative control: unverified, the needle drifts with the batch
+
+
+@pytest.mark.skipif(not green_contexts_supported(), reason="this torch has no green-context streams")
+def test_only_passes_up_to_the_bound_are_confined_and_the_needles_keep_their_bits(llama8b, report):
+    """``canonical_sms_max_rows=R``: R-row passes on the green context, wider ones (a long prompt's chunks, many
+    windows) on an ordinary stream with every SM; both kinds run, and the needles commit the bits of every SM."""
+    cfg, _ = llama8b
+    rng = random.Random(12)
+    needle_prompt = random_prompt(rng, cfg.vocab_size, 300)
+    alone = _needles_alone(llama8b, needle_prompt)
+    gen = make_generator(llama8b, canonical_sms=NUM_SMS, canonical_sms_max_rows=256)
+    cp = gen.verifier.canonical_pass
+    assert cp.confined_buckets == (256,) and len(cp.buckets) > 1, cp.buckets
+    wide = cp._stream_for(cp.buckets[-1])
+    assert cp._stream_for(256) is cp._stream and wide is cp._wide_stream and wide is not cp._stream
+    bound = -(-NUM_SMS // SM_GROUP) * SM_GROUP
+    narrow_sms, wide_sms = sms_reached(cp._stream, graph=True), sms_reached(wide, graph=True)
+    report("canonical_sms_max_rows_reached", {"confined": narrow_sms, "wide": wide_sms})
+    assert narrow_sms <= bound < wide_sms, (narrow_sms, wide_sms)
+    used = []
+    queued = cp._queued_stream
+
+    def counting(segments, urgent):
+        stream = queued(segments, urgent)
+        used.append(stream is wide)
+        return stream
+
+    cp._queued_stream = counting
+    _check_needles(gen, needle_prompt, alone, rng, report, "canonical_sms_max_rows")
+    report("canonical_sms_max_rows_passes", {"wide": sum(used), "confined": len(used) - sum(used)})
+    assert any(used) and not all(used), "both kinds of pass should have run"
     gen.close()

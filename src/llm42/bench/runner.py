@@ -123,6 +123,7 @@ class Engine:
     # DefaultScheduler's knob (max_wait_steps=, with admission "budget"): a request queued that long is admitted next
     scheduler_max_wait_steps: int | None = None
     canonical_sms: int | None = None  # DVRGenerator's knob: the canonical pass's kernels on that many SMs (CUDA)
+    canonical_sms_max_rows: int | None = None  # DVRGenerator's knob: only passes of at most that many rows confined
     gc_freeze: bool = False  # the timed run inside ``frozen_gc`` (what ``llm42 serve`` does), after the warm-up
     prompt_drafts: bool = False  # DVRGenerator's knob: deterministic requests draft from a fast run of their prompt
     split_pass_steps: bool = False  # DVRGenerator's knob: a step that applies a pass launches none
@@ -157,7 +158,8 @@ class Engine:
             prioritize_fast=self.prioritize_fast, canonical_priority=self.canonical_priority,
             canonical_gemm_streams=self.canonical_gemm_streams,
             graph_bucket_step=self.graph_bucket_step, chain_passes=self.chain_passes, risk_margin=self.risk_margin,
-            canonical_sms=self.canonical_sms, prompt_drafts=self.prompt_drafts,
+            canonical_sms=self.canonical_sms, canonical_sms_max_rows=self.canonical_sms_max_rows,
+            prompt_drafts=self.prompt_drafts,
             split_pass_steps=self.split_pass_steps, pass_before_read=self.pass_before_read,
             apply_before_read=self.apply_before_read,
             canonical_slices=self.canonical_slices,

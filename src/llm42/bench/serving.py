@@ -116,6 +116,7 @@ class ServingConfig:
     gc_freeze: bool = True  # every timed run inside ``frozen_gc``, as ``llm42 serve`` serves
     prompt_drafts: bool = False  # DVRGenerator(prompt_drafts=...): drafting from a fast run of deterministic prompts
     canonical_sms: int | None = None  # DVRGenerator(canonical_sms=...): the canonical pass on that many SMs (CUDA)
+    canonical_sms_max_rows: int | None = None  # DVRGenerator(canonical_sms_max_rows=...): wider passes every SM
     scheduler_order: str = "arrival"  # DefaultScheduler(order=...): who is served first where rows are short
     scheduler_admission: str = "arrival"  # DefaultScheduler(admission=...): who is admitted first
 
@@ -285,6 +286,7 @@ def _engine(model: BenchModel, config: ServingConfig, workload: Workload) -> Eng
                   canonical_stream=config.canonical_stream, draft_ahead=config.draft_ahead,
                   wide_verify=config.wide_verify, canonical_gemm_rows=config.canonical_gemm_rows,
                   gc_freeze=config.gc_freeze, prompt_drafts=config.prompt_drafts, canonical_sms=config.canonical_sms,
+                  canonical_sms_max_rows=config.canonical_sms_max_rows,
                   scheduler_order=config.scheduler_order, scheduler_admission=config.scheduler_admission)
 
 
@@ -625,6 +627,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--canonical-sms", type=int, default=None, metavar="N",
                    help="CUDA: the canonical pass on a green context of N SMs (DVRGenerator(canonical_sms=N), `llm42 "
                         "serve --canonical-sms N`; docs/serving.md; default: every SM)")
+    p.add_argument("--canonical-sms-max-rows", type=int, default=None, metavar="ROWS",
+                   help="with --canonical-sms: only passes of at most ROWS rows confined, wider ones on every SM "
+                        "(DVRGenerator(canonical_sms_max_rows=ROWS), `llm42 serve --canonical-sms-max-rows`)")
     p.add_argument("--order", choices=ORDERS, default="arrival",
                    help="DefaultScheduler(order=...), every mode alike (`llm42 serve --order`; default: arrival)")
     p.add_argument("--admission", choices=ADMISSIONS, default="arrival",
@@ -669,7 +674,8 @@ def main(argv: list[str] | None = None, *, repo: Path | None = None) -> int:
             fast_decode_kernel=args.fast_decode_kernel, max_canonical_tokens=args.max_canonical_tokens,
             canonical_stream=args.canonical_stream, draft_ahead=not args.no_draft_ahead,
             wide_verify=args.wide_verify, canonical_gemm_rows=args.canonical_gemm_rows, gc_freeze=args.gc_freeze,
-            prompt_drafts=args.prompt_drafts, canonical_sms=args.canonical_sms, scheduler_order=args.order,
+            prompt_drafts=args.prompt_drafts, canonical_sms=args.canonical_sms,
+            canonical_sms_max_rows=args.canonical_sms_max_rows, scheduler_order=args.order,
             scheduler_admission=args.admission,
         )
         out = args.out or repo / "benchmarks" / "results" / f"serving_{args.device}_{_model_stem(model)}.json"

@@ -143,6 +143,13 @@ class EngineConfig:
     stream (``canonical_stream``) and a torch with green-context streams (2.11+, CUDA 12.8+); no effect on the
     CPU. Committed output is unchanged: a kernel's grid and each program's work do not depend on which SMs run
     it (tests/gpu/test_canonical_sms_cuda.py compares the bits).
+    ``canonical_sms_max_rows`` (with ``canonical_sms``): only passes of at most this many rows (their graph bucket's:
+    R, 2R, 4R, ... up to ``max_canonical_tokens``) run on the green context; a wider pass, which a backlog of
+    deterministic work fills (every deterministic request of an offline batch waiting for its prompt or its
+    window), runs on an ordinary stream with every SM. Online, passes are mostly narrow and stay confined, so free
+    requests keep their steps' SMs; a backlog drains at the whole device's rate. At least R (``window * group``);
+    ``None`` (default): every pass confined. No effect on the CPU. Committed output is unchanged (which SMs run a
+    kernel never changes its bits; a pass's bucket, and so its SMs, follows from its rows alone).
     ``prompt_drafts``: a deterministic request's prompt also runs through the fast path, in the fast step's spare
     rows, while its canonical prefill waits for passes, and the request drafts from it: the first draft guesses the
     token the pass of the prompt's last chunk commits, and the drafts after it stand if it is that token (as drafts
@@ -210,6 +217,7 @@ class EngineConfig:
     chain_passes: str = "prompts"
     risk_margin: float = 0.0
     canonical_sms: int | None = None
+    canonical_sms_max_rows: int | None = None
     prompt_drafts: bool = False
     split_pass_steps: bool = False
     pass_before_read: bool = False
@@ -221,7 +229,7 @@ class EngineConfig:
         for name in ("max_num_seqs", "max_fast_tokens", "block_size", "canonical_gemm_streams", "canonical_slices"):
             positive_int(owner, name, getattr(self, name))
         for name in ("kv_cache_tokens", "max_model_len", "max_canonical_tokens", "graph_bucket_step",
-                     "canonical_sms"):
+                     "canonical_sms", "canonical_sms_max_rows"):
             if getattr(self, name) is not None:
                 positive_int(owner, name, getattr(self, name))
         for name in ("prefix_cache", "use_cuda_graphs", "adaptive_draft", "overlap", "canonical_thread",
@@ -243,6 +251,9 @@ class EngineConfig:
         if self.canonical_priority != "low" and self.canonical_sms is not None:
             raise ValueError(f"{owner} canonical_priority={self.canonical_priority!r} does not apply to "
                              f"canonical_sms's green-context stream (it has no priority): pass one")
+        if self.canonical_sms_max_rows is not None and self.canonical_sms is None:
+            raise ValueError(f"{owner} canonical_sms_max_rows bounds the passes canonical_sms confines: it needs "
+                             f"canonical_sms")
         for name in ("mixed_steps", "canonical_stream", "wide_verify"):  # None: resolved by the device
             if getattr(self, name) is not None:
                 strict_bool(owner, name, getattr(self, name))
@@ -264,8 +275,12 @@ class EngineConfig:
         anything is loaded."""
         return cls(**{f.name: kwargs[f.name] for f in fields(cls) if f.name in kwargs})
 
-    def check_model(self, cfg: ModelConfig, *, window: int) -> None:
-        """Refuse knobs ``cfg`` cannot take: more canonical slices than layers, a window past the context."""
+    def check_model(self, cfg: ModelConfig, *, window: int, num_rows: int) -> None:
+        """Refuse knobs ``cfg`` and the canonical pass's R = ``num_rows`` cannot take: more canonical slices than
+        layers, a window past the context, a bound on the confined passes under R."""
+        if self.canonical_sms_max_rows is not None and self.canonical_sms_max_rows < num_rows:
+            raise ValueError(f"DVRGenerator canonical_sms_max_rows ({self.canonical_sms_max_rows}) is under the "
+                             f"canonical pass's R = window * group = {num_rows} rows: no pass would be confined")
         if self.canonical_slices > cfg.num_layers:
             raise ValueError(f"DVRGenerator canonical_slices ({self.canonical_slices}) exceeds the model's "
                              f"{cfg.num_layers} layers")

@@ -61,7 +61,8 @@ from llm42.engine.config import positive_int
 from llm42.engine.decode_state import to_device
 from llm42.sampler import SamplingRows, logprob_details, sample, sampling_variant
 from llm42.verify.pass_result import PassResult
-from llm42.verify.pass_shapes import GemmRowBlocks, bucket_gemm_rows, pass_buckets, result_sizes, slice_bounds
+from llm42.verify.pass_shapes import (GemmRowBlocks, bucket_gemm_rows, confined_buckets, pass_buckets, result_sizes,
+                                      slice_bounds)
 from llm42.verify.sampling_runs import SamplingRuns
 
 
@@ -123,6 +124,10 @@ class CanonicalPass:
     (``llm42.cuda_graphs.lend_streams``), so its kernels, captured there, never hold more of the device than
     that while fast steps run beside them; ``None``: every SM. A kernel's grid and what each of its programs
     computes do not depend on which SMs run it: the same bits (tests/gpu/test_canonical_sms_cuda.py).
+    ``sms_max_rows`` (with ``num_sms``): only passes of at most this many rows (their bucket's) are confined; a wider
+    pass, which a backlog of deterministic work fills, runs on an ordinary stream of its own with every SM
+    (``confined_buckets``: each bucket's graphs are captured on the stream it runs on, since a graph keeps the SMs of
+    the stream it was captured on wherever it is replayed). At least R; ``None``: every pass confined.
     ``priority`` (CUDA, with ``use_stream``): the CUDA stream priority of the pass's streams (lower is higher;
     0, the default, is the lowest, as a fast step's stream has by default; ``-1`` is in every device's range):
     whenever the pass and a fast step both have blocks waiting, the SMs go to the higher. ``prompt_priority``
@@ -137,8 +142,8 @@ class CanonicalPass:
     def __init__(self, weights: Weights, cfg: ModelConfig, policy: ReductionPolicy, num_rows: int, *,
                  max_rows: int | None = None, use_graph: bool | None = None, use_stream: bool = False,
                  use_thread: bool = False, max_model_len: int | None = None, gemm_streams: int | None = None,
-                 segment_tiles: bool | None = None, num_sms: int | None = None, priority: int = 0,
-                 prompt_priority: int | None = None, num_slices: int = 1):
+                 segment_tiles: bool | None = None, num_sms: int | None = None, sms_max_rows: int | None = None,
+                 priority: int = 0, prompt_priority: int | None = None, num_slices: int = 1):
         self.num_slices = positive_int("CanonicalPass", "num_slices", num_slices)
         if self.num_slices > len(weights.layers):
             raise ValueError(f"CanonicalPass num_slices ({num_slices}) exceeds the model's {len(weights.layers)} "
@@ -200,9 +205,22 @@ class CanonicalPass:
         if (priority or prompt_priority) and is_cuda and not use_stream:
             raise ValueError("CanonicalPass priority is the pass's own stream's: it needs use_stream=True")
         self.priority, self.prompt_priority = priority, prompt_priority
+        self.sms_max_rows = None if sms_max_rows is None else positive_int("CanonicalPass", "sms_max_rows",
+                                                                            sms_max_rows)
+        if self.sms_max_rows is not None:
+            if self.num_sms is None:
+                raise ValueError("CanonicalPass sms_max_rows bounds the passes num_sms confines: it needs num_sms")
+            if self.sms_max_rows < num_rows:
+                raise ValueError(f"CanonicalPass sms_max_rows ({self.sms_max_rows}) is under R = {num_rows}: no "
+                                 f"pass would be confined")
         sms = self.num_sms if is_cuda else None
         self._stream = (lend_streams(self, self.device, 1, priority=priority, num_sms=sms)[0]
                         if is_cuda and use_stream else None)
+        # the buckets whose passes run on the green context (the others on ``_wide_stream``, every SM)
+        self.confined_buckets = (confined_buckets(self.buckets, self.sms_max_rows)
+                                 if self._stream is not None and sms is not None else ())
+        is_split = 0 < len(self.confined_buckets) < len(self.buckets)
+        self._wide_stream = lend_streams(self, self.device, 1)[0] if is_split else None
         # an urgent pass's stream (prompt_priority), or the pass's one stream
         self._urgent_stream = (lend_streams(self, self.device, 1, priority=prompt_priority)[0]
                                if self._stream is not None and prompt_priority != priority else self._stream)
@@ -211,8 +229,12 @@ class CanonicalPass:
         self.gemm_streams = positive_int("CanonicalPass", "gemm_streams",
                                          GEMM_BLOCK_STREAMS if gemm_streams is None else gemm_streams)
         # the pass's own while it lives (never another live pass's: a captured GEMM keeps its stream's workspace)
+        has_blocks = is_cuda and self.gemm_streams > 1 and max_rows > num_rows
         self._block_streams = (lend_streams(self, self.device, self.gemm_streams, priority=priority, num_sms=sms)
-                               if is_cuda and self.gemm_streams > 1 and max_rows > num_rows else [])
+                               if has_blocks else [])
+        # a wide pass on every SM splits its GEMM blocks over ordinary streams (a green one's would confine them)
+        self._wide_block_streams = (lend_streams(self, self.device, self.gemm_streams)
+                                    if has_blocks and is_split else [])
         self._use_thread = use_thread and not is_cuda  # a CUDA pass is already asynchronous: the device runs it
         self._worker: ThreadPoolExecutor | None = None  # started by the first threaded launch
         # pinned result rows, two sets used in turn: a pass chained behind another copies its results out
@@ -293,7 +315,7 @@ class CanonicalPass:
                 self._key_inputs(key)
         # a policy whose GEMM rows are their own at any M (FixedShapePolicy(gemm="triton")) runs each GEMM once
         self._policies = {bucket: self.policy if bucket == num_rows or self.is_row_invariant
-                          else GemmRowBlocks(self.policy, num_rows, streams=self._block_streams)
+                          else GemmRowBlocks(self.policy, num_rows, streams=self._block_streams_for(bucket))
                           for bucket in self.buckets}
         self._kv = kv
         self._samplers.clear()
@@ -341,12 +363,12 @@ class CanonicalPass:
         inputs = self._key_inputs(key)
         if self.num_slices == 1:
             self._forward_graphs[key] = capture_graph(lambda: self._forward(key[0], inputs), self._pool,
-                                                      stream=self._stream)
+                                                      stream=self._stream_for(key[0]))
             return
         graphs, states, state = [], [], None
         for k in range(self.num_slices):
             graph, state = capture_graph(lambda k=k, state=state: self._forward_slice(key[0], inputs, k, state),
-                                         self._pool, stream=self._stream)
+                                         self._pool, stream=self._stream_for(key[0]))
             graphs.append(graph)
             states.append(state)
             if k < self.num_slices - 1:  # on the dummy rows: the next slice warms up on real values, not on what
@@ -378,7 +400,8 @@ class CanonicalPass:
         skey = (key, *self._variant)
         if skey not in self._samplers:
             logits = self._forward_graphs[key][1]
-            self._samplers[skey] = capture_graph(lambda: self._sample(logits), self._pool, stream=self._stream)
+            self._samplers[skey] = capture_graph(lambda: self._sample(logits), self._pool,
+                                                 stream=self._stream_for(key[0]))
         return self._samplers[skey]
 
     # -- staging and running -----------------------------------------------------------------------
@@ -551,11 +574,7 @@ class CanonicalPass:
             else:
                 self._pending = PassResult(tokens, logprobs, None, top, **self._result_rows())
             return self._pending
-        stream = self._urgent_stream if urgent else self._stream
-        stream.wait_stream(torch.cuda.current_stream(self.device))
-        if stream is not self._last_stream:  # behind the pass before (its static buffers, its K/V), as on one stream
-            stream.wait_stream(self._last_stream)
-        self._last_stream = stream
+        stream = self._queued_stream(segments, urgent)
         with torch.cuda.stream(stream):
             inputs = self.stage(segments, kv, per_row, wanted=wanted)
             tokens, logprobs, top = self._run_with_details(inputs, self._runs, targets)
@@ -563,15 +582,34 @@ class CanonicalPass:
         self._pending = PassResult(*self._host_results(), event, top, **self._result_rows())
         return self._pending
 
+    def _stream_for(self, bucket: int, *, urgent: bool = False) -> torch.cuda.Stream | None:
+        """The stream a pass of ``bucket`` rows is captured and runs on (None: the caller's): the green context's for
+        a bucket in ``confined_buckets``, the wide one for the others where ``sms_max_rows`` splits them; ``urgent``:
+        the stream of ``prompt_priority``."""
+        if self._wide_stream is not None and bucket not in self.confined_buckets:
+            return self._wide_stream
+        return self._urgent_stream if urgent else self._stream
+
+    def _block_streams_for(self, bucket: int) -> list[torch.cuda.Stream]:
+        """The streams a wide pass of ``bucket`` rows runs its R-row GEMM blocks on (``GemmRowBlocks``)."""
+        if self._wide_stream is not None and bucket not in self.confined_buckets:
+            return self._wide_block_streams
+        return self._block_streams
+
+    def _queued_stream(self, segments, urgent: bool) -> torch.cuda.Stream:
+        """The stream a pass of ``segments`` runs on, its work queued behind the caller's and behind the pass before
+        (its static buffers, its K/V), as on one stream."""
+        num_real = sum(len(seg.tokens) for seg in segments)  # past max_rows: stage() raises, naming it
+        stream = self._stream_for(self.bucket_for(min(num_real, self.max_rows)), urgent=urgent)
+        stream.wait_stream(torch.cuda.current_stream(self.device))
+        if stream is not self._last_stream:
+            stream.wait_stream(self._last_stream)
+        self._last_stream = stream
+        return stream
+
     def _launch_sliced(self, segments, kv, per_row, *, wanted, urgent: bool) -> PassResult:
         """``launch`` of a sliced pass: stage it and run its first slice; ``PassResult.advance`` runs the others."""
-        stream = None
-        if self._stream is not None:
-            stream = self._urgent_stream if urgent else self._stream
-            stream.wait_stream(torch.cuda.current_stream(self.device))
-            if stream is not self._last_stream:
-                stream.wait_stream(self._last_stream)
-            self._last_stream = stream
+        stream = None if self._stream is None else self._queued_stream(segments, urgent)
         with _on_stream(stream):
             inputs = self.stage(segments, kv, per_row, wanted=wanted)
             self._run_slices(inputs, 0, 1)

@@ -97,6 +97,13 @@ def pass_buckets(num_rows: int, max_rows: int, *, is_graphed: bool = True,
                          for size in sizes}))
 
 
+def confined_buckets(buckets: tuple[int, ...], max_rows: int | None) -> tuple[int, ...]:
+    """The buckets of ``buckets`` whose passes a green context confines (``CanonicalPass(num_sms=,
+    sms_max_rows=)``): those of at most ``max_rows`` rows (``None``: every one). A pass's bucket follows from its
+    rows alone, so which SMs run it is a function of the pass, never of what runs beside it."""
+    return tuple(b for b in buckets if max_rows is None or b <= max_rows)
+
+
 def bucket_gemm_rows(policy: ReductionPolicy, device: torch.device, num_rows: int) -> int | None:
     """The GEMM block a pass's buckets are whole multiples of (``pass_buckets``): the policy's fixed GEMM M
     (``FixedShapePolicy(gemm_rows=)``) on CUDA, where its library GEMM runs on such blocks, if it is a multiple of

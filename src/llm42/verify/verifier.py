@@ -55,7 +55,8 @@ class Verifier:
     same static-buffer pass eagerly elsewhere; ``use_thread=True`` runs it there on a worker thread
     (``CanonicalPass``). ``max_model_len``: the longest sequence a
     pass's row may belong to (default: the model's context; ``DVRGenerator`` passes its own).
-    ``num_sms`` (CUDA, with ``use_stream``): the passes' kernels run on that many SMs (``CanonicalPass``).
+    ``num_sms`` (CUDA, with ``use_stream``): the passes' kernels run on that many SMs (``CanonicalPass``);
+    ``sms_max_rows``: only passes of at most that many rows do, wider ones take every SM (``CanonicalPass``).
     ``priority`` (CUDA, with ``use_stream``): the passes' stream priority (``CanonicalPass``; lower is higher);
     ``prompt_priority``: that of the passes that carry prompt chunks (default: ``priority``).
     ``num_slices``: each pass's layers in that many slices, one launched per ``LaunchedPass.advance``
@@ -65,8 +66,8 @@ class Verifier:
     def __init__(self, runner: ModelRunner, policy: ReductionPolicy, config: CanonicalConfig, *,
                  use_graph: bool | None = None, use_thread: bool = False, max_model_len: int | None = None,
                  max_rows: int | None = None, use_stream: bool = False, gemm_streams: int | None = None,
-                 num_sms: int | None = None, priority: int = 0, prompt_priority: int | None = None,
-                 num_slices: int = 1):
+                 num_sms: int | None = None, sms_max_rows: int | None = None, priority: int = 0,
+                 prompt_priority: int | None = None, num_slices: int = 1):
         if not getattr(policy, "is_shape_closed", False):
             raise ValueError(f"canonical_policy {policy!r} is not shape-closed (is_shape_closed is not True)")
         if use_graph and not getattr(policy, "is_graph_safe", False):
@@ -78,7 +79,8 @@ class Verifier:
         self.canonical_pass = CanonicalPass(runner.weights, runner.cfg, policy, config.num_rows, max_rows=max_rows,
                                             use_graph=use_graph, use_stream=use_stream, use_thread=use_thread,
                                             max_model_len=max_model_len, gemm_streams=gemm_streams,
-                                            num_sms=num_sms, priority=priority, prompt_priority=prompt_priority,
+                                            num_sms=num_sms, sms_max_rows=sms_max_rows, priority=priority,
+                                            prompt_priority=prompt_priority,
                                             num_slices=num_slices)
 
     @property
