@@ -164,3 +164,36 @@ def test_on_the_cpu_canonical_sms_max_rows_changes_no_committed_bit():
     assert gen.stats["canonical_passes"] > 0
     for a, b in zip(plain[:2], split[:2]):
         assert a.token_ids == b.token_ids and a.logprobs == b.logprobs
+
+
+def test_confined_passes_counts_the_passes_of_the_confined_buckets():
+    """``stats["confined_passes"]``: the passes whose bucket the green context confines (none on the CPU, the control);
+    with the R-row bucket marked confined (as ``canonical_sms_max_rows=R`` makes it on CUDA) the R-row passes count and
+    the wider ones (a long prompt's chunks) do not."""
+    r = WINDOW * GROUP
+    prompts = [[7 + i % 200 for i in range(5 * r)], [35, 89, 79], [32, 38, 46, 26, 43, 38, 32]]
+    params = [SamplingParams(max_new_tokens=12, deterministic=True),
+              SamplingParams(max_new_tokens=16, temperature=0.8, seed=4, deterministic=True),
+              SamplingParams(max_new_tokens=12, temperature=0.7, seed=2)]
+
+    def build():
+        return DVRGenerator(WEIGHTS, CFG, window=WINDOW, group=GROUP, max_canonical_tokens=4 * r, wide_verify=True,
+                            max_fast_tokens=4 * r)
+
+    plain = build()
+    serve(plain, prompts, params)
+    assert plain.stats["canonical_passes"] > 0 and plain.stats["confined_passes"] == 0  # the CPU confines nothing
+    gen = build()
+    gen.passes._confined_buckets = frozenset({r})
+    sizes = []
+    launch = gen.verifier.launch
+
+    def recording(work, kv):
+        launched = launch(work, kv)
+        sizes.append(launched.result.num_rows)
+        return launched
+
+    gen.verifier.launch = recording
+    serve(gen, prompts, params)
+    assert r in sizes and any(size > r for size in sizes), sizes  # both kinds ran
+    assert gen.stats["confined_passes"] == sizes.count(r)

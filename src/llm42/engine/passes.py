@@ -49,6 +49,8 @@ class CanonicalPasses:
         self.stats = pool.stats
         self.oldest: LaunchedPass | None = None  # the oldest pass in flight
         self.chained: LaunchedPass | None = None  # a pass launched behind it without waiting
+        # the pass buckets a green context confines (``canonical_sms``; none on the CPU): counted in confined_passes
+        self._confined_buckets = frozenset(getattr(getattr(verifier, "canonical_pass", None), "confined_buckets", ()))
         # whether the verifier can chain passes at all; the scheduler then sees prompts whose chunk is in a pass
         pool.chain_prefill = bool(getattr(verifier, "chains", False)) and config.chain_passes != "off"
 
@@ -161,6 +163,7 @@ class CanonicalPasses:
                     self.decode_state.set_protect(req.slot, w.segment.end)
         self.stats["canonical_passes"] += 1
         self.stats["prompt_passes"] += bool(plan.canonical_prefill)
+        self.stats["confined_passes"] += launched is not None and num_rows in self._confined_buckets
         self.stats["canonical_rows"] += num_rows
         self.stats["canonical_rows_used"] += sum(len(w.segment.tokens) for w in work)
         return launched

@@ -14,6 +14,7 @@ _ENGINE_COUNTERS = {
     "fast_steps": "fast-path steps",
     "fast_tokens": "tokens sampled on the fast path",
     "canonical_passes": "canonical (verification) passes",
+    "confined_passes": "canonical passes run on the green context of --canonical-sms SMs",
     "canonical_rows": "canonical-pass rows run (R per pass)",
     "canonical_rows_used": "canonical-pass rows that carried real tokens",
     "committed_tokens": "tokens committed (returned to clients)",
