@@ -182,6 +182,7 @@ VARIANTS = {
     # passes are mostly narrow and stay on the green context; an offline backlog fills wide ones, which take every SM
     "sms_32_rows_512": {"canonical_sms": 32, "canonical_sms_max_rows": 512},
     "sms_32_rows_1024": {"canonical_sms": 32, "canonical_sms_max_rows": 1024},
+    "sms_48_rows_1024": {"canonical_sms": 48, "canonical_sms_max_rows": 1024},
     "order_budget_sms_32_rows_512": {"scheduler_order": "budget", "canonical_sms": 32, "canonical_sms_max_rows": 512},
     "order_budget_sms_32_rows_1024": {"scheduler_order": "budget", "canonical_sms": 32,
                                       "canonical_sms_max_rows": 1024},
