@@ -9,15 +9,16 @@
 #
 # ROUND and TAG name the output files (dvr_ab_smollm2_${ROUND}_${TAG}.json, dvr_ab_${TAG}.txt; r39_call_b.sh sets them).
 # BUDGET: the offline runs' --budget-s (90); ONLINE_VARIANTS: the variants served online (default: every variant;
-# r42_call_b.sh sets both).
+# r42_call_b.sh sets both); ONLINE_LOAD: the online runs' load (0.7; ONLINE_LOAD= runs offline only).
 source "$(dirname "$0")/session_preamble.sh"
 source "$(dirname "$0")/smollm2_env.sh"
 ROUND=${ROUND:-r38}
+ONLINE_LOAD=${ONLINE_LOAD-0.7}  # set and empty: no online runs (round 43's call F served them with ONLINE_VARIANTS=)
 TAG=${TAG:-b}
 timeout "${CAP:-560}" python3 benchmarks/device/dvr_ab.py --model "$SMOL" --cache-dir /tmp/llm42_models \
     --variants "${VARIANTS:-default,pass_before_read,pass_before_read_split}" --modes "${MODES:-nondet,dvr@50}" \
     --budget-s "${BUDGET:-90}" ${ONLINE_VARIANTS:+--online-variants "$ONLINE_VARIANTS"} --warmup-requests 8 \
-    --warmup-modes dvr@50 --online-load 0.7 --online-modes nondet,dvr@50 \
+    --warmup-modes dvr@50 ${ONLINE_LOAD:+--online-load "$ONLINE_LOAD"} --online-modes nondet,dvr@50 \
     --online-requests "${ONLINE_REQUESTS:-500}" --online-budget-s "${ONLINE_BUDGET:-330}" \
     --online-repeats "${ONLINE_REPEATS:-2}" --out "$OUT/dvr_ab_smollm2_${ROUND}_$TAG.json" >"$OUT/dvr_ab_$TAG.txt" 2>&1
 log "dvr_ab exit $?"
