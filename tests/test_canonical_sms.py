@@ -3,7 +3,8 @@
 On the CPU the knob is validated and has no effect: the committed output equals the engine's without it (its
 CUDA behaviour, the SMs reached and the bits, is tests/gpu/test_canonical_sms_cuda.py). A bad value is refused naming
 the field, before anything is loaded; a verifier injected beside it is refused (it runs its own passes); a torch
-without green-context streams is told so where one is asked for.
+without green-context streams is told so where one is asked for. ``canonical_sms_max_rows`` (round 43): its errors,
+which buckets it confines, how a pass's bucket picks its stream, and the ``confined_passes`` count.
 """
 
 from __future__ import annotations
