@@ -582,19 +582,21 @@ class CanonicalPass:
         self._pending = PassResult(*self._host_results(), event, top, **self._result_rows())
         return self._pending
 
+    def _is_wide(self, bucket: int) -> bool:
+        """Whether a pass of ``bucket`` rows takes every SM while ``sms_max_rows`` confines the narrower ones."""
+        return self._wide_stream is not None and bucket not in self.confined_buckets
+
     def _stream_for(self, bucket: int, *, urgent: bool = False) -> torch.cuda.Stream | None:
-        """The stream a pass of ``bucket`` rows is captured and runs on (None: the caller's): the green context's for
-        a bucket in ``confined_buckets``, the wide one for the others where ``sms_max_rows`` splits them; ``urgent``:
-        the stream of ``prompt_priority``."""
-        if self._wide_stream is not None and bucket not in self.confined_buckets:
+        """The stream a pass of ``bucket`` rows is captured and runs on (None: the caller's): the wide one for a
+        wide bucket (``_is_wide``), else the pass's (green, where ``num_sms``); ``urgent``: the stream of
+        ``prompt_priority``."""
+        if self._is_wide(bucket):
             return self._wide_stream
         return self._urgent_stream if urgent else self._stream
 
     def _block_streams_for(self, bucket: int) -> list[torch.cuda.Stream]:
         """The streams a wide pass of ``bucket`` rows runs its R-row GEMM blocks on (``GemmRowBlocks``)."""
-        if self._wide_stream is not None and bucket not in self.confined_buckets:
-            return self._wide_block_streams
-        return self._block_streams
+        return self._wide_block_streams if self._is_wide(bucket) else self._block_streams
 
     def _queued_stream(self, segments, urgent: bool) -> torch.cuda.Stream:
         """The stream a pass of ``segments`` runs on, its work queued behind the caller's and behind the pass before
