@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from llm42.bench.metrics import (GAP_KINDS, PASS_WIDTHS, RequestRecord, RunResult, StepRecord,
+from llm42.bench.metrics import (GAP_KINDS, PASS_WIDTHS, RUNNING, RequestRecord, RunResult, StepRecord,
                                  free_gap_attribution)
 from tests.helpers import run_dvr_ab
 
@@ -111,6 +111,12 @@ def test_dvr_ab_online_attributes_every_free_gap_to_its_steps(tmp_path, monkeypa
     assert set(dvr["gaps"]) == set(GAP_KINDS)
     # by the widest pass beside them: nondet's gaps beside none, some of dvr@50's beside its passes
     assert nondet["beside"]["gaps"]["no_pass"]["share"] == 1.0
+    # round 44: by a pass running beside (none in flight on the CPU: a pass is applied in its own step), and the
+    # fast tokens each step read: every free token came from a fast step
+    assert nondet["running"]["gaps"]["none_running"]["share"] == 1.0
+    assert dvr["running"]["gaps"]["running"]["share"] > 0
+    for gaps in (nondet, dvr):
+        assert gaps["fast_tokens"]["per_step_mean"] > 0 and gaps["fast_tokens"]["per_gap_mean"] > 0
     assert dvr["beside"]["gaps"]["no_pass"]["share"] < 1.0
     assert sum(g["share"] for g in dvr["beside"]["gaps"].values()) == pytest.approx(1.0)
     for gaps in (nondet, dvr):
@@ -158,3 +164,30 @@ def test_the_tracker_times_the_collector_inside_a_step():
     assert tracker._on_gc not in gc.callbacks
     gc.collect()
     assert tracker.gc_s == tracker.steps[0].gc_s
+
+
+def test_each_gap_is_classed_by_whether_a_pass_could_run_beside_it_and_counts_its_fast_rows():
+    """``running``: a pass launched two steps before a gap and still in flight (``pass_in_flight``) puts the gap in
+    ``running``, which ``beside`` (passes launched nearby only) calls ``no_pass``; ``mean_fast_tokens`` is the fast
+    tokens of each gap's delivering step."""
+    # six 1 ms steps: step 0 launches a 256-row pass that runs through step 2; steps 3-5 see none
+    steps, t = [], 0.0
+    for rows, in_flight, tokens in ((256, False, 10), (0, True, 20), (0, True, 30), (0, False, 40), (0, False, 50),
+                                    (0, False, 60)):
+        steps.append(StepRecord(t, t + 1e-3, int(rows > 0), 0, canonical_rows=rows, fast_tokens=tokens,
+                                pass_in_flight=in_flight))
+        t += 1e-3
+    free = RequestRecord(0, False, 0.0, delivery_s=[s.end_s for s in steps])
+    got = free_gap_attribution(RunResult("dvr@50", [free], t, None, {}, True, steps=steps))
+    # gaps 0->1 .. 4->5, each with the step before its first delivery: 0->1, 1->2, 2->3 (steps 1-3: in flight) and
+    # 3->4 (steps 2-4) ran beside the pass; only 4->5 (steps 3-5) beside none
+    assert set(got["running"]["gaps"]) == set(RUNNING)
+    assert got["running"]["gaps"]["running"]["share"] == pytest.approx(4 / 5)
+    assert got["running"]["gaps"]["none_running"]["mean_fast_tokens"] == 60
+    assert got["running"]["gaps"]["running"]["mean_fast_tokens"] == pytest.approx((20 + 30 + 40 + 50) / 4)
+    assert got["beside"]["gaps"]["no_pass"]["share"] == pytest.approx(3 / 5)  # 2->3, 3->4, 4->5: launched 2+ before
+    assert got["fast_tokens"] == {"per_step_mean": 35.0, "per_gap_mean": 40.0}
+    # negative control: the same steps without the in-flight marks leave only the launch's own neighbours
+    bare = [s._replace(pass_in_flight=False) for s in steps]
+    got = free_gap_attribution(RunResult("dvr@50", [free], t, None, {}, True, steps=bare))
+    assert got["running"]["gaps"]["running"]["share"] == pytest.approx(2 / 5)

@@ -773,6 +773,12 @@ def _print_online(entry: dict) -> None:
         classes = {k: (g["share"], g["p50_ms"], g["p99_ms"]) for k, g in beside["gaps"].items()}
         print(f"[dvr_ab]   free gaps beside passes (share, p50, p99 ms) {classes}; slowest 1 % "
               f"{beside['slowest_1pct_share']}", flush=True)
+    running = gaps.get("running")
+    if running is not None:  # round 44: beside a pass still running from an earlier step, and the fast rows
+        classes = {k: (g["share"], g["p50_ms"], g["p99_ms"], g["mean_fast_tokens"])
+                   for k, g in running["gaps"].items()}
+        print(f"[dvr_ab]   free gaps by a pass running (share, p50, p99 ms, fast tokens) {classes}; slowest 1 % "
+              f"{running['slowest_1pct_share']}; fast tokens {gaps['fast_tokens']}", flush=True)
     for kind, step in gaps["steps"].items():
         if step["count"]:
             print(f"[dvr_ab]   {kind} steps: {step['count']}, mean {step['mean_ms']} ms; phases "

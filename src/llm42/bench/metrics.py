@@ -29,8 +29,12 @@ class StepRecord(NamedTuple):
     of ``RequestRecord.delivery_s``), the canonical passes it launched (``stats["canonical_passes"]``) and the
     deterministic requests it delivered committed tokens to (a pass's commits arrive in the step that applies it),
     the time Python's cyclic garbage collector ran inside it (``gc_s``; ``gc.callbacks``), in online runs the
-    seconds of each engine phase (``phases``: ``llm42.bench.runner.PHASES``; None where not timed), and the rows
-    the passes it launched run, padding included (``canonical_rows``: ``stats["canonical_rows"]``)."""
+    seconds of each engine phase (``phases``: ``llm42.bench.runner.PHASES``; None where not timed), the rows
+    the passes it launched run, padding included (``canonical_rows``: ``stats["canonical_rows"]``), the fast
+    path's tokens it read back (``fast_tokens``: ``stats["fast_tokens"]``, free tokens and drafts: the rows of the
+    fast step it read) and whether a canonical pass was still running on the device when it began
+    (``pass_in_flight``: launched in an earlier step and not finished; round 44: the gaps beside no pass launched
+    nearby ran 1.08-1.10x nondet's, a pass launched earlier may still run beside them)."""
 
     start_s: float
     end_s: float
@@ -39,6 +43,8 @@ class StepRecord(NamedTuple):
     gc_s: float = 0.0
     phases: dict | None = None
     canonical_rows: int = 0
+    fast_tokens: int = 0
+    pass_in_flight: bool = False
 
 
 @dataclass
@@ -251,6 +257,8 @@ GAP_KINDS = ("neither", "launch", "apply", "launch_and_apply")
 # of CUDA's default config or narrower, up to 1,024 rows, wider (round 36: on the device a decode step takes
 # +0.4 ms beside a pass of up to 256 rows, +0.9-1.0 ms beside a 2,048-row one)
 PASS_WIDTHS = ("no_pass", "rows_le_256", "rows_le_1024", "rows_gt_1024")
+# whether a canonical pass could have run on the device beside a gap's fast steps (``free_gap_attribution``)
+RUNNING = ("none_running", "running")
 
 
 def _pass_width(rows: int) -> str:
@@ -294,12 +302,20 @@ def free_gap_attribution(run: RunResult) -> dict:
     ``beside``: the gaps again by the widest pass their fast steps could have run beside (``PASS_WIDTHS``: the
     widest launched from the step before the gap's first delivery up to the step of its second; a fast step read
     in a step was launched in the one before), the share and p50 / p99 of each class and each class's share of the
-    slowest 1 %: whether the slow gaps sit beside wide passes."""
+    slowest 1 %: whether the slow gaps sit beside wide passes.
+    ``running``: the gaps again by whether a canonical pass could have been running on the device beside them at all
+    (``RUNNING``: one was in flight at the start of, or launched in, a step from the one before the gap's first
+    delivery up to that of its second, ``StepRecord.pass_in_flight``: what ``beside`` misses, a pass launched earlier
+    and still running), each class's share, p50 / p99 and share of the slowest 1 %, and the mean fast tokens read
+    in the steps that made its second deliveries (``mean_fast_tokens``: how many rows the fast steps of those gaps
+    carried, ``StepRecord.fast_tokens``). ``fast_tokens``: the run's mean per step and per gap (the second
+    delivery's step): whether a mode's fast steps carry more rows than another's."""
     steps = run.steps
     index_of = {s.end_s: i for i, s in enumerate(steps)}  # records without step indices: by their return times
     gaps: dict[str, list[float]] = {k: [] for k in GAP_KINDS}
     beside: dict[str, list[float]] = {k: [] for k in PASS_WIDTHS}
-    every: list[tuple[float, str, bool, str]] = []
+    running: dict[str, list[tuple[float, int]]] = {k: [] for k in RUNNING}  # (gap, its delivering step's tokens)
+    every: list[tuple[float, str, bool, str, str]] = []
     unmatched = 0
     for rec in run.records:
         if rec.is_deterministic:
@@ -319,9 +335,12 @@ def free_gap_attribution(run: RunResult) -> dict:
                                  any(s.deterministic_delivered for s in spanned))
                 gap = t - previous_t
                 gaps[kind].append(gap)
-                width = _pass_width(max(s.canonical_rows for s in steps[max(previous - 1, 0): i + 1]))
+                near = steps[max(previous - 1, 0): i + 1]
+                width = _pass_width(max(s.canonical_rows for s in near))
                 beside[width].append(gap)
-                every.append((gap, kind, any(s.gc_s > 0 for s in spanned), width))
+                run_class = RUNNING[any(s.pass_in_flight or s.passes_launched for s in near)]
+                running[run_class].append((gap, steps[i].fast_tokens))
+                every.append((gap, kind, any(s.gc_s > 0 for s in spanned), width, run_class))
             previous, previous_t = i, t
     every.sort(reverse=True)
     slowest = every[: max(1, len(every) // 100)] if every else []
@@ -353,10 +372,21 @@ def free_gap_attribution(run: RunResult) -> dict:
                   for k, v in by_step.items()},
         "gc": {"steps": sum(1 for s in steps if s.gc_s > 0), "total_ms": round(sum(s.gc_s for s in steps) * 1e3, 4),
                "max_step_ms": round(max((s.gc_s for s in steps), default=0.0) * 1e3, 4),
-               "gap_share": sum(1 for _, _, g, _ in every if g) / len(every) if every else None,
-               "slowest_1pct_share": sum(1 for _, _, g, _ in slowest if g) / len(slowest) if slowest else None},
+               "gap_share": sum(1 for _, _, g, *_ in every if g) / len(every) if every else None,
+               "slowest_1pct_share": sum(1 for _, _, g, *_ in slowest if g) / len(slowest) if slowest else None},
         "beside": {"gaps": {k: {"share": len(v) / len(every) if every else None, "p50_ms": ms(v, 50),
                                 "p99_ms": ms(v, 99)} for k, v in beside.items()},
-                   "slowest_1pct_share": {k: sum(1 for *_, w in slowest if w == k) / len(slowest) if slowest else None
-                                          for k in PASS_WIDTHS}},
+                   "slowest_1pct_share": {k: sum(1 for *_, w, _ in slowest if w == k) / len(slowest) if slowest
+                                          else None for k in PASS_WIDTHS}},
+        "running": {"gaps": {k: {"share": len(v) / len(every) if every else None,
+                                 "p50_ms": ms([g for g, _ in v], 50), "p99_ms": ms([g for g, _ in v], 99),
+                                 "mean_fast_tokens": _mean([n for _, n in v])} for k, v in running.items()},
+                    "slowest_1pct_share": {k: sum(1 for *_, r in slowest if r == k) / len(slowest) if slowest
+                                           else None for k in RUNNING}},
+        "fast_tokens": {"per_step_mean": _mean([s.fast_tokens for s in steps]),
+                        "per_gap_mean": _mean([n for v in running.values() for _, n in v])},
     }
+
+
+def _mean(values: list[int]) -> float | None:
+    return round(sum(values) / len(values), 3) if values else None

@@ -291,6 +291,13 @@ def _time_phases(gen: DVRGenerator, totals: dict[str, float]) -> None:
         setattr(owner, method, timed)
 
 
+def _pass_in_flight(gen) -> bool:
+    """Whether ``gen``'s oldest canonical pass in flight is still running on the device (False for a generator
+    without ``passes``, a stand-in's; ``is_ready`` queries the pass's event, it waits for nothing)."""
+    oldest = getattr(getattr(gen, "passes", None), "oldest", None)
+    return oldest is not None and not oldest.is_ready()
+
+
 class _Tracker:
     """Turns the events of ``step()`` into per-request records. ``time_phases``: also time each step's engine
     phases (``PHASES``) into its ``StepRecord.phases``."""
@@ -339,6 +346,8 @@ class _Tracker:
         stats = self.gen.stats
         start, launched, gc_before = self.clock.now() - t0, stats["canonical_passes"], self.gc_s
         rows_before = stats.get("canonical_rows", 0)  # a stand-in generator (tests) may count no rows
+        tokens_before = stats.get("fast_tokens", 0)
+        in_flight = _pass_in_flight(self.gen)
         if self._phases is not None:
             self._phases.clear()
         index = len(self.steps)
@@ -369,7 +378,8 @@ class _Tracker:
         self.steps.append(StepRecord(start, now, stats["canonical_passes"] - launched, deterministic,
                                      self.gc_s - gc_before,
                                      None if self._phases is None else dict(self._phases),
-                                     stats.get("canonical_rows", 0) - rows_before))
+                                     stats.get("canonical_rows", 0) - rows_before,
+                                     stats.get("fast_tokens", 0) - tokens_before, in_flight))
 
     def collect(self) -> list[RequestRecord]:
         for rid, rec in self.records.items():
