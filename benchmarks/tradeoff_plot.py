@@ -2,6 +2,10 @@
 online free requests' ITL p50 and p99 over nondet at dvr@50 (<= 1.15x asked), read from the device calls' JSON.
 
     python3 benchmarks/tradeoff_plot.py [--out benchmarks/results/h100_round43/tradeoff]
+    python3 benchmarks/tradeoff_plot.py --json CALL.json --out DIR/tradeoff [--title "..."]
+
+``--json``: every variant of one ``dvr_ab.py`` call that served both (round 44: offline dvr@50 and online dvr@50
+in ABBA repeats, one process), each point with every online repeat, instead of ``SOURCES``' files.
 
 Writes ``<out>.json`` (each point with the files it came from) and ``<out>.png`` (the points, the target corner
 shaded). Each configuration's two figures come from runs on H100s of rounds 42-43, one process each, mostly one run
@@ -45,8 +49,9 @@ def point(label: str, sources: tuple[str, str, str, str], repo: Path = REPO) -> 
     """One configuration's figures from its files, or None where a run is missing."""
     offline_variant, offline_file, online_variant, online_file = sources
     offline = json.loads((repo / offline_file).read_text())["runs"].get(offline_variant, {}).get("dvr@50")
-    online = json.loads((repo / online_file).read_text()).get("online", {}).get("runs", {})
-    online = online.get(online_variant, {}).get("dvr@50")
+    online = json.loads((repo / online_file).read_text()).get("online", {})
+    # every repeat where the call kept them (``repeats``), else the first one's (``runs``)
+    online = (online.get("repeats") or online.get("runs") or {}).get(online_variant, {}).get("dvr@50")
     if offline is None or online is None:
         return None
     ratios = [run["free_itl_over_nondet"] for run in _online_runs(online) if run.get("free_itl_over_nondet")]
@@ -59,11 +64,21 @@ def point(label: str, sources: tuple[str, str, str, str], repo: Path = REPO) -> 
             "offline_file": offline_file, "online_file": online_file}
 
 
+def one_call(path: Path, repo: Path = REPO) -> dict[str, tuple[str, str, str, str]]:
+    """``SOURCES`` for one call's JSON: each variant it ran offline, its label the variant's name."""
+    path = path if path.is_absolute() else repo / path
+    name = str(path.relative_to(repo)) if path.is_relative_to(repo) else str(path)
+    return {v: (v, name, v, name) for v in json.loads(path.read_text())["runs"]}
+
+
 def main(argv: list[str] | None = None, *, repo: Path = REPO) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--out", type=Path, default=repo / R43 / "tradeoff")
+    p.add_argument("--json", type=Path, default=None, help="one dvr_ab.py call's JSON: each of its variants")
+    p.add_argument("--title", default="SmolLM2 on H100s, rounds 42-43")
     args = p.parse_args(argv)
-    points = [pt for label, src in SOURCES.items() if (pt := point(label, src, repo)) is not None]
+    sources = SOURCES if args.json is None else one_call(args.json, repo)
+    points = [pt for label, src in sources.items() if (pt := point(label, src, repo)) is not None]
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.with_suffix(".json").write_text(json.dumps({"target_offline_dvr50": TARGET_OFFLINE,
                                                          "target_online_itl": TARGET_ONLINE, "points": points},
@@ -84,7 +99,7 @@ def main(argv: list[str] | None = None, *, repo: Path = REPO) -> int:
     ax.set_xlabel("online free ITL over nondet at dvr@50 (dot p50, line to p99)")
     ax.set_ylabel("offline dvr@50 throughput (x nondet)")
     met = [pt["label"] for pt in points if pt["meets_both"]]
-    ax.set_title("SmolLM2 on H100s, rounds 42-43: " + (f"both targets met by {', '.join(met)}" if met
+    ax.set_title(f"{args.title}: " + (f"both targets met by {', '.join(met)}" if met
                                                        else "no configuration in the target corner"), fontsize=10)
     ax.set_xlim(1.0, 1.6)
     ax.set_ylim(0.55, 0.9)

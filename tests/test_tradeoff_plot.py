@@ -43,3 +43,24 @@ def test_the_repository_points_match_their_files():
         assert pt is not None, label
         offline = json.loads((REPO / src[1]).read_text())["runs"][src[0]]["dvr@50"]["ratio_to_nondet"]
         assert pt["offline_dvr50"] == offline
+
+
+def test_one_call_plots_each_variant_with_every_online_repeat(tmp_path):
+    """``--json``: every variant of one call, online figures from its ``repeats`` (all of them), not the first run's
+    alone; a variant served offline only is left out."""
+    call = tmp_path / "call.json"
+    call.write_text(json.dumps({
+        "runs": {"a": {"dvr@50": {"ratio_to_nondet": 0.81}}, "b": {"dvr@50": {"ratio_to_nondet": 0.76}},
+                 "c": {"dvr@50": {"ratio_to_nondet": 0.9}}},
+        "online": {"runs": {"a": {"dvr@50": {"free_itl_over_nondet": {"p50": 1.1, "p99": 1.1}}},
+                            "b": {"dvr@50": {"free_itl_over_nondet": {"p50": 1.3, "p99": 1.3}}}},
+                   "repeats": {"a": {"dvr@50": [{"free_itl_over_nondet": {"p50": 1.1, "p99": 1.1}},
+                                                {"free_itl_over_nondet": {"p50": 1.16, "p99": 1.1}}]},
+                               "b": {"dvr@50": [{"free_itl_over_nondet": {"p50": 1.3, "p99": 1.3}},
+                                                {"free_itl_over_nondet": {"p50": 1.2, "p99": 1.25}}]}}}}))
+    assert tradeoff_plot.main(["--json", str(call), "--out", str(tmp_path / "t"), "--title", "x"],
+                              repo=tmp_path) == 0
+    got = {p["label"]: p for p in json.loads((tmp_path / "t.json").read_text())["points"]}
+    assert set(got) == {"a", "b"}  # c: no online run
+    assert got["a"]["online_p50"] == [1.1, 1.16] and not got["a"]["meets_both"]  # its second repeat misses p50
+    assert got["b"]["online_p99"] == [1.3, 1.25] and got["a"]["offline_file"] == "call.json"
