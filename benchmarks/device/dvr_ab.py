@@ -186,6 +186,10 @@ VARIANTS = {
     "order_budget_sms_32_rows_512": {"scheduler_order": "budget", "canonical_sms": 32, "canonical_sms_max_rows": 512},
     "order_budget_sms_32_rows_1024": {"scheduler_order": "budget", "canonical_sms": 32,
                                       "canonical_sms_max_rows": 1024},
+    # round 44: with windows closed at a draft under 0.125 logits, riding the next pass (round 24's ride_0.125: a
+    # tenth of the recompute offline at the same throughput, never served online): fewer wasted draft rows
+    "ride_budget_sms_32_rows_1024": {"risk_margin": 0.125, "scheduler_order": "budget", "canonical_sms": 32,
+                                     "canonical_sms_max_rows": 1024},
     # round 25: the Triton canonical GEMM with SmolLM2's layer weights on 64 x 64 tiles, 2 programs per SM (the
     # graph sweep's fastest at 256 rows, a quarter of the default tiles' shared memory: does a pass that leaves
     # room on each SM disturb the fast steps less?); the same bits as the tree's pins on the H200 (the sweep)
