@@ -33,8 +33,8 @@ class StepRecord(NamedTuple):
     the passes it launched run, padding included (``canonical_rows``: ``stats["canonical_rows"]``), the fast
     path's tokens it read back (``fast_tokens``: ``stats["fast_tokens"]``, free tokens and drafts: the rows of the
     fast step it read) and whether a canonical pass was still running on the device when it began
-    (``pass_in_flight``: launched in an earlier step and not finished; round 44: the gaps beside no pass launched
-    nearby ran 1.08-1.10x nondet's, a pass launched earlier may still run beside them)."""
+    (``pass_in_flight``: launched in an earlier step and not finished; rounds 39 and 43 saw the gaps beside no pass
+    launched nearby at 1.08-1.10x nondet's, and a pass launched earlier may still run beside them)."""
 
     start_s: float
     end_s: float
