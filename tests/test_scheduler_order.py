@@ -106,7 +106,50 @@ def test_budget_order_starts_the_longest_request_sooner_and_commits_the_same_bit
 
 
 def test_every_order_is_named():
-    assert ORDERS == ("arrival", "budget")
+    assert ORDERS == ("arrival", "budget", "canonical_budget")
+
+
+def test_canonical_budget_orders_the_pass_by_budget_and_the_fast_step_by_arrival():
+    """``order="canonical_budget"``: a pass's prompt chunks and windows go as in ``"budget"``, the fast step's free
+    prompt chunks and decode rows as in ``"arrival"`` (each compared with both orders: the controls)."""
+    det_prompts = [_view(rid, budget=budget, prompt=16, prefilled=0) for rid, budget in enumerate((8, 64, 32))]
+    due = [_view(rid, budget=budget, generated=2, candidates=WINDOW - 1)
+           for rid, budget in enumerate((10, 90, 20, 80, 30, 70))]
+    free_prompts = [_view(rid, budget=budget, prompt=40, prefilled=0, deterministic=False)
+                    for rid, budget in enumerate((8, 64))]
+    mixed = _state(det_prompts[:1] + [v._replace(rid=v.rid + 10, arrival=v.rid + 10) for v in free_prompts])
+    plans = {order: {name: DefaultScheduler(order=order).schedule(state) for name, state in (
+        ("det_prompts", _state(det_prompts)), ("due", _state(due)), ("free_prompts", _state(free_prompts)),
+        ("mixed", mixed))} for order in ORDERS}
+    for name in ("det_prompts", "due"):  # the pass: as "budget", unlike "arrival"
+        assert plans["canonical_budget"][name] == plans["budget"][name] != plans["arrival"][name]
+    # the fast step: as "arrival", unlike "budget"
+    assert plans["canonical_budget"]["free_prompts"] == plans["arrival"]["free_prompts"] != plans["budget"][
+        "free_prompts"]
+    assert [c.rid for c in plans["canonical_budget"]["mixed"].fast_prefill] == [10, 11]
+    # over-long decode rows (64 fast rows, 70 decoding): the oldest keep their rows, as in "arrival"
+    decoding = [_view(rid, budget=rid + 1, deterministic=False) for rid in range(70)]
+    fast = {order: DefaultScheduler(order=order).schedule(_state(decoding)).fast_decode for order in ORDERS}
+    assert fast["canonical_budget"] == fast["arrival"] == tuple(range(64)) != fast["budget"]
+
+
+@settings(max_examples=200, deadline=None)
+@given(budgets=st.lists(st.tuples(st.integers(1, 60), st.integers(0, 50), st.booleans()), min_size=1, max_size=20),
+       max_fast=st.integers(1, 80))
+def test_canonical_budget_schedules_free_requests_alone_as_arrival_does(budgets, max_fast):
+    """Without deterministic requests, ``"canonical_budget"`` plans exactly what ``"arrival"`` plans."""
+    views = [_view(rid, budget=budget, prompt=40, prefilled=min(prefilled, 40) if decoding else 0, deterministic=False)
+             for rid, (budget, prefilled, decoding) in enumerate(budgets)]
+    state = SchedulerState(tuple(views), WINDOW, GROUP, max_fast, 0, 16, 16)
+    assert (DefaultScheduler(order="canonical_budget").schedule(state)
+            == DefaultScheduler(order="arrival").schedule(state))
+
+
+def test_canonical_budget_commits_the_same_bits():
+    base_out, base_first, _ = _run(DefaultScheduler())
+    out, first, _ = _run(DefaultScheduler(order="canonical_budget"))
+    assert out == base_out
+    assert first < base_first, (first, base_first)  # every request is deterministic here: as "budget"
 
 
 def _run_admission(scheduler, *, kv_cache_tokens: int):

@@ -235,14 +235,17 @@ def validate_plan(plan: Plan, state: SchedulerState) -> None:
 
 
 def fast_prefill_chunks(state: SchedulerState, budget: int, *, order: str = "arrival") -> list[PrefillChunk]:
-    """Prompt chunks of non-deterministic requests, filling at most ``budget`` fast-step rows: oldest first, or
-    with ``order="budget"`` the largest output budget left first (``in_order``).
+    """Prompt chunks of non-deterministic requests, filling at most ``budget`` fast-step rows: oldest first (also
+    with ``order="canonical_budget"``, whose fast-step rows go by arrival), or with ``order="budget"`` the largest
+    output budget left first (``in_order``).
 
     A building block for schedulers: deterministic prompts never go here (they
     are prefilled by the canonical pass).
     """
-    return _prompt_chunks([v for v in in_order(state.requests, order) if v.is_prefill and not v.is_deterministic],
-                          budget)
+    if order not in ORDERS:
+        raise ValueError(f"order must be one of {ORDERS}, got {order!r}")
+    views = in_order(state.requests, "budget" if order == "budget" else "arrival")
+    return _prompt_chunks([v for v in views if v.is_prefill and not v.is_deterministic], budget)
 
 
 def _prompt_chunks(views: Sequence[RequestView], budget: int) -> list[PrefillChunk]:
@@ -258,7 +261,8 @@ def _prompt_chunks(views: Sequence[RequestView], budget: int) -> list[PrefillChu
 
 
 RISKY_WINDOWS = ("ride", "due", "off")
-ORDERS = ("arrival", "budget")
+ORDERS = ("arrival", "budget", "canonical_budget")
+VIEW_ORDERS = ("arrival", "budget")  # ``in_order``'s: a list of views in one order
 ADMISSIONS = ("arrival", "budget")
 
 
@@ -273,7 +277,7 @@ def in_order(views: Sequence[RequestView], order: str) -> Sequence[RequestView]:
     if order == "arrival":
         return views
     if order != "budget":
-        raise ValueError(f"order must be one of {ORDERS}, got {order!r}")
+        raise ValueError(f"order must be one of {VIEW_ORDERS}, got {order!r}")
     return sorted(views, key=_budget_key)
 
 
@@ -317,7 +321,10 @@ class DefaultScheduler:
     and partial windows, decode rows past ``max_fast_tokens``): ``"arrival"`` (default) oldest first; ``"budget"``
     the largest output budget left first (``in_order``: longest-output-first, as SGLang's ``lof`` policy orders
     by ``max_new_tokens``), so that a deterministic request that may produce many tokens gets its prompt's pass,
-    and its windows verified, before those that may produce few. Scheduling never changes a committed bit.
+    and its windows verified, before those that may produce few; ``"canonical_budget"`` the budget order for the
+    canonical pass's rows alone (due, risky and partial windows, deterministic prompt chunks) and the arrival order
+    for the fast step's (free prompt chunks, decode rows): a run without deterministic requests is served as in
+    ``"arrival"``. Scheduling never changes a committed bit.
 
     ``admission``: the order in which the engine admits waiting requests while seats (``max_num_seqs``) or K/V
     reservations are short: ``"arrival"`` (default) oldest first; ``"budget"`` the largest ``max_new_tokens``
@@ -373,13 +380,11 @@ class DefaultScheduler:
         return 0 < len(drafting) <= state.group and sum(1 + v.num_candidates for v in drafting) <= (
             state.num_canonical_rows)
 
-    def schedule(self, state: SchedulerState) -> Plan:
-        reqs = in_order(state.requests, self.order)
-        r, max_windows = state.num_canonical_rows, state.max_windows
-        verify: list[int] = []
-        rows = 0  # the windows' rows
+    def _classify(self, reqs: Sequence[RequestView]) -> tuple[list, ...]:
+        """``reqs`` sorted into (due windows, deterministic prompts, risky windows, partial windows, decode rows,
+        free prompts), each in the order of ``reqs``: one pass over the requests (every running request, every
+        step), the view's properties written out."""
         risky_mode = self.risky_windows
-        # one pass over the requests (every running request, every step), the view's properties written out
         due, det_prefill, risky, partial, decoding, free_prefill = [], [], [], [], [], []
         for v in reqs:
             if v.num_prefilled < v.num_prompt_tokens:
@@ -395,6 +400,22 @@ class DefaultScheduler:
                     decoding.append(v)
                     if v.num_candidates > 0:
                         partial.append(v)
+        return due, det_prefill, risky, partial, decoding, free_prefill
+
+    def schedule(self, state: SchedulerState) -> Plan:
+        if self.order == "canonical_budget":
+            # the fast step's rows (decode rows, free prompts) oldest first; the canonical pass's (windows,
+            # deterministic prompts) the largest budget left first
+            *_, decoding, free_prefill = self._classify(state.requests)
+            due, det_prefill, risky, partial, *_ = self._classify(
+                in_order([v for v in state.requests if v.is_deterministic], "budget"))
+        else:
+            due, det_prefill, risky, partial, decoding, free_prefill = self._classify(
+                in_order(state.requests, self.order))
+        r, max_windows = state.num_canonical_rows, state.max_windows
+        verify: list[int] = []
+        rows = 0  # the windows' rows
+        risky_mode = self.risky_windows
         if due or det_prefill or self._is_eager(state):
             window_rows = state.max_result_rows
             if det_prefill and self.prompt_share:
