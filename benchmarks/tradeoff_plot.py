@@ -99,7 +99,7 @@ def main(argv: list[str] | None = None, *, repo: Path = REPO) -> int:
     ax.set_xlabel("online free ITL over nondet at dvr@50 (dot p50, line to p99)")
     ax.set_ylabel("offline dvr@50 throughput (x nondet)")
     met = [pt["label"] for pt in points if pt["meets_both"]]
-    ax.set_title(f"{args.title}: " + (f"both targets met by {', '.join(met)}" if met
+    ax.set_title(f"{args.title}:\n" + (f"both targets met by {', '.join(met)}" if met
                                                        else "no configuration in the target corner"), fontsize=10)
     ax.set_xlim(1.0, 1.6)
     ax.set_ylim(0.55, 0.9)

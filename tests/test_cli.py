@@ -294,10 +294,11 @@ def test_console_script_and_module_entry_points(tmp_path):
     assert bad.stderr.strip().splitlines() == [message]
 
 
-@pytest.mark.parametrize("order", [None, "budget"])
+@pytest.mark.parametrize("order", [None, "budget", "arrival"])
 def test_serve_builds_its_generator_with_the_order_of_service_asked_for(capsys, monkeypatch, order):
     """``llm42 serve --order budget`` serves longest-output-first (round 32's H100 A/B: dvr@50 at 0.83-0.88 of
-    nondet against 0.65-0.68 in the same process); arrival order (oldest first) unless asked."""
+    nondet against 0.65-0.68 in the same process); unless asked, the library's default, ``canonical_budget`` (the
+    canonical passes by budget, free requests oldest first); ``--order arrival`` the oldest first everywhere."""
     pytest.importorskip("fastapi")
     from llm42 import server
 
@@ -306,7 +307,7 @@ def test_serve_builds_its_generator_with_the_order_of_service_asked_for(capsys, 
     code, _, _ = run_cli(capsys, "serve", *SMALL, *(("--order", order) if order else ()))
     assert code == 0
     assert type(served["gen"].scheduler) is DefaultScheduler
-    assert served["gen"].scheduler.order == (order or "arrival")
+    assert served["gen"].scheduler.order == (order or "canonical_budget")
 
 
 def test_serve_refuses_an_unknown_order_naming_the_flag(capsys):

@@ -188,20 +188,21 @@ def _state(*views: RequestView, **sizes) -> SchedulerState:
 
 
 def test_a_risky_window_rides_the_next_pass_or_is_due_as_the_scheduler_says():
+    # (oldest first among the windows: the order of service is another test's, tests/test_scheduler_order.py)
     risky, partial = _view(1, candidates=3, speculable=4, risky=True), _view(2, candidates=5, speculable=2)
     # alone, a risky window forms a pass only when it is due ("due"); drafting goes on otherwise
-    assert DefaultScheduler().schedule(_state(risky, partial)).verify == ()
-    assert DefaultScheduler(risky_windows="due").schedule(_state(risky, partial)).verify[0] == 1
+    assert DefaultScheduler(order="arrival").schedule(_state(risky, partial)).verify == ()
+    assert DefaultScheduler(order="arrival", risky_windows="due").schedule(_state(risky, partial)).verify[0] == 1
     # a pass formed for a due window: the risky one rides it ahead of the other partial windows
     due = _view(3, candidates=7, speculable=0)
-    assert DefaultScheduler().schedule(_state(partial, due, risky)).verify == (3, 1, 2)
-    assert DefaultScheduler(risky_windows="off").schedule(_state(partial, due, risky)).verify == (3, 2, 1)
+    assert DefaultScheduler(order="arrival").schedule(_state(partial, due, risky)).verify == (3, 1, 2)
+    assert DefaultScheduler(order="arrival", risky_windows="off").schedule(_state(partial, due, risky)).verify == (3, 2, 1)
     # and beyond the rows its due windows leave in their blocks of R (here none: four due windows fill R = 32)
     full = [_view(10 + i, candidates=7, speculable=0) for i in range(4)]
     wide = dict(max_canonical_tokens=64, max_canonical_results=64)
     # (the risky window opens a second block of R, whose free rows then take the partial window too)
-    assert DefaultScheduler().schedule(_state(partial, *full, risky, **wide)).verify == (10, 11, 12, 13, 1, 2)
-    assert DefaultScheduler(risky_windows="off").schedule(_state(partial, *full, risky, **wide)).verify == (
+    assert DefaultScheduler(order="arrival").schedule(_state(partial, *full, risky, **wide)).verify == (10, 11, 12, 13, 1, 2)
+    assert DefaultScheduler(order="arrival", risky_windows="off").schedule(_state(partial, *full, risky, **wide)).verify == (
         10, 11, 12, 13)
 
 

@@ -1,5 +1,7 @@
 """DefaultScheduler(order="budget"): requests with the largest output budget left are served first wherever rows are
-short (prompt chunks of both kinds, due and partial windows); ``"arrival"`` (the default) serves the oldest first.
+short (prompt chunks of both kinds, due and partial windows); ``"arrival"`` serves the oldest first;
+``"canonical_budget"`` (the default since round 44) the canonical pass's rows as ``"budget"``, the fast step's as
+``"arrival"``.
 Scheduling never changes a committed bit; what the order changes is who starts first."""
 
 from __future__ import annotations
@@ -54,7 +56,7 @@ def test_budget_order_gives_a_pass_s_rows_to_the_prompt_that_may_produce_most():
     # three deterministic prompts of 16 rows each, one pass of 16 rows: only one is chunked this step
     views = [_view(rid, budget=budget, prompt=16, prefilled=0) for rid, budget in enumerate((8, 64, 32))]
     state = _state(views)
-    oldest = DefaultScheduler().schedule(state)
+    oldest = DefaultScheduler(order="arrival").schedule(state)
     longest = DefaultScheduler(order="budget").schedule(state)
     for plan in (oldest, longest):
         validate_plan(plan, state)
@@ -67,7 +69,7 @@ def test_budget_order_verifies_first_the_due_windows_of_requests_that_may_produc
     views = [_view(rid, budget=budget, generated=2, candidates=WINDOW - 1)
              for rid, budget in enumerate((10, 90, 20, 80, 30, 70))]
     state = _state(views)
-    assert DefaultScheduler().schedule(state).verify == (0, 1, 2, 3)
+    assert DefaultScheduler(order="arrival").schedule(state).verify == (0, 1, 2, 3)
     assert DefaultScheduler(order="budget").schedule(state).verify == (1, 3, 5, 4)
 
 
@@ -75,7 +77,7 @@ def test_budget_order_takes_free_prompt_chunks_by_budget_too():
     views = [_view(rid, budget=budget, prompt=40, prefilled=0, deterministic=False)
              for rid, budget in enumerate((8, 64))]
     state = _state(views)
-    assert [c.rid for c in DefaultScheduler().schedule(state).fast_prefill] == [0, 1]
+    assert [c.rid for c in DefaultScheduler(order="arrival").schedule(state).fast_prefill] == [0, 1]
     assert [c.rid for c in DefaultScheduler(order="budget").schedule(state).fast_prefill] == [1, 0]
 
 
@@ -97,7 +99,7 @@ def _run(scheduler):
 
 
 def test_budget_order_starts_the_longest_request_sooner_and_commits_the_same_bits():
-    base_out, base_first, history = _run(DefaultScheduler())
+    base_out, base_first, history = _run(DefaultScheduler(order="arrival"))
     budget_out, budget_first, _ = _run(DefaultScheduler(order="budget"))
     assert budget_out == base_out
     assert all(len(out) == n for out, n in zip(base_out, BUDGETS))
@@ -146,7 +148,7 @@ def test_canonical_budget_schedules_free_requests_alone_as_arrival_does(budgets,
 
 
 def test_canonical_budget_commits_the_same_bits():
-    base_out, base_first, _ = _run(DefaultScheduler())
+    base_out, base_first, _ = _run(DefaultScheduler(order="arrival"))
     out, first, _ = _run(DefaultScheduler(order="canonical_budget"))
     assert out == base_out
     assert first < base_first, (first, base_first)  # every request is deterministic here: as "budget"

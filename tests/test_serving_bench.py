@@ -327,7 +327,7 @@ def test_transformers_generate_comparison_runs_on_a_tiny_checkpoint(tmp_path):
 def test_serving_engine_takes_the_canonical_sms_and_the_scheduler_order_and_admission():
     """The issue's serving harness serves round 42's latency-first config (``--canonical-sms N``, round 43's
     ``--canonical-sms-max-rows``) and the budget order
-    (``--order budget --admission budget``), every mode alike; the defaults stay every SM and arrival order."""
+    (``--order budget --admission budget``), every mode alike; the defaults stay every SM, the library's order of service and arrival admission."""
     from llm42.bench.serving import ServingConfig, _engine, parse_args
 
     args = parse_args(["--canonical-sms", "32", "--canonical-sms-max-rows", "16", "--order", "budget", "--admission",
@@ -335,8 +335,8 @@ def test_serving_engine_takes_the_canonical_sms_and_the_scheduler_order_and_admi
     assert (args.canonical_sms, args.canonical_sms_max_rows, args.order, args.admission) == (32, 16, "budget",
                                                                                               "budget")
     plain = parse_args([])
-    assert (plain.canonical_sms, plain.canonical_sms_max_rows, plain.order, plain.admission) == (None, None, "arrival",
-                                                                                                  "arrival")
+    assert (plain.canonical_sms, plain.canonical_sms_max_rows, plain.order, plain.admission) == (
+        None, None, "canonical_budget", "arrival")
     model = build_model("tiny", device=CPU, dtype=torch.float32, max_positions=64)
     workload = fixed_shape(8, 4, 2, length_scale=1.0, vocab_size=model.cfg.vocab_size, seed=0, sampled_share=0.0)
     config = ServingConfig(device="cpu", model="tiny", dtype=torch.float32, budget_s=10, window=4, group=2,

@@ -189,6 +189,8 @@ VARIANTS = {
     # round 44: the budget order for the canonical pass's rows only, the fast step's by arrival (a run without
     # deterministic requests is served as by arrival): is the budget order's dvr@50 gain the pass's?
     "order_canonical_budget": {"scheduler_order": "canonical_budget"},
+    # after round 44 the default is canonical_budget: the order of rounds 1-43's "default"
+    "order_arrival": {"scheduler_order": "arrival"},
     # round 44: with windows closed at a draft under 0.125 logits, riding the next pass (round 24's ride_0.125: a
     # tenth of the recompute offline at the same throughput, never served online): fewer wasted draft rows
     "ride_budget_sms_32_rows_1024": {"risk_margin": 0.125, "scheduler_order": "budget", "canonical_sms": 32,

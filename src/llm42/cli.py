@@ -39,7 +39,7 @@ from llm42.model.loader import Checkpoint, embedded_model_path, load_checkpoint
 from llm42.params import Completion, SamplingParams
 from llm42.policies import NoisyFastPolicy
 from llm42.prompts import has_chat_template
-from llm42.scheduler import ADMISSIONS, ORDERS, DefaultScheduler
+from llm42.scheduler import ADMISSIONS, DEFAULT_ORDER, ORDERS, DefaultScheduler
 from llm42.testing.harness import describe, filler_prompts, random_token_prompts, run_random_batches, stat_line
 
 EXIT_OK, EXIT_DIVERGED, EXIT_USAGE = 0, 1, 2
@@ -186,11 +186,12 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--max-pending", type=int, default=1024,
                        help="requests the engine holds, queued or running; beyond it: HTTP 429 (default: 1024)")
     serve.add_argument("--max-num-seqs", type=int, default=256, help="requests decoded at once (default: 256)")
-    serve.add_argument("--order", choices=ORDERS, default="arrival",
-                       help="who is served first where a step's rows are short: 'arrival' (oldest first) or "
+    serve.add_argument("--order", choices=ORDERS, default=DEFAULT_ORDER,
+                       help="who is served first where a step's rows are short: 'arrival' (oldest first), "
                             "'budget' (the largest max_tokens left first: faster with deterministic traffic, "
-                            "but a short request may wait behind long ones under sustained overload; "
-                            "docs/serving.md) (default: arrival)")
+                            "but a short request may wait behind long ones under sustained overload) or "
+                            "'canonical_budget' (the budget order for canonical passes only, free requests by "
+                            "arrival; docs/serving.md) (default: canonical_budget)")
     serve.add_argument("--admission", choices=ADMISSIONS, default="arrival",
                        help="who is admitted first where seats or K/V are short: 'arrival' (oldest first) or "
                             "'budget' (the largest max_tokens first; bound the wait with --max-wait-steps) "

@@ -34,7 +34,7 @@ from llm42.gc_freeze import frozen_gc
 from llm42.generator import DVRGenerator, takes_deliver
 from llm42.params import SamplingParams
 from llm42.policies import BatchInvariantPolicy, FixedShapePolicy, ReductionPolicy
-from llm42.scheduler import DefaultScheduler
+from llm42.scheduler import DEFAULT_ORDER, DefaultScheduler
 
 WARMUP_PROMPT = (FIRST_TOKEN_ID, FIRST_TOKEN_ID + 1)
 WARMUP_NEW_TOKENS = 3
@@ -118,7 +118,7 @@ class Engine:
     eager_verify: bool = False  # DefaultScheduler's knob: partial windows verified while the canonical stream idles
     risk_margin: float = 0.0  # DVRGenerator's knob: a draft of smaller margin (logits) closes its window
     risky_windows: str = "ride"  # DefaultScheduler's knob: what a window closed at a risky draft does
-    scheduler_order: str = "arrival"  # DefaultScheduler's knob (order=): who is served first where rows are short
+    scheduler_order: str = DEFAULT_ORDER  # DefaultScheduler's knob (order=): who is served first where rows are short
     scheduler_admission: str = "arrival"  # DefaultScheduler's knob (admission=): who is admitted first
     # DefaultScheduler's knob (max_wait_steps=, with admission "budget"): a request queued that long is admitted next
     scheduler_max_wait_steps: int | None = None

@@ -62,7 +62,7 @@ from llm42.bench.suite import device_info
 from llm42.bench.workloads import FIRST_TOKEN_ID, Workload, chat_like, fixed_shape, poisson_arrivals, sharegpt_like
 from llm42.generator import DVRGenerator
 from llm42.params import SamplingParams
-from llm42.scheduler import ADMISSIONS, ORDERS
+from llm42.scheduler import ADMISSIONS, DEFAULT_ORDER, ORDERS
 
 OFFLINE_MODES = ("nondet", "nondet_sync", "dvr@10", "dvr@50", "dvr@100", "batch_invariant")
 ONLINE_MODES = ("nondet", "dvr@10", "dvr@50", "batch_invariant")
@@ -117,7 +117,7 @@ class ServingConfig:
     prompt_drafts: bool = False  # DVRGenerator(prompt_drafts=...): drafting from a fast run of deterministic prompts
     canonical_sms: int | None = None  # DVRGenerator(canonical_sms=...): the canonical pass on that many SMs (CUDA)
     canonical_sms_max_rows: int | None = None  # DVRGenerator(canonical_sms_max_rows=...): wider passes every SM
-    scheduler_order: str = "arrival"  # DefaultScheduler(order=...): who is served first where rows are short
+    scheduler_order: str = DEFAULT_ORDER  # DefaultScheduler(order=...): who is served first where rows are short
     scheduler_admission: str = "arrival"  # DefaultScheduler(admission=...): who is admitted first
 
     def fast_policy(self):
@@ -630,8 +630,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--canonical-sms-max-rows", type=int, default=None, metavar="ROWS",
                    help="with --canonical-sms: only passes of at most ROWS rows confined, wider ones on every SM "
                         "(DVRGenerator(canonical_sms_max_rows=ROWS), `llm42 serve --canonical-sms-max-rows`)")
-    p.add_argument("--order", choices=ORDERS, default="arrival",
-                   help="DefaultScheduler(order=...), every mode alike (`llm42 serve --order`; default: arrival)")
+    p.add_argument("--order", choices=ORDERS, default=DEFAULT_ORDER,
+                   help="DefaultScheduler(order=...), every mode alike (`llm42 serve --order`; default: "
+                        "canonical_budget)")
     p.add_argument("--admission", choices=ADMISSIONS, default="arrival",
                    help="DefaultScheduler(admission=...), every mode alike (`llm42 serve --admission`; default: "
                         "arrival)")
