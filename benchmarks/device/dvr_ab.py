@@ -92,7 +92,7 @@ from llm42.bench.serving import (  # noqa: E402
 )
 
 VARIANTS = {
-    "default": {},
+    "default": {},  # the library's defaults: since round 44 order="canonical_budget" (before: arrival, "order_arrival")
     "round8": {"canonical_stream": False, "wide_verify": False},
     "wide_verify": {"canonical_stream": False, "wide_verify": True},
     "no_draft_ahead": {"canonical_stream": False, "wide_verify": False, "draft_ahead": False},
