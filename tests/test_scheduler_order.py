@@ -133,6 +133,9 @@ def test_canonical_budget_orders_the_pass_by_budget_and_the_fast_step_by_arrival
     decoding = [_view(rid, budget=rid + 1, deterministic=False) for rid in range(70)]
     fast = {order: DefaultScheduler(order=order).schedule(_state(decoding)).fast_decode for order in ORDERS}
     assert fast["canonical_budget"] == fast["arrival"] == tuple(range(64)) != fast["budget"]
+    # an order over two kinds of rows, not one list's: in_order refuses it, naming the field
+    with pytest.raises(ValueError, match="order"):
+        in_order(due, "canonical_budget")
 
 
 @settings(max_examples=200, deadline=None)
