@@ -315,6 +315,26 @@ def test_serve_refuses_an_unknown_order_naming_the_flag(capsys):
     assert code != 0 and "--order" in err and "'budget'" in err
 
 
+@pytest.mark.parametrize("flags, bound", [((), None), (("--age-bound", "64"), 64),
+                                          (("--order", "budget", "--age-bound", "8"), 8)])
+def test_serve_builds_its_generator_with_the_age_bound_asked_for(capsys, monkeypatch, flags, bound):
+    """``llm42 serve --age-bound N``: with a budget order, requests admitted N admissions before the newest first."""
+    pytest.importorskip("fastapi")
+    from llm42 import server
+
+    served = {}
+    monkeypatch.setattr(server, "serve", lambda gen, **kwargs: served.setdefault("gen", gen))
+    code, _, _ = run_cli(capsys, "serve", *SMALL, *flags)
+    assert code == 0
+    assert served["gen"].scheduler.age_bound == bound
+
+
+@pytest.mark.parametrize("flags", [("--order", "arrival", "--age-bound", "8"), ("--age-bound", "0")])
+def test_serve_refuses_a_bad_age_bound_naming_the_flag(capsys, flags):
+    code, _, err = run_cli(capsys, "serve", *SMALL, *flags)
+    assert code != 0 and "--age-bound" in err, err
+
+
 @pytest.mark.parametrize("flags, admission, wait", [((), "arrival", None), (("--admission", "budget"), "budget", None),
                                                     (("--admission", "budget", "--max-wait-steps", "500"),
                                                      "budget", 500)])

@@ -16,8 +16,10 @@ from llm42.scheduler import (DefaultScheduler, Plan, PrefillChunk, RequestView, 
 def reference_schedule(self: DefaultScheduler, state: SchedulerState, *, keep_verified_out: bool = True) -> Plan:
     """The schedule before round 28 (a list comprehension per question over the requests)."""
     # the canonical pass's rows by budget under "budget" and "canonical_budget", the fast step's under "budget" only
-    reqs = in_order(state.requests, "budget" if self.order in ("budget", "canonical_budget") else "arrival")
-    fast_reqs = in_order(state.requests, "budget" if self.order == "budget" else "arrival")
+    reqs = _aged(self, in_order(state.requests, "budget" if self.order in ("budget", "canonical_budget")
+                                else "arrival"), state.requests)
+    fast_reqs = _aged(self, in_order(state.requests, "budget" if self.order == "budget" else "arrival"),
+                      state.requests)
     r, max_windows = state.num_canonical_rows, state.max_windows
     verify: list[int] = []
     rows = 0
@@ -63,8 +65,24 @@ def reference_schedule(self: DefaultScheduler, state: SchedulerState, *, keep_ve
     in_canonical = set(verify) if keep_verified_out else set()
     fast_decode = [v.rid for v in fast_reqs if not v.is_prefill and v.rid not in in_canonical
                    and (not v.is_deterministic or v.num_speculable > 0)][: state.max_fast_tokens]
-    fast_prefill = fast_prefill_chunks(state, state.max_fast_tokens - len(fast_decode), order=self.order)
+    if self.age_bound is None:
+        fast_prefill = fast_prefill_chunks(state, state.max_fast_tokens - len(fast_decode), order=self.order)
+    else:  # the building block knows no age bound: the free prompts in the fast rows' order
+        budget, fast_prefill = state.max_fast_tokens - len(fast_decode), []
+        for v in fast_reqs:
+            if v.is_prefill and not v.is_deterministic and budget > 0:
+                fast_prefill.append(PrefillChunk(v.rid, min(v.num_prompt_remaining, budget)))
+                budget -= fast_prefill[-1].num_tokens
     return Plan(tuple(fast_decode), tuple(fast_prefill), tuple(verify), tuple(canonical_prefill))
+
+
+def _aged(self: DefaultScheduler, ordered, requests):
+    """``ordered`` with ``age_bound``'s rule applied where a budget order made it: the requests admitted
+    ``age_bound`` admissions or more before the newest first, oldest first (a stable sort on one key)."""
+    if self.age_bound is None or self.order == "arrival" or not requests:
+        return ordered
+    newest = max(v.arrival for v in requests)
+    return sorted(ordered, key=lambda v: (0, v.arrival) if newest - v.arrival >= self.age_bound else (1, 0))
 
 
 WINDOW, GROUP = 4, 2  # R = 8
@@ -93,11 +111,12 @@ def views(draw) -> tuple[RequestView, ...]:
 @settings(max_examples=400, deadline=None)
 @given(requests=views(), risky=st.sampled_from(["ride", "due", "off"]), order=st.sampled_from(["arrival", "budget", "canonical_budget"]),
        share=st.sampled_from([0.0, 0.5]), eager=st.booleans(), max_fast=st.integers(1, 24),
-       max_canonical=st.sampled_from([8, 16, 32]), in_flight=st.integers(0, 2))
+       max_canonical=st.sampled_from([8, 16, 32]), in_flight=st.integers(0, 2), age=st.sampled_from([None, 1, 4]))
 def test_the_one_pass_schedule_makes_the_reference_plans(requests, risky, order, share, eager, max_fast,
-                                                          max_canonical, in_flight):
+                                                          max_canonical, in_flight, age):
     state = SchedulerState(requests, WINDOW, GROUP, max_fast, 0, max_canonical, max_canonical, in_flight)
-    scheduler = DefaultScheduler(risky_windows=risky, order=order, prompt_share=share, eager_verify=eager)
+    scheduler = DefaultScheduler(risky_windows=risky, order=order, prompt_share=share, eager_verify=eager,
+                                 age_bound=None if order == "arrival" else age)
     plan = scheduler.schedule(state)
     validate_plan(plan, state)
     assert plan == reference_schedule(scheduler, state)

@@ -401,3 +401,40 @@ def test_a_bad_wait_bound_is_refused_naming_the_field(bad, error):
 def test_a_wait_bound_needs_admission_by_budget():
     with pytest.raises(ValueError, match="max_wait_steps"):
         DefaultScheduler(max_wait_steps=4)
+
+
+def test_an_age_bound_serves_a_request_kept_behind_longer_ones_first():
+    """``age_bound=N``: a due window admitted N admissions or more before the newest running request is verified
+    before younger ones with more budget left (oldest first); without the bound it waits behind them (the negative
+    control), and with a larger bound it is not old yet."""
+    # five due windows of 4 rows, a pass of 16 rows: four fit; request 0 (admitted first) has the least budget left
+    views = [_view(0, budget=10, generated=8, candidates=WINDOW - 1)] + [
+        _view(rid, budget=90, generated=2, candidates=WINDOW - 1) for rid in range(1, 5)]
+    state = _state(views)
+    for order in ("budget", "canonical_budget"):
+        assert DefaultScheduler(order=order).schedule(state).verify == (1, 2, 3, 4)  # 0 waits
+        assert DefaultScheduler(order=order, age_bound=4).schedule(state).verify == (0, 1, 2, 3)  # 4 - 0 >= 4
+        assert DefaultScheduler(order=order, age_bound=5).schedule(state).verify == (1, 2, 3, 4)  # not old yet
+    # free requests keep their order under canonical_budget's bound (its fast rows go by arrival anyway)
+    free = [_view(rid, budget=budget, prompt=40, prefilled=0, deterministic=False) for rid, budget in
+            enumerate((8, 64, 32))]
+    assert [c.rid for c in DefaultScheduler(order="canonical_budget", age_bound=1).schedule(
+        _state(free)).fast_prefill] == [0, 1]
+
+
+@pytest.mark.parametrize("bad, error", [(0, ValueError), (-2, ValueError), (True, TypeError), ("8", TypeError),
+                                        (2.0, TypeError)])
+def test_a_bad_age_bound_is_refused_naming_the_field(bad, error):
+    with pytest.raises(error, match="age_bound"):
+        DefaultScheduler(age_bound=bad)
+
+
+def test_an_age_bound_needs_a_budget_order():
+    with pytest.raises(ValueError, match="age_bound"):
+        DefaultScheduler(order="arrival", age_bound=8)
+
+
+def test_an_age_bound_commits_the_same_bits():
+    base_out, _, _ = _run(DefaultScheduler(order="arrival"))
+    out, _, _ = _run(DefaultScheduler(age_bound=2))
+    assert out == base_out

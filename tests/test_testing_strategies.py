@@ -207,7 +207,7 @@ def test_engine_knobs_reach_every_knob_and_the_defaults():
     strategy = ls.engine_knobs(num_canonical_rows=8)
     assert find(strategy, lambda k: k.get("prompt_drafts", False) and k["scheduler"].order == "budget")
     assert find(strategy, lambda k: k["scheduler"].admission == "budget" and k["scheduler"].order == "arrival")
-    assert find(strategy, lambda k: k["scheduler"].order == "canonical_budget")
+    assert find(strategy, lambda k: k["scheduler"].order == "canonical_budget" and k["scheduler"].age_bound)
     assert find(strategy, lambda k: not k["overlap"] and k["canonical_thread"] and k["risk_margin"] > 0)
     assert find(strategy, lambda k: k["max_canonical_tokens"] == 32 and k["mixed_steps"] is False)
     assert find(strategy, lambda k: not k["draft_ahead"] and "prompt_drafts" not in k)  # it needs draft_ahead

@@ -192,6 +192,10 @@ def build_parser() -> argparse.ArgumentParser:
                             "but a short request may wait behind long ones under sustained overload) or "
                             "'canonical_budget' (the budget order for canonical passes only, free requests by "
                             "arrival; docs/serving.md) (default: canonical_budget)")
+    serve.add_argument("--age-bound", type=int, default=None, metavar="N",
+                       help="with a budget --order: a request admitted N admissions or more before the newest "
+                            "running one is served before younger ones, oldest first, so sustained overload cannot "
+                            "keep a short request behind longer ones forever (default: no bound)")
     serve.add_argument("--admission", choices=ADMISSIONS, default="arrival",
                        help="who is admitted first where seats or K/V are short: 'arrival' (oldest first) or "
                             "'budget' (the largest max_tokens first; bound the wait with --max-wait-steps) "
@@ -585,6 +589,11 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         raise CLIError("--max-wait-steps needs --admission budget (arrival order admits the oldest first already)")
     if args.max_wait_steps is not None and args.max_wait_steps < 1:
         raise CLIError(f"--max-wait-steps must be >= 1, got {args.max_wait_steps}")
+    if args.age_bound is not None and args.order == "arrival":
+        raise CLIError("--age-bound bounds the wait a budget --order adds (--order arrival serves the oldest first "
+                       "already)")
+    if args.age_bound is not None and args.age_bound < 1:
+        raise CLIError(f"--age-bound must be >= 1, got {args.age_bound}")
     if args.canonical_slices < 1:
         raise CLIError(f"--canonical-slices must be >= 1, got {args.canonical_slices}")
     if args.canonical_slices > 1 and args.canonical_thread:
@@ -597,7 +606,8 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         if args.canonical_sms_max_rows < args.window * args.group:
             raise CLIError(f"--canonical-sms-max-rows must be >= the pass's R = window x group = "
                            f"{args.window * args.group}, got {args.canonical_sms_max_rows}")
-    scheduler = DefaultScheduler(order=args.order, admission=args.admission, max_wait_steps=args.max_wait_steps)
+    scheduler = DefaultScheduler(order=args.order, admission=args.admission, max_wait_steps=args.max_wait_steps,
+                                 age_bound=args.age_bound)
     loader = _Loader(args, args.model)
     gen = loader(max_num_seqs=args.max_num_seqs, max_model_len=args.max_model_len,
                  canonical_thread=args.canonical_thread, scheduler=scheduler, canonical_slices=args.canonical_slices,

@@ -341,6 +341,11 @@ class DefaultScheduler:
     many engine steps or more since it was submitted is admitted next, the oldest such first, ahead of larger
     budgets, so a stream of long requests cannot keep a short one queued forever (arrival order never can). It
     waits there, as the front of the queue does, only for running requests to free seats or K/V.
+
+    ``age_bound`` (with ``order="budget"`` or ``"canonical_budget"``; None, the default: no bound): where the budget
+    order applies, a request admitted at least that many admissions before the newest running one (``RequestView
+    .arrival``) is served before the younger ones, the oldest such first: under sustained overload a request with
+    little budget left cannot be kept behind a stream of longer ones forever (the arrival order never keeps it).
     """
 
     prompt_share: float = 0.0  # class defaults too: subclasses that skip __init__ keep working
@@ -349,9 +354,11 @@ class DefaultScheduler:
     order: str = DEFAULT_ORDER
     admission: str = "arrival"
     max_wait_steps: int | None = None
+    age_bound: int | None = None
 
     def __init__(self, *, prompt_share: float = 0.0, eager_verify: bool = False, risky_windows: str = "ride",
-                 order: str = DEFAULT_ORDER, admission: str = "arrival", max_wait_steps: int | None = None):
+                 order: str = DEFAULT_ORDER, admission: str = "arrival", max_wait_steps: int | None = None,
+                 age_bound: int | None = None):
         if isinstance(prompt_share, bool) or not isinstance(prompt_share, (int, float)) or not (
                 0.0 <= prompt_share <= 1.0):
             raise ValueError(f"DefaultScheduler prompt_share must be a number in [0, 1], got {prompt_share!r}")
@@ -369,8 +376,14 @@ class DefaultScheduler:
             if admission != "budget":
                 raise ValueError("DefaultScheduler max_wait_steps bounds the wait that admission='budget' adds; "
                                  f"admission={admission!r} admits the oldest first already")
+        if age_bound is not None:
+            positive_int("DefaultScheduler", "age_bound", age_bound)
+            if order == "arrival":
+                raise ValueError("DefaultScheduler age_bound bounds the wait that a budget order adds; "
+                                 "order='arrival' serves the oldest first already")
         self.admission = admission
         self.max_wait_steps = max_wait_steps
+        self.age_bound = age_bound
         self.prompt_share = float(prompt_share)
         self.eager_verify = eager_verify
         self.risky_windows = risky_windows
@@ -407,16 +420,31 @@ class DefaultScheduler:
                         partial.append(v)
         return due, det_prefill, risky, partial, decoding, free_prefill
 
+    def _by_budget(self, views: Sequence[RequestView], requests: Sequence[RequestView]) -> Sequence[RequestView]:
+        """``views`` in the budget order; with ``age_bound``, those admitted that many admissions or more before the
+        newest of ``requests`` first, oldest first."""
+        ordered = in_order(views, "budget")
+        if self.age_bound is None or not ordered:
+            return ordered
+        oldest_young = max(v.arrival for v in requests) - self.age_bound + 1  # older than this: over the bound
+        old = [v for v in ordered if v.arrival < oldest_young]
+        if not old:
+            return ordered
+        old.sort(key=lambda v: v.arrival)
+        return old + [v for v in ordered if v.arrival >= oldest_young]
+
     def schedule(self, state: SchedulerState) -> Plan:
         if self.order == "canonical_budget":
             # the fast step's rows (decode rows, free prompts) oldest first; the canonical pass's (windows,
             # deterministic prompts) the largest budget left first
             *_, decoding, free_prefill = self._classify(state.requests)
             due, det_prefill, risky, partial, *_ = self._classify(
-                in_order([v for v in state.requests if v.is_deterministic], "budget"))
-        else:
+                self._by_budget([v for v in state.requests if v.is_deterministic], state.requests))
+        elif self.order == "budget":
             due, det_prefill, risky, partial, decoding, free_prefill = self._classify(
-                in_order(state.requests, self.order))
+                self._by_budget(state.requests, state.requests))
+        else:
+            due, det_prefill, risky, partial, decoding, free_prefill = self._classify(state.requests)
         r, max_windows = state.num_canonical_rows, state.max_windows
         verify: list[int] = []
         rows = 0  # the windows' rows

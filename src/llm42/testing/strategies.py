@@ -312,8 +312,10 @@ def _engine_knobs(draw, max_num_seqs: int, max_fast_tokens: int, num_canonical_r
     if num_layers is not None and not knobs["canonical_thread"]:
         knobs["canonical_slices"] = pick(*range(1, min(num_layers, 4) + 1))
     admission = pick("arrival", "budget")
-    knobs["scheduler"] = DefaultScheduler(order=pick("arrival", "budget", "canonical_budget"), admission=admission,
+    order = pick("arrival", "budget", "canonical_budget")
+    knobs["scheduler"] = DefaultScheduler(order=order, admission=admission,
                                           max_wait_steps=pick(None, 1, 8) if admission == "budget" else None,
+                                          age_bound=pick(None, 2) if order != "arrival" else None,
                                           eager_verify=pick(False, True),
                                           risky_windows=pick("ride", "due", "off"), prompt_share=pick(0.0, 0.5))
     return knobs
