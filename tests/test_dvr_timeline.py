@@ -138,7 +138,8 @@ def test_a_cpu_run_reports_where_deterministic_steps_go(timeline_module, tmp_pat
     assert "det_progress" not in out["runs"]["default nondet"]
     progress = out["runs"]["default dvr@50"]["det_progress"]
     assert progress["sampled_steps"] == out["runs"]["default dvr@50"]["summary"]["num_steps"]
-    assert sum(progress["shares"].values()) == pytest.approx(1) and progress["shares"]["window"] > 0.5
+    # each share is rounded to 4 decimals: their sum is 1 to within their roundings
+    assert sum(progress["shares"].values()) == pytest.approx(1, abs=5e-4) and progress["shares"]["window"] > 0.5
     assert 0.9 <= progress["steps_per_token"] <= 1.5  # about one step per token where passes apply at once
     assert progress["last_finishers"] and all("index" in f for f in progress["last_finishers"])
 

@@ -398,14 +398,16 @@ def test_failing_kv_free_keeps_the_completion_and_frees_the_blocks_on_retry():
 def test_tokens_an_abort_commits_for_others_reach_the_next_step_even_with_nothing_left_unfinished():
     """abort(y) applies the canonical pass in flight; that pass may finish x. x's tokens must still be
     reported (by the next step, which AsyncEngine runs while a stream is open), never stranded."""
-    gen = make(lagging=True, noisy=False)
+    # oldest first: x's prompt goes into the pass y's does (a budget order would put y's, the longer, first)
+    gen = make(lagging=True, noisy=False, scheduler=DefaultScheduler(order="arrival"))
     one = SamplingParams(max_new_tokens=1, deterministic=True, ignore_eos=True)
     x, y = gen.submit(PROMPTS[0], one), gen.submit(PROMPTS[2], DET)
     reported: list[int] = []
     for _ in range(50):
         reported += gen.step().get(x, [])
-        if gen.passes.oldest is not None and gen._pool.running.get(y) is not None \
-                and gen._pool.running[y].is_verifying and not gen.is_finished(x):
+        in_flight = gen.passes.oldest
+        if in_flight is not None and gen._pool.running.get(y) is not None and gen._pool.running[y].is_verifying \
+                and not gen.is_finished(x) and x in {w.segment.rid for w in in_flight.work}:
             break
     else:
         pytest.fail("x and y never shared a canonical pass in flight")
