@@ -191,7 +191,7 @@ def build_parser() -> argparse.ArgumentParser:
                             "'budget' (the largest max_tokens left first: faster with deterministic traffic, "
                             "but a short request may wait behind long ones under sustained overload) or "
                             "'canonical_budget' (the budget order for canonical passes only, free requests by "
-                            "arrival; docs/serving.md) (default: canonical_budget)")
+                            f"arrival; docs/serving.md) (default: {DEFAULT_ORDER})")
     serve.add_argument("--age-bound", type=int, default=None, metavar="N",
                        help="with a budget --order: a request admitted N admissions or more before the newest "
                             "running one is served before younger ones, oldest first, so sustained overload cannot "

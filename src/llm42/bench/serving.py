@@ -631,8 +631,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                    help="with --canonical-sms: only passes of at most ROWS rows confined, wider ones on every SM "
                         "(DVRGenerator(canonical_sms_max_rows=ROWS), `llm42 serve --canonical-sms-max-rows`)")
     p.add_argument("--order", choices=ORDERS, default=DEFAULT_ORDER,
-                   help="DefaultScheduler(order=...), every mode alike (`llm42 serve --order`; default: "
-                        "canonical_budget)")
+                   help=f"DefaultScheduler(order=...), every mode alike (`llm42 serve --order`; default: "
+                        f"{DEFAULT_ORDER})")
     p.add_argument("--admission", choices=ADMISSIONS, default="arrival",
                    help="DefaultScheduler(admission=...), every mode alike (`llm42 serve --admission`; default: "
                         "arrival)")
