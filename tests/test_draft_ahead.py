@@ -207,3 +207,19 @@ def test_without_overlap_a_window_holds_the_candidates_the_plan_counted():
         if q.deterministic:
             alone = make().generate([prompt], q)[0]
             assert (c.token_ids, c.logprobs) == (alone.token_ids, alone.logprobs)
+
+
+def test_dvr_ab_serves_the_draft_ahead_off_variant_with_the_defaults_outputs(tmp_path, monkeypatch):
+    """The benchmark's round-45 variant (benchmarks/device/dvr_ab.py, scripted for the next device call) end to end
+    on the CPU: the default's deterministic outputs, and no token drafted ahead of a window."""
+    from tests.helpers import run_dvr_ab
+
+    got = run_dvr_ab(tmp_path / "ab.json", monkeypatch, "default,draft_ahead_off")
+    (check,) = got["deterministic_outputs_identical"].values()
+    assert check["num_checked"] > 0 and check["num_identical"] == check["num_checked"]
+    assert got["variants"]["draft_ahead_off"] == {"draft_ahead": False}
+    off = got["runs"]["draft_ahead_off"]["dvr@50"]
+    assert off["ahead_tokens_kept"] == off["ahead_tokens_dropped"] == 0
+    # control: the default drafts ahead on the same requests
+    default = got["runs"]["default"]["dvr@50"]
+    assert default["ahead_tokens_kept"] + default["ahead_tokens_dropped"] > 0

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from llm42.bench.metrics import (GAP_KINDS, PASS_WIDTHS, RUNNING, RequestRecord, RunResult, StepRecord,
-                                 free_gap_attribution)
+from llm42.bench.metrics import (FAST_TOKEN_BINS, GAP_KINDS, PASS_WIDTHS, RUNNING, RequestRecord, RunResult,
+                                 StepRecord, free_gap_attribution)
 from tests.helpers import run_dvr_ab
 
 
@@ -117,6 +117,10 @@ def test_dvr_ab_online_attributes_every_free_gap_to_its_steps(tmp_path, monkeypa
     assert dvr["running"]["gaps"]["running"]["share"] > 0
     for gaps in (nondet, dvr):
         assert gaps["fast_tokens"]["per_step_mean"] > 0 and gaps["fast_tokens"]["per_gap_mean"] > 0
+        # round 45: the same classes at equal fast tokens partition the gaps
+        shares = [b["share"] for bins in gaps["running_by_rows"].values() for b in bins.values()]
+        assert sum(shares) == pytest.approx(1.0)
+    assert not nondet["running_by_rows"]["running"]
     assert dvr["beside"]["gaps"]["no_pass"]["share"] < 1.0
     assert sum(g["share"] for g in dvr["beside"]["gaps"].values()) == pytest.approx(1.0)
     for gaps in (nondet, dvr):
@@ -191,3 +195,45 @@ def test_each_gap_is_classed_by_whether_a_pass_could_run_beside_it_and_counts_it
     bare = [s._replace(pass_in_flight=False) for s in steps]
     got = free_gap_attribution(RunResult("dvr@50", [free], t, None, {}, True, steps=bare))
     assert got["running"]["gaps"]["running"]["share"] == pytest.approx(2 / 5)
+
+
+def _gaps_beside_and_not(beside_ms: float, none_ms: float) -> dict:
+    """One free request delivered in every step of 19: the first nine run beside a pass in flight, carrying 100 fast
+    tokens each and lasting ``beside_ms``; the last ten beside none, 100 and 50 tokens in turn, lasting ``none_ms``
+    scaled by their tokens (0.5x for 50)."""
+    steps, t = [], 0.0
+    for in_flight, tokens in ((True, 100),) * 9 + ((False, 100), (False, 50)) * 5:
+        ms = beside_ms if in_flight else none_ms * tokens / 100
+        steps.append(StepRecord(t, t + ms * 1e-3, 0, 0, fast_tokens=tokens, pass_in_flight=in_flight))
+        t += ms * 1e-3
+    free = RequestRecord(0, False, 0.0, delivery_s=[s.end_s for s in steps])
+    return free_gap_attribution(RunResult("dvr@50", [free], t, None, {}, True, steps=steps))
+
+
+def test_gaps_at_equal_fast_tokens_compare_beside_a_pass_and_beside_none():
+    """``running_by_rows``: binned by the delivering step's fast tokens, a gap beside a pass that takes what a gap
+    beside none takes at the same rows shows the same p50 in that bin, even though the classes' overall p50s differ
+    (the running class carries more rows); a pass that lengthens the gaps shows in the same bin."""
+    got = _gaps_beside_and_not(beside_ms=2.0, none_ms=2.0)
+    by_rows = got["running_by_rows"]
+    assert set(by_rows) == set(RUNNING)
+    # 18 gaps: 8 delivered in steps beside the pass, the two after them still near it (the step before a gap's first
+    # delivery counts), 8 beside none
+    assert set(by_rows["running"]) == set(by_rows["none_running"]) == {"le_64", "le_128"}
+    assert by_rows["running"]["le_128"]["share"] == pytest.approx(9 / 18)
+    assert by_rows["none_running"]["le_64"]["share"] == pytest.approx(4 / 18)
+    assert sum(b["share"] for bins in by_rows.values() for b in bins.values()) == pytest.approx(1.0)
+    assert by_rows["running"]["le_128"]["p50_ms"] == pytest.approx(by_rows["none_running"]["le_128"]["p50_ms"])
+    # the overall classes differ though: the rows, not the pass
+    gaps = got["running"]["gaps"]
+    assert gaps["running"]["p50_ms"] > gaps["none_running"]["p50_ms"]
+    assert gaps["running"]["mean_fast_tokens"] > gaps["none_running"]["mean_fast_tokens"]
+    # control: the pass beside makes each gap 1.5x as long at the same rows, and the bin shows it
+    slow = _gaps_beside_and_not(beside_ms=3.0, none_ms=2.0)["running_by_rows"]
+    assert slow["running"]["le_128"]["p50_ms"] == pytest.approx(1.5 * slow["none_running"]["le_128"]["p50_ms"])
+
+
+def test_fast_token_bins_cover_every_count_once():
+    from llm42.bench.metrics import _fast_token_bin
+    assert [_fast_token_bin(n) for n in (0, 32, 33, 64, 96, 128, 129, 192, 193, 10_000)] == [
+        "le_32", "le_32", "le_64", "le_64", "le_96", "le_128", "le_192", "le_192", "gt_192", "gt_192"]

@@ -349,3 +349,27 @@ def test_serving_engine_takes_the_canonical_sms_and_the_scheduler_order_and_admi
             assert (gen.scheduler.order, gen.scheduler.admission) == ("budget", "budget")
         finally:
             gen.close()
+
+
+def test_serving_runs_only_the_phases_asked_for_with_the_whole_budget(tmp_path):
+    """``--phases steady``: the steady-decode figures (issue 10's first target, re-measured alone) and nothing else,
+    exit 0; the serving fixture above is the control that runs every phase."""
+    from llm42.bench.serving import main
+
+    out = tmp_path / "steady.json"
+    rc = main(["--device", "cpu", "--model", "tiny", "--budget-s", "30", "--steady-batch", "4", "--steady-steps",
+               "3", "--phases", "steady", "--out", str(out), "--no-plots"], repo=REPO)
+    results = json.loads(out.read_text())
+    assert rc == 0 and results["errors"] == {} and results["meta"]["is_complete"]
+    assert set(results["steady_decode"]) == {"overlap", "no_overlap"}
+    assert all(s["is_complete"] for s in results["steady_decode"].values())
+    assert results["offline"] is None and results["online"] is None
+    assert results["transformers"] == {"skipped": "not among --phases"}
+
+
+def test_serving_phases_are_checked_naming_the_field():
+    from llm42.bench.serving import ServingConfig
+
+    for phases, match in (((), "phases"), (("steady", "warmup"), "phases"), (("online",), "online needs offline")):
+        with pytest.raises(ValueError, match=match):
+            ServingConfig(device="cpu", model="tiny", dtype=torch.float32, budget_s=10, phases=phases)

@@ -195,6 +195,10 @@ VARIANTS = {
     # tenth of the recompute offline at the same throughput, never served online): fewer wasted draft rows
     "ride_budget_sms_32_rows_1024": {"risk_margin": 0.125, "scheduler_order": "budget", "canonical_sms": 32,
                                      "canonical_sms_max_rows": 1024},
+    # round 45: the default without drafting ahead of a window in a pass (a deterministic request waits, rowless,
+    # for its window's verdict): round 45's online gaps tracked the requests decoding per step (110 beside a pass
+    # against nondet's 89); does dropping the drafts ahead (24K kept, 8K dropped offline at dvr@50) shorten them?
+    "draft_ahead_off": {"draft_ahead": False},
     # round 25: the Triton canonical GEMM with SmolLM2's layer weights on 64 x 64 tiles, 2 programs per SM (the
     # graph sweep's fastest at 256 rows, a quarter of the default tiles' shared memory: does a pass that leaves
     # room on each SM disturb the fast steps less?); the same bits as the tree's pins on the H200 (the sweep)
@@ -788,6 +792,10 @@ def _print_online(entry: dict) -> None:
                    for k, g in running["gaps"].items()}
         print(f"[dvr_ab]   free gaps by a pass running (share, p50, p99 ms, fast tokens) {classes}; slowest 1 % "
               f"{running['slowest_1pct_share']}; fast tokens {gaps['fast_tokens']}", flush=True)
+    by_rows = gaps.get("running_by_rows")
+    if by_rows is not None:  # round 45: the same classes at equal fast tokens (share, p50 ms per bin)
+        classes = {k: {b: (round(g["share"], 3), g["p50_ms"]) for b, g in bins.items()} for k, bins in by_rows.items()}
+        print(f"[dvr_ab]   free gaps by a pass running and fast tokens (share, p50 ms) {classes}", flush=True)
     for kind, step in gaps["steps"].items():
         if step["count"]:
             print(f"[dvr_ab]   {kind} steps: {step['count']}, mean {step['mean_ms']} ms; phases "

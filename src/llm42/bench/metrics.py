@@ -259,6 +259,14 @@ GAP_KINDS = ("neither", "launch", "apply", "launch_and_apply")
 PASS_WIDTHS = ("no_pass", "rows_le_256", "rows_le_1024", "rows_gt_1024")
 # whether a canonical pass could have run on the device beside a gap's fast steps (``free_gap_attribution``)
 RUNNING = ("none_running", "running")
+# the fast tokens of a gap's delivering step, binned (``free_gap_attribution``'s ``running_by_rows``): upper edges;
+# round 45's SmolLM2 gaps at 0.7 load carried 50-110 on average, and a gap's p50 tracked them in every class
+FAST_TOKEN_EDGES = (32, 64, 96, 128, 192)
+FAST_TOKEN_BINS = tuple(f"le_{e}" for e in FAST_TOKEN_EDGES) + (f"gt_{FAST_TOKEN_EDGES[-1]}",)
+
+
+def _fast_token_bin(tokens: int) -> str:
+    return FAST_TOKEN_BINS[next((i for i, e in enumerate(FAST_TOKEN_EDGES) if tokens <= e), len(FAST_TOKEN_EDGES))]
 
 
 def _pass_width(rows: int) -> str:
@@ -309,7 +317,10 @@ def free_gap_attribution(run: RunResult) -> dict:
     and still running), each class's share, p50 / p99 and share of the slowest 1 %, and the mean fast tokens read
     in the steps that made its second deliveries (``mean_fast_tokens``: how many rows the fast steps of those gaps
     carried, ``StepRecord.fast_tokens``). ``fast_tokens``: the run's mean per step and per gap (the second
-    delivery's step): whether a mode's fast steps carry more rows than another's."""
+    delivery's step): whether a mode's fast steps carry more rows than another's. ``running_by_rows``: each
+    ``running`` class again by its gaps' delivering-step fast tokens (``FAST_TOKEN_BINS``), the share of all gaps
+    and the p50 / p99 of each (class, bin): at the same rows, whether a gap beside a pass is longer than one beside
+    none (a pass's share of the device) or only carries more rows (more requests decoding)."""
     steps = run.steps
     index_of = {s.end_s: i for i, s in enumerate(steps)}  # records without step indices: by their return times
     gaps: dict[str, list[float]] = {k: [] for k in GAP_KINDS}
@@ -383,6 +394,10 @@ def free_gap_attribution(run: RunResult) -> dict:
                                  "mean_fast_tokens": _mean([n for _, n in v])} for k, v in running.items()},
                     "slowest_1pct_share": {k: sum(1 for *_, r in slowest if r == k) / len(slowest) if slowest
                                            else None for k in RUNNING}},
+        "running_by_rows": {k: {b: {"share": len(g) / len(every), "p50_ms": ms(g, 50), "p99_ms": ms(g, 99)}
+                                for b in FAST_TOKEN_BINS
+                                if (g := [gap for gap, n in v if _fast_token_bin(n) == b])}
+                            for k, v in running.items()},
         "fast_tokens": {"per_step_mean": _mean([s.fast_tokens for s in steps]),
                         "per_gap_mean": _mean([n for v in running.values() for _, n in v])},
     }

@@ -72,6 +72,7 @@ MODE_COST = {"nondet": 1.0, "nondet_sync": 1.3, "dvr@10": 1.2, "dvr@25": 1.4, "d
 PHASE_SHARES = {"steady": 0.12, "offline": 0.45, "transformers": 0.13, "online": 0.30}
 # a checkpoint's run also times transformers' generate (compilation included)
 CHECKPOINT_PHASE_SHARES = {"steady": 0.10, "offline": 0.37, "transformers": 0.25, "online": 0.28}
+PHASES = tuple(PHASE_SHARES)  # in the order they run
 
 
 @dataclass(frozen=True)
@@ -119,6 +120,9 @@ class ServingConfig:
     canonical_sms_max_rows: int | None = None  # DVRGenerator(canonical_sms_max_rows=...): wider passes every SM
     scheduler_order: str = DEFAULT_ORDER  # DefaultScheduler(order=...): who is served first where rows are short
     scheduler_admission: str = "arrival"  # DefaultScheduler(admission=...): who is admitted first
+    # the phases to run (``PHASES``), the budget shared among them in proportion to their usual shares; "online"
+    # needs "offline" (its loads are fractions of the offline nondet rate)
+    phases: tuple[str, ...] = PHASES
 
     def fast_policy(self):
         """The non-batch-invariant modes' fast path: None (the default FastPolicy) unless a decode kernel is set."""
@@ -136,6 +140,11 @@ class ServingConfig:
             raise ValueError(f"prompts must be auto, sharegpt or chat, got {self.prompts!r}")
         if "nondet" not in self.offline_modes:
             raise ValueError("offline_modes must include nondet (the others' ratios and the online loads refer to it)")
+        unknown = [p for p in self.phases if p not in PHASES]
+        if unknown or not self.phases:
+            raise ValueError(f"phases must be a non-empty subset of {', '.join(PHASES)}, got {self.phases!r}")
+        if "online" in self.phases and "offline" not in self.phases:
+            raise ValueError("phases: online needs offline (its loads are fractions of the offline nondet rate)")
 
 
 # -- checkpoints ------------------------------------------------------------------------------------
@@ -547,9 +556,11 @@ def run_serving(config: ServingConfig, *, out: Path, repo: Path, cache_dir: Path
     with run.until_done():
         results["ceilings"] = measure_ceilings(device)
         run.save()
-        shares = CHECKPOINT_PHASE_SHARES if is_checkpoint and config.hf_compare else PHASE_SHARES
+        usual = CHECKPOINT_PHASE_SHARES if is_checkpoint and config.hf_compare else PHASE_SHARES
+        total = sum(usual[p] for p in config.phases)
+        shares = {p: usual[p] / total if p in config.phases else 0.0 for p in PHASES}
         steady_deadline = budget.phase(shares["steady"])
-        for is_overlapped in (True, False):
+        for is_overlapped in (True, False) if "steady" in config.phases else ():
             label = "overlap" if is_overlapped else "no_overlap"
             log(f"steady decode at batch {config.steady_batch} ({label})")
             got = run.guarded(f"steady {label}", lambda o=is_overlapped: steady_decode(
@@ -559,14 +570,18 @@ def run_serving(config: ServingConfig, *, out: Path, repo: Path, cache_dir: Path
                 run.save()
         steady_ms = (results["steady_decode"].get("overlap") or {}).get("wall_ms_per_step")
         full = build_workload(model, config, config.num_requests)
-        nondet = offline_phase(run, model, full, budget.phase(shares["offline"]), results["ceilings"])
-        if is_checkpoint and config.hf_compare:
-            transformers_phase(run, model, budget.phase(shares["transformers"]))
+        offline_deadline = budget.phase(shares["offline"])
+        nondet = (offline_phase(run, model, full, offline_deadline, results["ceilings"])
+                  if "offline" in config.phases else None)
+        transformers_deadline = budget.phase(shares["transformers"])
+        if "transformers" not in config.phases:
+            results["transformers"] = {"skipped": "not among --phases"}
+        elif is_checkpoint and config.hf_compare:
+            transformers_phase(run, model, transformers_deadline)
         else:
-            budget.phase(shares["transformers"])
             results["transformers"] = {"skipped": "needs a checkpoint (--model PATH)" if not is_checkpoint
                                        else "--no-hf"}
-        if nondet is not None and config.online_modes and config.online_loads:
+        if "online" in config.phases and nondet is not None and config.online_modes and config.online_loads:
             offline_size = results["offline"]["workload"]["num_requests"]
             online_phase(run, model, full, nondet, offline_size, steady_ms, budget.phase(shares["online"]))
     return results
@@ -642,6 +657,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--online-num-requests", type=int, default=None, help="default: 500 on cuda, 8 on cpu")
     p.add_argument("--steady-batch", type=int, default=None, help="default: 256 on cuda, 8 on cpu")
     p.add_argument("--steady-steps", type=int, default=None, help="default: 128 on cuda, 4 on cpu")
+    p.add_argument("--phases", default=",".join(PHASES),
+                   help=f"the phases to run, the budget shared among them ({','.join(PHASES)}; online needs offline)")
     p.add_argument("--no-hf", action="store_true", help="skip transformers' generate")
     p.add_argument("--hf-no-compile", action="store_true", help="run transformers' generate eagerly")
     p.add_argument("--hf-batch", type=int, default=None, help="default: 256 on cuda, 4 on cpu")
@@ -677,7 +694,7 @@ def main(argv: list[str] | None = None, *, repo: Path | None = None) -> int:
             wide_verify=args.wide_verify, canonical_gemm_rows=args.canonical_gemm_rows, gc_freeze=args.gc_freeze,
             prompt_drafts=args.prompt_drafts, canonical_sms=args.canonical_sms,
             canonical_sms_max_rows=args.canonical_sms_max_rows, scheduler_order=args.order,
-            scheduler_admission=args.admission,
+            scheduler_admission=args.admission, phases=names(args.phases),
         )
         out = args.out or repo / "benchmarks" / "results" / f"serving_{args.device}_{_model_stem(model)}.json"
         results = run_serving(config, out=out, repo=repo, cache_dir=args.cache_dir)
