@@ -190,6 +190,10 @@ def test_each_gap_is_classed_by_whether_a_pass_could_run_beside_it_and_counts_it
     assert got["running"]["gaps"]["none_running"]["mean_fast_tokens"] == 60
     assert got["running"]["gaps"]["running"]["mean_fast_tokens"] == pytest.approx((20 + 30 + 40 + 50) / 4)
     assert got["beside"]["gaps"]["no_pass"]["share"] == pytest.approx(3 / 5)  # 2->3, 3->4, 4->5: launched 2+ before
+    # round 45: the same classes by the delivering step's fast tokens: 0->1 and 1->2 (20 and 30) beside the launch
+    assert got["beside_by_rows"]["rows_le_256"] == {"le_32": {"share": pytest.approx(2 / 5), "p50_ms": 1.0,
+                                                              "p99_ms": 1.0}}
+    assert set(got["beside_by_rows"]["no_pass"]) == {"le_64"}  # 40, 50, 60
     assert got["fast_tokens"] == {"per_step_mean": 35.0, "per_gap_mean": 40.0}
     # negative control: the same steps without the in-flight marks leave only the launch's own neighbours
     bare = [s._replace(pass_in_flight=False) for s in steps]
@@ -223,6 +227,8 @@ def test_gaps_at_equal_fast_tokens_compare_beside_a_pass_and_beside_none():
     assert by_rows["running"]["le_128"]["share"] == pytest.approx(9 / 18)
     assert by_rows["none_running"]["le_64"]["share"] == pytest.approx(4 / 18)
     assert sum(b["share"] for bins in by_rows.values() for b in bins.values()) == pytest.approx(1.0)
+    # no pass launched near any gap (the passes in flight were launched before the run): all "no_pass" by width
+    assert {k for k, bins in got["beside_by_rows"].items() if bins} == {"no_pass"}
     assert by_rows["running"]["le_128"]["p50_ms"] == pytest.approx(by_rows["none_running"]["le_128"]["p50_ms"])
     # the overall classes differ though: the rows, not the pass
     gaps = got["running"]["gaps"]

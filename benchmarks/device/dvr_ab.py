@@ -792,10 +792,12 @@ def _print_online(entry: dict) -> None:
                    for k, g in running["gaps"].items()}
         print(f"[dvr_ab]   free gaps by a pass running (share, p50, p99 ms, fast tokens) {classes}; slowest 1 % "
               f"{running['slowest_1pct_share']}; fast tokens {gaps['fast_tokens']}", flush=True)
-    by_rows = gaps.get("running_by_rows")
-    if by_rows is not None:  # round 45: the same classes at equal fast tokens (share, p50 ms per bin)
-        classes = {k: {b: (round(g["share"], 3), g["p50_ms"]) for b, g in bins.items()} for k, bins in by_rows.items()}
-        print(f"[dvr_ab]   free gaps by a pass running and fast tokens (share, p50 ms) {classes}", flush=True)
+    for key, what in (("running_by_rows", "a pass running"), ("beside_by_rows", "the widest pass beside")):
+        by_rows = gaps.get(key)
+        if by_rows is not None:  # round 45: the same classes at equal fast tokens (share, p50 ms per bin)
+            classes = {k: {b: (round(g["share"], 3), g["p50_ms"]) for b, g in bins.items()}
+                       for k, bins in by_rows.items()}
+            print(f"[dvr_ab]   free gaps by {what} and fast tokens (share, p50 ms) {classes}", flush=True)
     for kind, step in gaps["steps"].items():
         if step["count"]:
             print(f"[dvr_ab]   {kind} steps: {step['count']}, mean {step['mean_ms']} ms; phases "

@@ -320,11 +320,12 @@ def free_gap_attribution(run: RunResult) -> dict:
     delivery's step): whether a mode's fast steps carry more rows than another's. ``running_by_rows``: each
     ``running`` class again by its gaps' delivering-step fast tokens (``FAST_TOKEN_BINS``), the share of all gaps
     and the p50 / p99 of each (class, bin): at the same rows, whether a gap beside a pass is longer than one beside
-    none (a pass's share of the device) or only carries more rows (more requests decoding)."""
+    none (a pass's share of the device) or only carries more rows (more requests decoding); ``beside_by_rows``: the
+    ``beside`` classes (the widest pass launched nearby) by the same bins."""
     steps = run.steps
     index_of = {s.end_s: i for i, s in enumerate(steps)}  # records without step indices: by their return times
     gaps: dict[str, list[float]] = {k: [] for k in GAP_KINDS}
-    beside: dict[str, list[float]] = {k: [] for k in PASS_WIDTHS}
+    beside: dict[str, list[tuple[float, int]]] = {k: [] for k in PASS_WIDTHS}  # (gap, its delivering step's tokens)
     running: dict[str, list[tuple[float, int]]] = {k: [] for k in RUNNING}  # (gap, its delivering step's tokens)
     every: list[tuple[float, str, bool, str, str]] = []
     unmatched = 0
@@ -348,7 +349,7 @@ def free_gap_attribution(run: RunResult) -> dict:
                 gaps[kind].append(gap)
                 near = steps[max(previous - 1, 0): i + 1]
                 width = _pass_width(max(s.canonical_rows for s in near))
-                beside[width].append(gap)
+                beside[width].append((gap, steps[i].fast_tokens))
                 run_class = RUNNING[any(s.pass_in_flight or s.passes_launched for s in near)]
                 running[run_class].append((gap, steps[i].fast_tokens))
                 every.append((gap, kind, any(s.gc_s > 0 for s in spanned), width, run_class))
@@ -385,8 +386,8 @@ def free_gap_attribution(run: RunResult) -> dict:
                "max_step_ms": round(max((s.gc_s for s in steps), default=0.0) * 1e3, 4),
                "gap_share": sum(1 for _, _, g, *_ in every if g) / len(every) if every else None,
                "slowest_1pct_share": sum(1 for _, _, g, *_ in slowest if g) / len(slowest) if slowest else None},
-        "beside": {"gaps": {k: {"share": len(v) / len(every) if every else None, "p50_ms": ms(v, 50),
-                                "p99_ms": ms(v, 99)} for k, v in beside.items()},
+        "beside": {"gaps": {k: {"share": len(v) / len(every) if every else None, "p50_ms": ms([g for g, _ in v], 50),
+                                "p99_ms": ms([g for g, _ in v], 99)} for k, v in beside.items()},
                    "slowest_1pct_share": {k: sum(1 for *_, w, _ in slowest if w == k) / len(slowest) if slowest
                                           else None for k in PASS_WIDTHS}},
         "running": {"gaps": {k: {"share": len(v) / len(every) if every else None,
@@ -394,13 +395,19 @@ def free_gap_attribution(run: RunResult) -> dict:
                                  "mean_fast_tokens": _mean([n for _, n in v])} for k, v in running.items()},
                     "slowest_1pct_share": {k: sum(1 for *_, r in slowest if r == k) / len(slowest) if slowest
                                            else None for k in RUNNING}},
-        "running_by_rows": {k: {b: {"share": len(g) / len(every), "p50_ms": ms(g, 50), "p99_ms": ms(g, 99)}
-                                for b in FAST_TOKEN_BINS
-                                if (g := [gap for gap, n in v if _fast_token_bin(n) == b])}
-                            for k, v in running.items()},
+        "running_by_rows": _by_rows(running, len(every), ms),
+        "beside_by_rows": _by_rows(beside, len(every), ms),
         "fast_tokens": {"per_step_mean": _mean([s.fast_tokens for s in steps]),
                         "per_gap_mean": _mean([n for v in running.values() for _, n in v])},
     }
+
+
+def _by_rows(classes: dict[str, list[tuple[float, int]]], num_gaps: int, ms) -> dict:
+    """Each class's (gap, delivering-step fast tokens) pairs by ``FAST_TOKEN_BINS``: the share of all ``num_gaps``
+    and the p50 / p99 (``ms``) of every non-empty (class, bin)."""
+    return {k: {b: {"share": len(g) / num_gaps, "p50_ms": ms(g, 50), "p99_ms": ms(g, 99)} for b in FAST_TOKEN_BINS
+                if (g := [gap for gap, n in v if _fast_token_bin(n) == b])}
+            for k, v in classes.items()}
 
 
 def _mean(values: list[int]) -> float | None:
