@@ -214,7 +214,7 @@ def test_dvr_ab_serves_the_draft_ahead_off_variant_with_the_defaults_outputs(tmp
     on the CPU: the default's deterministic outputs, and no token drafted ahead of a window."""
     from tests.helpers import run_dvr_ab
 
-    got = run_dvr_ab(tmp_path / "ab.json", monkeypatch, "default,draft_ahead_off")
+    got = run_dvr_ab(tmp_path / "ab.json", monkeypatch, "default,draft_ahead_off", "--num-requests", "4")
     (check,) = got["deterministic_outputs_identical"].values()
     assert check["num_checked"] > 0 and check["num_identical"] == check["num_checked"]
     assert got["variants"]["draft_ahead_off"] == {"draft_ahead": False}
