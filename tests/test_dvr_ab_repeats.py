@@ -64,7 +64,8 @@ def test_online_repeats_serve_the_variants_in_turn_and_take_the_median_ratio(tmp
     import statistics
 
     got = run_dvr_ab(tmp_path / "ab.json", monkeypatch, "default,split_pass_steps", "--online-load", "0.5",
-                     "--online-requests", "6", "--online-budget-s", "200", "--online-repeats", "2")
+                     "--online-requests", "6", "--online-budget-s", "200", "--online-repeats", "2",
+                     "--num-requests", "4")
     online = got["online"]
     assert online["is_partial"] is False  # the last run landed: the whole record (round 42)
     printed = capsys.readouterr().out.splitlines()
