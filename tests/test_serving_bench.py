@@ -351,7 +351,7 @@ def test_serving_engine_takes_the_canonical_sms_and_the_scheduler_order_and_admi
             gen.close()
 
 
-def test_serving_runs_only_the_phases_asked_for_with_the_whole_budget(tmp_path):
+def test_serving_runs_only_the_phases_asked_for(tmp_path):
     """``--phases steady``: the steady-decode figures (issue 10's first target, re-measured alone) and nothing else,
     exit 0; the serving fixture above is the control that runs every phase."""
     from llm42.bench.serving import main
