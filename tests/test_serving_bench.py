@@ -367,6 +367,17 @@ def test_serving_runs_only_the_phases_asked_for(tmp_path):
     assert results["transformers"] == {"skipped": "not among --phases"}
 
 
+def test_the_phases_run_share_the_whole_budget_in_their_usual_proportions():
+    from llm42.bench.serving import PHASE_SHARES, PHASES, phase_shares
+
+    assert phase_shares(PHASE_SHARES, PHASES) == pytest.approx(PHASE_SHARES)  # all of them: as before
+    assert phase_shares(PHASE_SHARES, ("steady",)) == {"steady": 1.0, "offline": 0.0, "transformers": 0.0,
+                                                       "online": 0.0}
+    both = phase_shares(PHASE_SHARES, ("offline", "online"))
+    assert sum(both.values()) == pytest.approx(1.0) and both["steady"] == both["transformers"] == 0.0
+    assert both["offline"] / both["online"] == pytest.approx(PHASE_SHARES["offline"] / PHASE_SHARES["online"])
+
+
 def test_serving_phases_are_checked_naming_the_field():
     from llm42.bench.serving import ServingConfig
 

@@ -147,6 +147,12 @@ class ServingConfig:
             raise ValueError("phases: online needs offline (its loads are fractions of the offline nondet rate)")
 
 
+def phase_shares(usual: dict[str, float], phases: tuple[str, ...]) -> dict[str, float]:
+    """Each of ``PHASES``' share of the budget: ``usual``'s for the phases run, scaled to sum to 1; 0 for the rest."""
+    total = sum(usual[p] for p in phases)
+    return {p: usual[p] / total if p in phases else 0.0 for p in PHASES}
+
+
 # -- checkpoints ------------------------------------------------------------------------------------
 
 def prepare_checkpoint(model: str, cache_dir: Path | None) -> str:
@@ -556,9 +562,8 @@ def run_serving(config: ServingConfig, *, out: Path, repo: Path, cache_dir: Path
     with run.until_done():
         results["ceilings"] = measure_ceilings(device)
         run.save()
-        usual = CHECKPOINT_PHASE_SHARES if is_checkpoint and config.hf_compare else PHASE_SHARES
-        total = sum(usual[p] for p in config.phases)
-        shares = {p: usual[p] / total if p in config.phases else 0.0 for p in PHASES}
+        shares = phase_shares(CHECKPOINT_PHASE_SHARES if is_checkpoint and config.hf_compare else PHASE_SHARES,
+                              config.phases)
         steady_deadline = budget.phase(shares["steady"])
         for is_overlapped in (True, False) if "steady" in config.phases else ():
             label = "overlap" if is_overlapped else "no_overlap"
