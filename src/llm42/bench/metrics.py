@@ -16,6 +16,7 @@ gaps between bursts and its TPOT is the fairer per-token figure.
 
 from __future__ import annotations
 
+import bisect
 import hashlib
 import math
 from dataclasses import dataclass, field
@@ -266,7 +267,7 @@ FAST_TOKEN_BINS = tuple(f"le_{e}" for e in FAST_TOKEN_EDGES) + (f"gt_{FAST_TOKEN
 
 
 def _fast_token_bin(tokens: int) -> str:
-    return FAST_TOKEN_BINS[next((i for i, e in enumerate(FAST_TOKEN_EDGES) if tokens <= e), len(FAST_TOKEN_EDGES))]
+    return FAST_TOKEN_BINS[bisect.bisect_left(FAST_TOKEN_EDGES, tokens)]
 
 
 def _pass_width(rows: int) -> str:
@@ -405,9 +406,14 @@ def free_gap_attribution(run: RunResult) -> dict:
 def _by_rows(classes: dict[str, list[tuple[float, int]]], num_gaps: int, ms) -> dict:
     """Each class's (gap, delivering-step fast tokens) pairs by ``FAST_TOKEN_BINS``: the share of all ``num_gaps``
     and the p50 / p99 (``ms``) of every non-empty (class, bin)."""
-    return {k: {b: {"share": len(g) / num_gaps, "p50_ms": ms(g, 50), "p99_ms": ms(g, 99)} for b in FAST_TOKEN_BINS
-                if (g := [gap for gap, n in v if _fast_token_bin(n) == b])}
-            for k, v in classes.items()}
+    out = {}
+    for k, v in classes.items():
+        bins: dict[str, list[float]] = {}
+        for gap, n in v:  # each gap binned once
+            bins.setdefault(_fast_token_bin(n), []).append(gap)
+        out[k] = {b: {"share": len(bins[b]) / num_gaps, "p50_ms": ms(bins[b], 50), "p99_ms": ms(bins[b], 99)}
+                  for b in FAST_TOKEN_BINS if b in bins}
+    return out
 
 
 def _mean(values: list[int]) -> float | None:
