@@ -147,7 +147,8 @@ def test_dvr_ab_serves_the_prompt_drafts_variant_with_the_defaults_outputs(tmp_p
     """The benchmark's variant (benchmarks/device/dvr_ab.py, run on the H200 next) end to end on the CPU: the same
     deterministic outputs as the default config in its contract check (with longest-output-first service too, round
     32's variant), and prompts run by the fast path."""
-    got = run_dvr_ab(tmp_path / "ab.json", monkeypatch, "default,prompt_drafts,order_budget_prompt_drafts")
+    got = run_dvr_ab(tmp_path / "ab.json", monkeypatch, "default,prompt_drafts,order_budget_prompt_drafts",
+                     "--num-requests", "4")
     checks = got["deterministic_outputs_identical"]
     assert len(checks) == 2, checks
     for check in checks.values():

@@ -236,7 +236,7 @@ def test_dvr_ab_serves_the_budget_admission_variant_with_the_same_outputs(tmp_pa
     """The benchmark's variant (benchmarks/device/dvr_ab.py, for the next device session) end to end on the CPU: the
     same deterministic outputs as the budget order alone."""
     got = run_dvr_ab(tmp_path / "ab.json", monkeypatch,
-                     "order_budget,order_budget_admit,admit_budget,admit_budget_wait_500")
+                     "order_budget,order_budget_admit,admit_budget,admit_budget_wait_500", "--num-requests", "4")
     checks = got["deterministic_outputs_identical"]
     assert len(checks) == 3
     for check in checks.values():
