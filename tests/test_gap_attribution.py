@@ -201,7 +201,7 @@ def test_each_gap_is_classed_by_whether_a_pass_could_run_beside_it_and_counts_it
     assert got["running"]["gaps"]["running"]["share"] == pytest.approx(2 / 5)
 
 
-def _gaps_beside_and_not(beside_ms: float, none_ms: float) -> dict:
+def _gaps_beside_and_not(beside_ms: float, none_ms: float, **kwargs) -> dict:
     """One free request delivered in every step of 19: the first nine run beside a pass in flight, carrying 100 fast
     tokens each and lasting ``beside_ms``; the last ten beside none, 100 and 50 tokens in turn, lasting ``none_ms``
     scaled by their tokens (0.5x for 50)."""
@@ -211,7 +211,7 @@ def _gaps_beside_and_not(beside_ms: float, none_ms: float) -> dict:
         steps.append(StepRecord(t, t + ms * 1e-3, 0, 0, fast_tokens=tokens, pass_in_flight=in_flight))
         t += ms * 1e-3
     free = RequestRecord(0, False, 0.0, delivery_s=[s.end_s for s in steps])
-    return free_gap_attribution(RunResult("dvr@50", [free], t, None, {}, True, steps=steps))
+    return free_gap_attribution(RunResult("dvr@50", [free], t, None, {}, True, steps=steps), **kwargs)
 
 
 def test_gaps_at_equal_fast_tokens_compare_beside_a_pass_and_beside_none():
@@ -237,6 +237,24 @@ def test_gaps_at_equal_fast_tokens_compare_beside_a_pass_and_beside_none():
     # control: the pass beside makes each gap 1.5x as long at the same rows, and the bin shows it
     slow = _gaps_beside_and_not(beside_ms=3.0, none_ms=2.0)["running_by_rows"]
     assert slow["running"]["le_128"]["p50_ms"] == pytest.approx(1.5 * slow["none_running"]["le_128"]["p50_ms"])
+
+
+def test_equal_rows_ratio_is_one_when_a_pass_only_brings_rows_and_shows_a_pass_that_lengthens_gaps():
+    """``running_at_equal_rows``: the per-bin p50 ratio beside a pass over beside none, and its mean weighted by
+    the running gaps: 1.0 where the pass only brings rows (the classes' overall p50s differ all the same), 1.5 in
+    the bin where it makes each gap 1.5x as long; bins with too few gaps in a class are left out."""
+    same = _gaps_beside_and_not(beside_ms=2.0, none_ms=2.0, min_bin_gaps=1)["running_at_equal_rows"]
+    assert same["bins"] == {"le_64": 1.0, "le_128": 1.0} and same["weighted"] == 1.0
+    assert same["running_share_compared"] == 1.0
+    # control: 1.5x in the 100-token bin (9 running gaps); the one 50-token running gap is not in flight, 1.0
+    slow = _gaps_beside_and_not(beside_ms=3.0, none_ms=2.0, min_bin_gaps=1)["running_at_equal_rows"]
+    assert slow["bins"] == {"le_64": 1.0, "le_128": 1.5}
+    assert slow["weighted"] == pytest.approx((9 * 1.5 + 1 * 1.0) / 10)
+    # the default minimum (20 gaps a class) leaves this 18-gap run nothing to compare: no figure, not a 1.0
+    none = _gaps_beside_and_not(beside_ms=3.0, none_ms=2.0)["running_at_equal_rows"]
+    assert none["bins"] == {} and none["weighted"] is None and none["running_share_compared"] == 0.0
+    with pytest.raises(ValueError, match="min_bin_gaps"):
+        _gaps_beside_and_not(beside_ms=2.0, none_ms=2.0, min_bin_gaps=0)
 
 
 def test_fast_token_bins_cover_every_count_once():

@@ -798,6 +798,9 @@ def _print_online(entry: dict) -> None:
             classes = {k: {b: (round(g["share"], 3), g["p50_ms"]) for b, g in bins.items()}
                        for k, bins in by_rows.items()}
             print(f"[dvr_ab]   free gaps by {what} and fast tokens (share, p50 ms) {classes}", flush=True)
+    equal_rows = gaps.get("running_at_equal_rows")
+    if equal_rows is not None:  # round 46: a pass running over none at equal fast tokens, per bin and weighted
+        print(f"[dvr_ab]   free gaps with a pass running over none at equal fast tokens {equal_rows}", flush=True)
     for kind, step in gaps["steps"].items():
         if step["count"]:
             print(f"[dvr_ab]   {kind} steps: {step['count']}, mean {step['mean_ms']} ms; phases "

@@ -264,6 +264,9 @@ RUNNING = ("none_running", "running")
 # round 45's SmolLM2 gaps at 0.7 load carried 50-110 on average, and a gap's p50 tracked them in every class
 FAST_TOKEN_EDGES = (32, 64, 96, 128, 192)
 FAST_TOKEN_BINS = tuple(f"le_{e}" for e in FAST_TOKEN_EDGES) + (f"gt_{FAST_TOKEN_EDGES[-1]}",)
+# ``running_at_equal_rows`` compares a bin only where each class has at least this many gaps (a p50 of a handful of
+# gaps is noise; round 46's SmolLM2 runs had 1,000-5,000 free gaps per populated bin)
+MIN_BIN_GAPS = 20
 
 
 def _fast_token_bin(tokens: int) -> str:
@@ -293,7 +296,7 @@ def _phase_orders(phases: dict | None) -> dict[str, bool]:
             "launch_before_read": read is not None and "launch" in names and names.index("launch") < read}
 
 
-def free_gap_attribution(run: RunResult) -> dict:
+def free_gap_attribution(run: RunResult, *, min_bin_gaps: int = MIN_BIN_GAPS) -> dict:
     """Where free requests' inter-token gaps come from, from ``run.steps``.
 
     Each gap (two successive deliveries to one free request) spans the steps after the first delivery up to the
@@ -322,7 +325,11 @@ def free_gap_attribution(run: RunResult) -> dict:
     ``running`` class again by its gaps' delivering-step fast tokens (``FAST_TOKEN_BINS``), the share of all gaps
     and the p50 / p99 of each (class, bin): at the same rows, whether a gap beside a pass is longer than one beside
     none (a pass's share of the device) or only carries more rows (more requests decoding); ``beside_by_rows``: the
-    ``beside`` classes (the widest pass launched nearby) by the same bins."""
+    ``beside`` classes (the widest pass launched nearby) by the same bins. ``running_at_equal_rows``: the answer
+    in one number, ``running_by_rows``'s p50 beside a pass over its p50 beside none in each bin where both classes
+    have ``min_bin_gaps`` gaps or more (``bins``), their mean weighted by the running gaps in each (``weighted``;
+    None where no bin qualifies) and the share of the running gaps those bins hold (``running_share_compared``):
+    round 46 measured 1.16-1.26 per bin on SmolLM2 at dvr@50, where a pass that only brought rows gives 1.0."""
     steps = run.steps
     index_of = {s.end_s: i for i, s in enumerate(steps)}  # records without step indices: by their return times
     gaps: dict[str, list[float]] = {k: [] for k in GAP_KINDS}
@@ -398,6 +405,7 @@ def free_gap_attribution(run: RunResult) -> dict:
                                            else None for k in RUNNING}},
         "running_by_rows": _by_rows(running, len(every), ms),
         "beside_by_rows": _by_rows(beside, len(every), ms),
+        "running_at_equal_rows": _at_equal_rows(running, min_bin_gaps),
         "fast_tokens": {"per_step_mean": _mean([s.fast_tokens for s in steps]),
                         "per_gap_mean": _mean([n for v in running.values() for _, n in v])},
     }
@@ -414,6 +422,33 @@ def _by_rows(classes: dict[str, list[tuple[float, int]]], num_gaps: int, ms) -> 
         out[k] = {b: {"share": len(bins[b]) / num_gaps, "p50_ms": ms(bins[b], 50), "p99_ms": ms(bins[b], 99)}
                   for b in FAST_TOKEN_BINS if b in bins}
     return out
+
+
+def _at_equal_rows(running: dict[str, list[tuple[float, int]]], min_bin_gaps: int) -> dict:
+    """``free_gap_attribution``'s ``running_at_equal_rows``: per fast-token bin, the running class's p50 over the
+    none-running class's, where each has ``min_bin_gaps`` gaps; their mean weighted by the running gaps."""
+    if min_bin_gaps < 1:
+        raise ValueError(f"min_bin_gaps must be at least 1, got {min_bin_gaps}")
+    binned: dict[str, dict[str, list[float]]] = {k: {} for k in RUNNING}
+    for k, v in running.items():
+        for gap, n in v:
+            binned[k].setdefault(_fast_token_bin(n), []).append(gap)
+    bins, weights = {}, {}
+    for b in FAST_TOKEN_BINS:
+        beside_pass, beside_none = binned["running"].get(b, []), binned["none_running"].get(b, [])
+        if len(beside_pass) < min_bin_gaps or len(beside_none) < min_bin_gaps:
+            continue
+        none_p50 = percentile(beside_none, 50)
+        if not none_p50:
+            continue
+        bins[b] = round(percentile(beside_pass, 50) / none_p50, 4)
+        weights[b] = len(beside_pass)
+    num_running = len(running["running"])
+    compared = sum(weights.values())
+    return {"bins": bins,
+            "weighted": round(sum(bins[b] * weights[b] for b in bins) / compared, 4) if compared else None,
+            "running_share_compared": compared / num_running if num_running else None,
+            "min_bin_gaps": min_bin_gaps}
 
 
 def _mean(values: list[int]) -> float | None:
