@@ -265,7 +265,7 @@ RUNNING = ("none_running", "running")
 FAST_TOKEN_EDGES = (32, 64, 96, 128, 192)
 FAST_TOKEN_BINS = tuple(f"le_{e}" for e in FAST_TOKEN_EDGES) + (f"gt_{FAST_TOKEN_EDGES[-1]}",)
 # ``running_at_equal_rows`` compares a bin only where each class has at least this many gaps (a p50 of a handful of
-# gaps is noise; round 46's SmolLM2 runs had 1,000-5,000 free gaps per populated bin)
+# gaps is noise; round 46's SmolLM2 dvr@50 runs online had 2,000-33,000 per class in the bins it compared)
 MIN_BIN_GAPS = 20
 
 
