@@ -330,6 +330,8 @@ def free_gap_attribution(run: RunResult, *, min_bin_gaps: int = MIN_BIN_GAPS) ->
     have ``min_bin_gaps`` gaps or more (``bins``), their mean weighted by the running gaps in each (``weighted``;
     None where no bin qualifies) and the share of the running gaps those bins hold (``running_share_compared``):
     round 46 measured 1.16-1.26 per bin on SmolLM2 at dvr@50, where a pass that only brought rows gives 1.0."""
+    if min_bin_gaps < 1:
+        raise ValueError(f"min_bin_gaps must be at least 1, got {min_bin_gaps}")
     steps = run.steps
     index_of = {s.end_s: i for i, s in enumerate(steps)}  # records without step indices: by their return times
     gaps: dict[str, list[float]] = {k: [] for k in GAP_KINDS}
@@ -375,6 +377,8 @@ def free_gap_attribution(run: RunResult, *, min_bin_gaps: int = MIN_BIN_GAPS) ->
         for name, is_after in _phase_orders(s.phases).items():
             order[kind][name] += is_after
 
+    running_binned = _binned(running)
+
     def ms(values: list[float], q: int) -> float | None:
         value = percentile(values, q)
         return None if value is None else round(value * 1e3, 4)
@@ -403,36 +407,35 @@ def free_gap_attribution(run: RunResult, *, min_bin_gaps: int = MIN_BIN_GAPS) ->
                                  "mean_fast_tokens": _mean([n for _, n in v])} for k, v in running.items()},
                     "slowest_1pct_share": {k: sum(1 for *_, r in slowest if r == k) / len(slowest) if slowest
                                            else None for k in RUNNING}},
-        "running_by_rows": _by_rows(running, len(every), ms),
-        "beside_by_rows": _by_rows(beside, len(every), ms),
-        "running_at_equal_rows": _at_equal_rows(running, min_bin_gaps),
+        "running_by_rows": _by_rows(running_binned, len(every), ms),
+        "beside_by_rows": _by_rows(_binned(beside), len(every), ms),
+        "running_at_equal_rows": _at_equal_rows(running_binned, min_bin_gaps),
         "fast_tokens": {"per_step_mean": _mean([s.fast_tokens for s in steps]),
                         "per_gap_mean": _mean([n for v in running.values() for _, n in v])},
     }
 
 
-def _by_rows(classes: dict[str, list[tuple[float, int]]], num_gaps: int, ms) -> dict:
-    """Each class's (gap, delivering-step fast tokens) pairs by ``FAST_TOKEN_BINS``: the share of all ``num_gaps``
-    and the p50 / p99 (``ms``) of every non-empty (class, bin)."""
-    out = {}
+def _binned(classes: dict[str, list[tuple[float, int]]]) -> dict[str, dict[str, list[float]]]:
+    """Each class's (gap, delivering-step fast tokens) pairs as gaps by ``FAST_TOKEN_BINS`` (each gap binned once)."""
+    out: dict[str, dict[str, list[float]]] = {}
     for k, v in classes.items():
-        bins: dict[str, list[float]] = {}
-        for gap, n in v:  # each gap binned once
+        bins = out[k] = {}
+        for gap, n in v:
             bins.setdefault(_fast_token_bin(n), []).append(gap)
-        out[k] = {b: {"share": len(bins[b]) / num_gaps, "p50_ms": ms(bins[b], 50), "p99_ms": ms(bins[b], 99)}
-                  for b in FAST_TOKEN_BINS if b in bins}
     return out
 
 
-def _at_equal_rows(running: dict[str, list[tuple[float, int]]], min_bin_gaps: int) -> dict:
-    """``free_gap_attribution``'s ``running_at_equal_rows``: per fast-token bin, the running class's p50 over the
-    none-running class's, where each has ``min_bin_gaps`` gaps; their mean weighted by the running gaps."""
-    if min_bin_gaps < 1:
-        raise ValueError(f"min_bin_gaps must be at least 1, got {min_bin_gaps}")
-    binned: dict[str, dict[str, list[float]]] = {k: {} for k in RUNNING}
-    for k, v in running.items():
-        for gap, n in v:
-            binned[k].setdefault(_fast_token_bin(n), []).append(gap)
+def _by_rows(binned: dict[str, dict[str, list[float]]], num_gaps: int, ms) -> dict:
+    """``_binned`` classes: the share of all ``num_gaps`` and the p50 / p99 (``ms``) of every non-empty (class, bin)."""
+    return {k: {b: {"share": len(bins[b]) / num_gaps, "p50_ms": ms(bins[b], 50), "p99_ms": ms(bins[b], 99)}
+                for b in FAST_TOKEN_BINS if b in bins}
+            for k, bins in binned.items()}
+
+
+def _at_equal_rows(binned: dict[str, dict[str, list[float]]], min_bin_gaps: int) -> dict:
+    """``free_gap_attribution``'s ``running_at_equal_rows`` from the ``_binned`` running classes: per fast-token bin,
+    the running class's p50 over the none-running class's, where each has ``min_bin_gaps`` gaps; their mean weighted
+    by the running gaps."""
     bins, weights = {}, {}
     for b in FAST_TOKEN_BINS:
         beside_pass, beside_none = binned["running"].get(b, []), binned["none_running"].get(b, [])
@@ -443,8 +446,7 @@ def _at_equal_rows(running: dict[str, list[tuple[float, int]]], min_bin_gaps: in
             continue
         bins[b] = round(percentile(beside_pass, 50) / none_p50, 4)
         weights[b] = len(beside_pass)
-    num_running = len(running["running"])
-    compared = sum(weights.values())
+    compared, num_running = sum(weights.values()), sum(len(v) for v in binned["running"].values())
     return {"bins": bins,
             "weighted": round(sum(bins[b] * weights[b] for b in bins) / compared, 4) if compared else None,
             "running_share_compared": compared / num_running if num_running else None,
