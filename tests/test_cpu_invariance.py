@@ -209,6 +209,69 @@ def test_canonical_attention_row_is_the_same_at_every_row_count_and_position(sli
     assert bad == []
 
 
+def _sequences_pass(seqs: list[tuple[int, int, int]], *, per_row_tables: bool, order: torch.Tensor | None = None
+                    ) -> StepInputs:
+    """Inputs for sequences (first block, rows, context): each sequence's last ``rows`` positions of its context,
+    tables of 5 consecutive blocks from ``first``. ``per_row_tables``: every row its own copy of its sequence's
+    table, ``table_rows`` naming the sequence's first row (the static canonical layout), rows in ``order``."""
+    tables = torch.stack([torch.arange(first, first + 5) for first, _, _ in seqs])
+    row_seq = torch.tensor([s for s, (_, rows, _) in enumerate(seqs) for _ in range(rows)])
+    positions = torch.tensor([p for _, rows, ctx in seqs for p in range(ctx - rows, ctx)])
+    num_rows = len(row_seq)
+    zeros = torch.zeros(num_rows, dtype=torch.int64)
+    if not per_row_tables:
+        starts = [0]
+        for _, rows, _ in seqs:
+            starts.append(starts[-1] + rows)
+        return StepInputs(token_ids=zeros, positions=positions, slot_mapping=zeros, row_seq=row_seq,
+                          block_tables=tables, context_lens=torch.tensor([ctx for _, _, ctx in seqs]),
+                          seq_starts=tuple(starts), max_context_len=max(ctx for _, _, ctx in seqs))
+    order = torch.arange(num_rows) if order is None else order
+    row_seq, positions = row_seq[order], positions[order]
+    first_row = torch.tensor([int((row_seq == s).nonzero()[0]) for s in row_seq.tolist()])
+    return StepInputs(token_ids=zeros, positions=positions, slot_mapping=zeros, row_seq=torch.arange(num_rows),
+                      block_tables=tables[row_seq], context_lens=positions + 1,
+                      seq_starts=tuple(range(num_rows + 1)), max_context_len=int(positions.max()) + 1,
+                      table_rows=first_row)
+
+
+@pytest.mark.parametrize("per_row_tables", [False, True])
+def test_canonical_attention_sequence_rows_are_the_same_among_any_other_sequences(per_row_tables):
+    """A sequence's rows (a window, a prompt chunk) get the same bits alone and beside other sequences of any row
+    counts and contexts, wherever the sequence sits and, with per-row tables, in any row order (rows of one
+    sequence run their q·k and p·v together, sequences with as many rows batched together). Control: the same
+    rows at another ``key_block`` differ, so the comparison sees a change of schedule."""
+    _, k_cache, v_cache, _, _ = _attention_case(1, seed=3)
+    g = torch.Generator().manual_seed(4)
+    needle = (2, 7, 61)  # blocks 2..6, the last 7 positions of a 61-token context
+    q_needle = torch.randn(needle[1], 4, 16, generator=g)
+    kw = dict(block_size=BLOCK_SIZE, scale=0.25, key_block=8)
+    alone = blocked_attention(q_needle, k_cache, v_cache, _sequences_pass([needle], per_row_tables=per_row_tables),
+                              **kw)
+    bad, num_compared = [], 0
+    for trial in range(6):
+        others = [(int(torch.randint(0, 11, (), generator=g)), rows, int(torch.randint(rows, 5 * BLOCK_SIZE, (),
+                                                                                          generator=g)))
+                  for rows in torch.randint(1, 12, (1 + trial,), generator=g).tolist()]
+        at = trial % (len(others) + 1)
+        seqs = others[:at] + [needle] + others[at:]
+        rows_before = sum(rows for _, rows, _ in seqs[:at])
+        q = torch.randn(sum(rows for _, rows, _ in seqs), 4, 16, generator=g)
+        q[rows_before:rows_before + needle[1]] = q_needle
+        order = torch.randperm(len(q), generator=g) if per_row_tables else torch.arange(len(q))
+        out = blocked_attention(q[order], k_cache, v_cache, _sequences_pass(seqs, per_row_tables=per_row_tables,
+                                                                            order=order), **kw)
+        placed = torch.empty_like(out)
+        placed[order] = out
+        num_compared += 1
+        if not torch.equal(placed[rows_before:rows_before + needle[1]], alone):
+            bad.append(trial)
+    assert bad == [] and num_compared == 6
+    other_block = blocked_attention(q_needle, k_cache, v_cache,
+                                    _sequences_pass([needle], per_row_tables=per_row_tables), **{**kw, "key_block": 16})
+    assert not torch.equal(other_block, alone)
+
+
 def test_invisible_key_block_leaves_the_attention_state_bit_identical():
     """A row's output over a context of c keys does not change when another row makes the pass run more blocks."""
     q, k_cache, v_cache, tables, _ = _attention_case(2, seed=2)

@@ -95,10 +95,12 @@ def blocked_attention(
     memory layout, or the instruction set the library runs on.
 
     Each key and value vector is sliced on its own (over D), so once per slot
-    however many rows read it, and each row gathers its slice; a value's
-    unscale (a power of two) folds into p exactly. A value no row of the block
-    can see is zeroed before slicing (stale or uninitialised memory), and -0 is
-    made +0, so what a row cannot see cannot reach its bits.
+    however many rows read it. Rows that share a block table (``StepInputs.shared_table_rows``: a sequence's
+    rows) share its keys, gathered once per sequence; a sequence's rows run q·k and p·v against them together,
+    sequences with as many rows in one batched GEMM. Every element of those products is an exact integer sum,
+    so how rows are batched cannot show in the bits. A value's unscale (a power of two) folds into p exactly.
+    A value no row of the block can see is zeroed before slicing (stale or uninitialised memory), and -0 is made
+    +0, so what a row cannot see cannot reach its bits.
     """
     num_rows, num_heads, head_dim = q.shape
     num_kv_heads = k_cache.shape[1]
@@ -107,28 +109,51 @@ def blocked_attention(
     qk_row_bits, qk_column_bits = exact.slice_bits(head_dim)  # q·k contracts over D
     pv_row_bits, pv_column_bits = exact.slice_bits(key_block)  # p·v over a block's keys
 
+    # the pass's sequences (rows with one block table); sequences with as many rows form a bucket, whose rows
+    # (by sequence, then in order) run their products as one batched GEMM: no padding, a few GEMMs per block
+    seq_tables, seq_of_row = torch.unique(inputs.shared_table_rows, return_inverse=True)  # [S], [N]
+    rows_of: dict[int, list[int]] = {}
+    for row, seq in enumerate(seq_of_row.tolist()):
+        rows_of.setdefault(seq, []).append(row)
+    by_count: dict[int, list[int]] = {}
+    for seq, rows in rows_of.items():
+        by_count.setdefault(len(rows), []).append(seq)
+    buckets = [(torch.tensor([r for seq in seqs for r in rows_of[seq]], device=device),
+                torch.tensor(seqs, device=device), count) for count, seqs in by_count.items()]
+    tables = inputs.block_tables[seq_tables]  # [S, MB]
+
+    def per_sequence_product(stacked: torch.Tensor, b_ints: torch.Tensor) -> torch.Tensor:
+        # stacked [Hkv, N, 3G, K] (a row's three slices), b_ints [Hkv, S, K, X] -> [Hkv, N, 3G, X]: each row's
+        # products with its own sequence's columns
+        out = stacked.new_empty((*stacked.shape[:-1], b_ints.shape[-1]))
+        for rows, seqs, count in buckets:
+            a = stacked[:, rows].unflatten(1, (seqs.numel(), count)).flatten(2, 3)  # [Hkv, S_b, count * 3G, K]
+            out[:, rows] = torch.matmul(a, b_ints[:, seqs]).unflatten(2, (count, -1)).flatten(1, 2)
+        return out
+
     # head-major [Hkv, N, ...] throughout: the batched GEMMs then see contiguous batches
     qf = (q.float().reshape(num_rows, num_kv_heads, groups, head_dim) * scale).transpose(0, 1)  # [Hkv, N, G, D]
-    q_slices = exact.split_rows(qf, qk_row_bits)  # once for every key block
-    row_tables = inputs.block_tables[inputs.row_seq]  # [N, MB]
+    q_stacked, q_unscale = exact.split_rows(qf, qk_row_bits)  # once for every key block
     m = torch.full((num_kv_heads, num_rows, groups, 1), float("-inf"), device=device)
     denom = torch.zeros((num_kv_heads, num_rows, groups), device=device)
     acc = torch.zeros((num_kv_heads, num_rows, groups, head_dim), device=device)
     num_key_blocks = -(-inputs.max_context_len // key_block)
     for j in range(num_key_blocks):
         key_pos = torch.arange(j * key_block, (j + 1) * key_block, device=device)
-        slots = _slots(row_tables, key_pos, block_size)  # [N, KB]
+        slots = _slots(tables, key_pos, block_size)  # [S, KB]
+        unique_slots, seq_slots = torch.unique(slots, return_inverse=True)  # [U], [S, KB]
+        row_slots = seq_slots[seq_of_row]  # [N, KB]
         visible = _visible(key_pos, inputs.positions, sliding_window)  # [N, KB]
-        unique_slots, row_slots = torch.unique(slots, return_inverse=True)  # [U], [N, KB]
         is_seen = torch.zeros(unique_slots.shape, dtype=torch.bool, device=device)
         is_seen[row_slots[visible]] = True
         values = v_cache[unique_slots].float()  # [U, Hkv, D]
         values[~is_seen] = 0.0
-        k_ints, k_unscale = _per_row_slices(k_cache[unique_slots], row_slots, qk_column_bits)  # [Hkv, N, KB, D|1]
-        v_ints, v_unscale = _per_row_slices(values, row_slots, pv_column_bits)
+        # [Hkv, S, KB, D | 1]
+        k_ints, k_unscale = _per_sequence_slices(k_cache[unique_slots], seq_slots, qk_column_bits)
+        v_ints, v_unscale = _per_sequence_slices(values, seq_slots, pv_column_bits)
 
-        s = exact.sliced_product(*q_slices, k_ints.transpose(-1, -2), qk_row_bits).mul_(k_unscale.transpose(-1, -2))
-        s = s.float()  # [Hkv, N, G, KB]
+        s = exact.combine_parts(per_sequence_product(q_stacked, k_ints.transpose(-1, -2)), q_unscale, qk_row_bits)
+        s = s.mul_(k_unscale.transpose(-1, -2)[:, seq_of_row]).float()  # [Hkv, N, G, KB]
         s = torch.where(visible[None, :, None, :], s, float("-inf"))
         m_new = torch.maximum(m, s.amax(-1, keepdim=True))
         # a row that has seen no key yet (sliding window) keeps m = -inf; subtract 0 there, not -inf
@@ -136,14 +161,16 @@ def blocked_attention(
         scaled = exact.exp(torch.cat([m, s], dim=-1) - m_sub)  # [Hkv, N, G, 1 + KB]: alpha, then p
         alpha, p = scaled[..., :1], scaled[..., 1:]
         denom = denom * alpha[..., 0] + exact.row_sum(p).float()
-        pv = exact.product(p * v_unscale.transpose(-1, -2), v_ints, pv_row_bits).add_(0.0)  # [Hkv, N, G, D]
-        acc = acc * alpha + pv.float()
+        p_stacked, p_unscale = exact.split_rows(p * v_unscale.transpose(-1, -2)[:, seq_of_row], pv_row_bits)
+        pv = exact.combine_parts(per_sequence_product(p_stacked, v_ints), p_unscale, pv_row_bits).add_(0.0)
+        acc = acc * alpha + pv.float()  # pv: [Hkv, N, G, D]
         m = m_new
     out = acc / denom[..., None]
     return out.transpose(0, 1).reshape(num_rows, num_heads, head_dim).to(q.dtype)
 
 
-def _per_row_slices(vectors: torch.Tensor, row_slots: torch.Tensor, bits: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """``vectors`` [U, Hkv, X] sliced per vector, gathered for each row: (ints, unscale), [Hkv, N, KB, X | 1]."""
+def _per_sequence_slices(vectors: torch.Tensor, seq_slots: torch.Tensor, bits: int
+                         ) -> tuple[torch.Tensor, torch.Tensor]:
+    """``vectors`` [U, Hkv, X] sliced per vector, gathered for each sequence: (ints, unscale), [Hkv, S, KB, X | 1]."""
     head_major = (t.transpose(0, 1).contiguous() for t in exact.split_last(vectors, bits))  # [Hkv, U, X]
-    return tuple(t.index_select(1, row_slots.flatten()).unflatten(1, row_slots.shape) for t in head_major)
+    return tuple(t.index_select(1, seq_slots.flatten()).unflatten(1, seq_slots.shape) for t in head_major)
