@@ -119,15 +119,26 @@ def blocked_attention(
     for seq, rows in rows_of.items():
         by_count.setdefault(len(rows), []).append(seq)
     buckets = [(torch.tensor([r for seq in seqs for r in rows_of[seq]], device=device),
-                torch.tensor(seqs, device=device), count) for count, seqs in by_count.items()]
+                torch.tensor(seqs, device=device), len(seqs), count) for count, seqs in by_count.items()]
+    # one bucket holding the rows in order (every sequence as many rows, rows by sequence): no gathers needed
+    in_order = len(buckets) == 1 and [r for rows in rows_of.values() for r in rows] == list(range(num_rows)) \
+        and list(rows_of) == list(range(len(rows_of)))
     tables = inputs.block_tables[seq_tables]  # [S, MB]
+    is_row_per_seq = in_order and buckets[0][3] == 1  # sequence s is row s
+
+    def per_row(t: torch.Tensor) -> torch.Tensor:  # [Hkv, S, ...] -> [Hkv, N, ...]: each row its sequence's
+        return t if is_row_per_seq else t[:, seq_of_row]
 
     def per_sequence_product(stacked: torch.Tensor, b_ints: torch.Tensor) -> torch.Tensor:
         # stacked [Hkv, N, 3G, K] (a row's three slices), b_ints [Hkv, S, K, X] -> [Hkv, N, 3G, X]: each row's
         # products with its own sequence's columns
+        if in_order:
+            _, _, num_seqs, count = buckets[0]
+            parts = torch.matmul(stacked.unflatten(1, (num_seqs, count)).flatten(2, 3), b_ints)
+            return parts.unflatten(2, (count, -1)).flatten(1, 2)
         out = stacked.new_empty((*stacked.shape[:-1], b_ints.shape[-1]))
-        for rows, seqs, count in buckets:
-            a = stacked[:, rows].unflatten(1, (seqs.numel(), count)).flatten(2, 3)  # [Hkv, S_b, count * 3G, K]
+        for rows, seqs, num_seqs, count in buckets:
+            a = stacked[:, rows].unflatten(1, (num_seqs, count)).flatten(2, 3)  # [Hkv, S_b, count * 3G, K]
             out[:, rows] = torch.matmul(a, b_ints[:, seqs]).unflatten(2, (count, -1)).flatten(1, 2)
         return out
 
@@ -142,7 +153,7 @@ def blocked_attention(
         key_pos = torch.arange(j * key_block, (j + 1) * key_block, device=device)
         slots = _slots(tables, key_pos, block_size)  # [S, KB]
         unique_slots, seq_slots = torch.unique(slots, return_inverse=True)  # [U], [S, KB]
-        row_slots = seq_slots[seq_of_row]  # [N, KB]
+        row_slots = seq_slots if is_row_per_seq else seq_slots[seq_of_row]  # [N, KB]
         visible = _visible(key_pos, inputs.positions, sliding_window)  # [N, KB]
         is_seen = torch.zeros(unique_slots.shape, dtype=torch.bool, device=device)
         is_seen[row_slots[visible]] = True
@@ -153,7 +164,7 @@ def blocked_attention(
         v_ints, v_unscale = _per_sequence_slices(values, seq_slots, pv_column_bits)
 
         s = exact.combine_parts(per_sequence_product(q_stacked, k_ints.transpose(-1, -2)), q_unscale, qk_row_bits)
-        s = s.mul_(k_unscale.transpose(-1, -2)[:, seq_of_row]).float()  # [Hkv, N, G, KB]
+        s = s.mul_(per_row(k_unscale.transpose(-1, -2))).float()  # [Hkv, N, G, KB]
         s = torch.where(visible[None, :, None, :], s, float("-inf"))
         m_new = torch.maximum(m, s.amax(-1, keepdim=True))
         # a row that has seen no key yet (sliding window) keeps m = -inf; subtract 0 there, not -inf
@@ -161,7 +172,7 @@ def blocked_attention(
         scaled = exact.exp(torch.cat([m, s], dim=-1) - m_sub)  # [Hkv, N, G, 1 + KB]: alpha, then p
         alpha, p = scaled[..., :1], scaled[..., 1:]
         denom = denom * alpha[..., 0] + exact.row_sum(p).float()
-        p_stacked, p_unscale = exact.split_rows(p * v_unscale.transpose(-1, -2)[:, seq_of_row], pv_row_bits)
+        p_stacked, p_unscale = exact.split_rows(p * per_row(v_unscale.transpose(-1, -2)), pv_row_bits)
         pv = exact.combine_parts(per_sequence_product(p_stacked, v_ints), p_unscale, pv_row_bits).add_(0.0)
         acc = acc * alpha + pv.float()  # pv: [Hkv, N, G, D]
         m = m_new
