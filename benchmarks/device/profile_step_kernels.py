@@ -1,7 +1,11 @@
 """Where a fast step's device time goes, by kernel class, in the mixed phase and in the decode tail of a run.
 
     PYTHONPATH=src python3 benchmarks/device/profile_step_kernels.py --out kernels.json [--model 8b|smollm2]
-        [--max-num-seqs 512] [--max-fast-tokens 2048] [--windows 40:50,700:710]
+        [--max-num-seqs 512] [--max-fast-tokens 2048] [--windows 40:50,700:710] [--admission arrival|budget]
+
+``--admission`` is ``DefaultScheduler(admission=...)``; the K/V store is sized as ``benchmarks/serving.py`` sizes it
+(any ``max_num_seqs`` of the requests at once, capped at 60 % of the free memory), so a run profiles the steps the
+benchmark's run of the same set takes.
 
 The ShareGPT-like offline set (nondet, random weights of the model's shape) runs once to capture every graph
 it needs, then again; in the second run each window of steps (``start:end``, step indices) runs under
@@ -30,6 +34,7 @@ sys.path.insert(0, str(REPO / "src"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from llm42 import DVRGenerator  # noqa: E402
+from llm42.scheduler import DefaultScheduler  # noqa: E402
 from llm42.model.config import llama31_8b_config  # noqa: E402
 from llm42.model.weights import random_weights  # noqa: E402
 from profile_serving import requests, smollm2_shape  # noqa: E402
@@ -60,7 +65,23 @@ def matrix_params(cfg) -> tuple[int, int]:
     return cfg.num_layers * layer, cfg.vocab_size * h
 
 
-def profile_window(gen: DVRGenerator, steps: int, plans: list, cfg) -> dict:
+def record_decode_context(gen: DVRGenerator) -> list[int]:
+    """Each step's decode rows' summed context (prompt + generated tokens: the keys its decode attention reads),
+    appended from now on; wraps whatever ``gen.scheduler.schedule`` is (``record_plans``' instance attribute)."""
+    contexts: list[int] = []
+    schedule = gen.scheduler.schedule
+
+    def recording(state):
+        plan = schedule(state)
+        views = {v.rid: v for v in state.requests}
+        contexts.append(sum(views[r].num_prompt_tokens + views[r].num_generated for r in plan.fast_decode))
+        return plan
+
+    gen.scheduler.schedule = recording
+    return contexts
+
+
+def profile_window(gen: DVRGenerator, steps: int, plans: list, contexts: list, cfg) -> dict:
     from torch.profiler import ProfilerActivity, profile
 
     first = len(plans)
@@ -90,6 +111,11 @@ def profile_window(gen: DVRGenerator, steps: int, plans: list, cfg) -> dict:
     gemm_flops = 2 * (rows_run * layer_params + logits_rows * head_params)
     gemm_ms = by_class.get("gemm", 0.0)
     kernel_ms = sum(by_class.values())
+    # the decode rows' K and V reads: every layer reads K and V of each visible key once (bytes per key: layers x
+    # kv_size x 2 tensors x the element size)
+    decode_keys = sum(contexts[first:first + len(window)])
+    kv_bytes = decode_keys * cfg.num_layers * cfg.kv_size * 2 * torch.bfloat16.itemsize
+    attn_ms = by_class.get("decode_attention", 0.0)
     return {
         "steps": len(window),
         "mean_decode_rows": round(sum(x[0] for x in window) / n, 1),
@@ -99,12 +125,16 @@ def profile_window(gen: DVRGenerator, steps: int, plans: list, cfg) -> dict:
         "kernel_ms_per_step": round(kernel_ms / n, 3),
         "by_class_ms_per_step": {k: round(v / n, 3) for k, v in sorted(by_class.items(), key=lambda kv: -kv[1])},
         "gemm_tflops": round(gemm_flops / (gemm_ms * 1e9), 1) if gemm_ms else None,
+        "mean_decode_context": round(decode_keys / max(1, sum(x[0] for x in window)), 1),
+        "decode_kv_gb_per_step": round(kv_bytes / n / 1e9, 3),
+        "decode_attention_tb_per_s": round(kv_bytes / (attn_ms * 1e9), 2) if attn_ms else None,
         "top_kernels_ms_per_step": dict(sorted(by_name.items(), key=lambda kv: -kv[1][0])[:20]),
     }
 
 
 def run(gen: DVRGenerator, prompts, params, windows, cfg) -> dict:
     plans = record_plans(gen)
+    contexts = record_decode_context(gen)
     for p, s in zip(prompts, params):
         gen.submit(p, s)
     out = {}
@@ -113,7 +143,7 @@ def run(gen: DVRGenerator, prompts, params, windows, cfg) -> dict:
             gen.step()
         if not gen.has_unfinished():
             break
-        out[f"{start}:{end}"] = profile_window(gen, end - start, plans, cfg)
+        out[f"{start}:{end}"] = profile_window(gen, end - start, plans, contexts, cfg)
         print(json.dumps({f"{start}:{end}": {k: v for k, v in out[f"{start}:{end}"].items()
                                              if k != "top_kernels_ms_per_step"}}), flush=True)
     while gen.has_unfinished():
@@ -130,15 +160,21 @@ def main() -> None:
     ap.add_argument("--max-num-seqs", type=int, default=512)
     ap.add_argument("--max-fast-tokens", type=int, default=2048)
     ap.add_argument("--windows", default="40:50,700:710")
+    ap.add_argument("--admission", choices=("arrival", "budget"), default="arrival")
     args = ap.parse_args()
     cfg = smollm2_shape() if args.model == "smollm2" else llama31_8b_config(max_position_embeddings=4096)
     weights = random_weights(cfg, seed=0, dtype=torch.bfloat16, device="cuda")
     prompts, params = requests(args.num_requests, cfg.vocab_size)
     windows = [tuple(int(x) for x in w.split(":")) for w in args.windows.split(",")]
+    totals = sorted((len(p) + s.max_new_tokens for p, s in zip(prompts, params)), reverse=True)
+    free, _ = torch.cuda.mem_get_info()
+    per_token = 2 * cfg.num_layers * cfg.kv_size * weights.dtype.itemsize
+    kv_tokens = min(sum(totals[:args.max_num_seqs]) + 4096, int(0.6 * free) // per_token)
     result: dict = {"args": vars(args), "device": torch.cuda.get_device_name(), "torch": torch.__version__}
     for use_graphs in (True, False):
         gen = DVRGenerator(weights, cfg, max_num_seqs=args.max_num_seqs, max_fast_tokens=args.max_fast_tokens,
-                           use_cuda_graphs=use_graphs)
+                           use_cuda_graphs=use_graphs, kv_cache_tokens=kv_tokens,
+                           scheduler=DefaultScheduler(admission=args.admission))
         if use_graphs:  # captures every graph the set needs, outside the profiled run
             for p, s in zip(prompts, params):
                 gen.submit(p, s)
