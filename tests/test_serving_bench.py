@@ -73,6 +73,7 @@ def test_serving_runs_every_phase_and_writes_clean_json(serving):
         assert summary["is_complete"] and summary["num_finished"] == offline["workload"]["num_requests"], name
         assert summary["engine"]["steps"] > 0 and summary["engine"]["ms_per_step"] > 0
         assert 0 < summary["fraction_of_roofline"] < 1, name  # nothing beats the roofline bound
+        assert summary["fraction_of_roofline"] <= summary["fraction_of_serial_bound"], name  # a time bound >= it
         lat = summary["latency_nondeterministic"]
         assert 0 <= lat["itl_s"]["p50"] <= lat["itl_s"]["p99"]
     det = offline["modes"]["dvr@50"]
@@ -265,6 +266,18 @@ def test_roofline_counts_prefill_flops_and_decode_bytes_by_hand():
         sizes["kv_bytes_per_token"]
     assert got["bound_s"] == pytest.approx(got["prefill_s"] + got["decode_s"])
     assert got["output_tokens_per_s"] == pytest.approx(10 / got["bound_s"])
+    # a step's GEMMs, then its K/V reads: tiny batches are weight-bound, so the weights' reads plus the K/V's
+    kv_s = 2 * (11 + 12 + 13 + 14) * sizes["kv_bytes_per_token"] / 1e9
+    assert got["decode_kv_s"] == pytest.approx(kv_s)
+    weights_s = 4 * sizes["weight_bytes_per_step"] / 1e9
+    assert got["serial_bound_s"] == pytest.approx(got["prefill_s"] + max(got["decode_compute_s"], weights_s) + kv_s)
+    # equal here: these decode steps are weight-bound, so both bounds read weights then K/V; where the GEMMs are
+    # longer than the weight reads, the serial bound adds the K/V reads to them
+    assert got["serial_bound_s"] == pytest.approx(got["bound_s"])
+    slow_gemm = roofline(workload, model.weights, cfg, copy_GBps=1.0, matmul_TFLOPs=1e-6, max_num_seqs=256)
+    assert slow_gemm["decode_bound_by"] == "compute"  # GEMMs longer than every read: the K/V reads come on top
+    assert slow_gemm["serial_bound_s"] == pytest.approx(slow_gemm["bound_s"] + kv_s)
+    assert got["serial_output_tokens_per_s"] == pytest.approx(10 / got["serial_bound_s"])
 
 
 def test_flip_rate_counts_compared_rows_and_sees_a_noisy_fast_path():

@@ -14,6 +14,12 @@ Two terms, each at a ceiling measured in the same run (``devicetime.measure_ceil
 
 ``bound_s`` is their sum (prefill and decode each at its own ceiling, not
 overlapped), ``output_tokens_per_s`` the request set's output tokens over it.
+
+``serial_bound_s`` is the least time for an engine whose step runs its GEMMs and then its attention, one
+after the other, as llm42's does (and most engines'): the decode term becomes the GEMMs' time (their FLOPs at
+the GEMM rate, or the weights read once a step at the bandwidth, whichever is longer) plus the K/V reads at
+the bandwidth, where ``bound_s`` takes the larger of the two as if they overlapped
+(``serial_output_tokens_per_s``).
 """
 
 from __future__ import annotations
@@ -65,6 +71,9 @@ def roofline(workload: Workload, weights: Weights, cfg: ModelConfig, *, copy_GBp
     decode_memory_s, decode_compute_s = decode_bytes / bandwidth, decode_flops / gemm
     decode_s = max(decode_memory_s, decode_compute_s)
     bound_s = prefill_s + decode_s
+    weights_s = num_steps * sizes["weight_bytes_per_step"] / bandwidth
+    kv_s = kv_positions * sizes["kv_bytes_per_token"] / bandwidth
+    serial_bound_s = prefill_s + max(decode_compute_s, weights_s) + kv_s
     return {
         **sizes,
         "num_requests": workload.num_requests,
@@ -82,5 +91,8 @@ def roofline(workload: Workload, weights: Weights, cfg: ModelConfig, *, copy_GBp
         "decode_s": decode_s,
         "bound_s": bound_s,
         "output_tokens_per_s": sum(outputs) / bound_s if bound_s > 0 else None,
+        "decode_kv_s": kv_s,
+        "serial_bound_s": serial_bound_s,
+        "serial_output_tokens_per_s": sum(outputs) / serial_bound_s if serial_bound_s > 0 else None,
         "ceilings": {"copy_GBps": copy_GBps, "matmul_TFLOPs": matmul_TFLOPs},
     }
