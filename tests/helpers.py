@@ -206,6 +206,24 @@ def prompts_to_draft_without_rule(pool, max_rows: int, max_chunks: int) -> list:
     return out
 
 
+def load_device_script(name: str):
+    """``benchmarks/device/<name>.py`` as a module, loaded with its folder on ``sys.path`` (for its sibling
+    imports) and taken off again."""
+    import importlib.util
+    import sys
+    from pathlib import Path
+
+    folder = Path(__file__).resolve().parents[1] / "benchmarks" / "device"
+    sys.path.insert(0, str(folder))
+    try:
+        spec = importlib.util.spec_from_file_location(f"{name}_script", folder / f"{name}.py")
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        return module
+    finally:
+        sys.path.remove(str(folder))
+
+
 def run_dvr_ab(out, monkeypatch, variants: str, *args: str) -> dict:
     """``benchmarks/device/dvr_ab.py`` end to end on the CPU (the tiny model, 8 requests, nondet and dvr@50, no
     warm-up) with ``variants`` and more command-line ``args``; its JSON (written to ``out``)."""

@@ -7,26 +7,16 @@ inside the run, passes only where requests are deterministic, and the hooks gone
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
-from pathlib import Path
 
 import pytest
 
-DEVICE_DIR = Path(__file__).resolve().parents[1] / "benchmarks" / "device"
+from tests.helpers import load_device_script
 
 
 @pytest.fixture(scope="module")
 def timeline_module():
-    sys.path.insert(0, str(DEVICE_DIR))
-    try:
-        spec = importlib.util.spec_from_file_location("dvr_timeline_script", DEVICE_DIR / "dvr_timeline.py")
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-        yield module
-    finally:
-        sys.path.remove(str(DEVICE_DIR))
+    return load_device_script("dvr_timeline")
 
 
 def test_covered_time_counts_overlapping_spans_once(timeline_module):

@@ -5,31 +5,14 @@ attention's K/V bytes and achieved bandwidth in the profile follow from it."""
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-
 import torch
 
 from llm42 import DVRGenerator, SamplingParams
 from llm42.bench.models import build_model
-
-DEVICE_DIR = Path(__file__).resolve().parents[1] / "benchmarks" / "device"
-
-
-def _script():
-    sys.path.insert(0, str(DEVICE_DIR))
-    try:
-        spec = importlib.util.spec_from_file_location("profile_step_kernels", DEVICE_DIR / "profile_step_kernels.py")
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-        return module
-    finally:
-        sys.path.remove(str(DEVICE_DIR))
-
+from tests.helpers import load_device_script
 
 def test_decode_context_is_each_decoded_requests_prompt_plus_generated_tokens():
-    script = _script()
+    script = load_device_script("profile_step_kernels")
     model = build_model("tiny", device="cpu", dtype=torch.float32, max_positions=64)
     gen = DVRGenerator(model.weights, model.cfg, kv_cache_tokens=512)
     read = []  # the keys each decode forward's attention reads, as the engine stages them
