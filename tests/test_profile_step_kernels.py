@@ -11,6 +11,7 @@ from llm42 import DVRGenerator, SamplingParams
 from llm42.bench.models import build_model
 from tests.helpers import load_device_script
 
+
 def test_decode_context_is_each_decoded_requests_prompt_plus_generated_tokens():
     script = load_device_script("profile_step_kernels")
     model = build_model("tiny", device="cpu", dtype=torch.float32, max_positions=64)
