@@ -18,8 +18,8 @@ overlapped), ``output_tokens_per_s`` the request set's output tokens over it.
 ``serial_bound_s`` is the least time for an engine whose step runs its GEMMs and then its attention, one
 after the other, as llm42's does (and most engines'): the decode term becomes the GEMMs' time (their FLOPs at
 the GEMM rate, or the weights read once a step at the bandwidth, whichever is longer) plus the K/V reads at
-the bandwidth, where ``bound_s`` takes the larger of the two as if they overlapped
-(``serial_output_tokens_per_s``).
+the bandwidth, where ``bound_s`` takes the larger of all the reads and the GEMMs, as if they overlapped
+(``serial_output_tokens_per_s``: output tokens over it).
 """
 
 from __future__ import annotations
