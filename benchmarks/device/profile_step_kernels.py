@@ -34,6 +34,9 @@ sys.path.insert(0, str(REPO / "src"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from llm42 import DVRGenerator  # noqa: E402
+from llm42.bench.models import BenchModel  # noqa: E402
+from llm42.bench.serving import kv_tokens_for  # noqa: E402
+from llm42.bench.workloads import sharegpt_like  # noqa: E402
 from llm42.scheduler import DefaultScheduler  # noqa: E402
 from llm42.model.config import llama31_8b_config  # noqa: E402
 from llm42.model.weights import random_weights  # noqa: E402
@@ -166,10 +169,9 @@ def main() -> None:
     weights = random_weights(cfg, seed=0, dtype=torch.bfloat16, device="cuda")
     prompts, params = requests(args.num_requests, cfg.vocab_size)
     windows = [tuple(int(x) for x in w.split(":")) for w in args.windows.split(",")]
-    totals = sorted((len(p) + s.max_new_tokens for p, s in zip(prompts, params)), reverse=True)
-    free, _ = torch.cuda.mem_get_info()
-    per_token = 2 * cfg.num_layers * cfg.kv_size * weights.dtype.itemsize
-    kv_tokens = min(sum(totals[:args.max_num_seqs]) + 4096, int(0.6 * free) // per_token)
+    # the requests' workload (the one requests() turns into prompts), for the benchmark's K/V sizing
+    workload = sharegpt_like(args.num_requests, vocab_size=cfg.vocab_size, seed=0, length_scale=1.0)
+    kv_tokens = kv_tokens_for(BenchModel(args.model, cfg, weights, description=""), workload, args.max_num_seqs)
     result: dict = {"args": vars(args), "device": torch.cuda.get_device_name(), "torch": torch.__version__}
     for use_graphs in (True, False):
         gen = DVRGenerator(weights, cfg, max_num_seqs=args.max_num_seqs, max_fast_tokens=args.max_fast_tokens,
