@@ -29,7 +29,8 @@ from llm42.kernels import (  # noqa: E402
 from llm42.kernels.tiled_attention import PREFILL_LARGE, PREFILL_SMALL, kv_tma_fits, prefill_config  # noqa: E402
 from tests.tiled_attention_checks import (  # noqa: E402
     Cache, _bits, check_canonical_rows_are_their_own, check_decode_launch_has_canonical_bits,
-    check_chunked_decode_has_canonical_bits, check_deterministic_rows_take_canonical_bits,
+    check_chunked_decode_has_canonical_bits, check_decode_order_keeps_the_bits,
+    check_deterministic_rows_take_canonical_bits,
     check_kv_independent_of_chunking, check_kv_tma_keeps_the_bits, check_launch_keeps_the_bits,
     check_matches_float64,
     check_tile_table_keeps_the_bits, check_unmasked_full_blocks_keep_the_bits, mixed_rows, prefill_kernel,
@@ -127,6 +128,15 @@ def test_deterministic_rows_take_the_canonical_bits(shape, num_splits):
                                                              num_splits=num_splits, sliding_window=shape[4]) < 6
 
 
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(str(v) for v in s))
+@pytest.mark.parametrize("num_splits", [1, 3])
+def test_decode_program_order_keeps_the_bits(shape, num_splits):
+    """The split decode kernel's grid order and dispatch order (longest context first) are scheduling only."""
+    cache = small_cache(shape, torch.bfloat16, seed=17, num_seqs=5)
+    check_decode_order_keeps_the_bits(cache, random.Random(num_splits), num_splits=num_splits,
+                                      sliding_window=shape[4])
+
+
 def test_row_selection_is_checked():
     from llm42.kernels import paged_decode_attention
 
@@ -139,6 +149,9 @@ def test_row_selection_is_checked():
     with pytest.raises(ValueError, match="out must be"):
         paged_decode_attention(q, cache.k, cache.v, cache.tables, lens, block_size=cache.block_size,
                                scale=cache.scale, num_splits=1, out=torch.empty(3, 1))
+    with pytest.raises(ValueError, match="order must be"):
+        paged_decode_attention(q, cache.k, cache.v, cache.tables, lens, block_size=cache.block_size,
+                               scale=cache.scale, num_splits=1, order=torch.zeros(2, dtype=torch.int64))
 
 
 def test_decode_launch_check_can_fail():

@@ -439,3 +439,44 @@ def check_launch_keeps_the_bits(cache: Cache, rng: random.Random, *, num_launche
             differ += _bits(fast[i]) != _bits(launch[i])
         compared += len(rows)
     return compared, differ
+
+
+def check_decode_order_keeps_the_bits(cache: Cache, rng: random.Random, *, num_splits: int,
+                                      sliding_window: int | None) -> None:
+    """The split decode kernel's program order (head-major or sequence-major grid, any dispatch order of the
+    sequences, ``StepInputs.decode_order``'s longest-first among them) changes no bit of any row; and the order
+    is read: an order that names one sequence twice leaves the one it omits as it was (a sentinel survives)."""
+    from llm42.inputs import StepInputs
+    from llm42.kernels import attention, paged_decode_attention
+
+    seqs = list(range(cache.num_seqs))
+    positions = [rng.randrange(cache.max_context) for _ in seqs]
+    q, _, _, _ = cache.layout(list(zip(seqs, positions)), static=False)
+    lens = torch.tensor([p + 1 for p in positions], dtype=torch.int64, device=cache.device)
+    tables = cache.tables[torch.tensor(seqs).to(cache.tables.device)]
+    common = dict(block_size=cache.block_size, scale=cache.scale, sliding_window=sliding_window,
+                  num_splits=num_splits)
+    longest_first = StepInputs(token_ids=lens, positions=lens - 1, slot_mapping=lens, row_seq=lens,
+                               block_tables=tables, context_lens=lens, seq_starts=tuple(range(len(seqs) + 1)),
+                               max_context_len=int(lens.max())).decode_order
+    assert longest_first.tolist() == sorted(seqs, key=lambda s: (-positions[s], s))
+    shuffled = seqs[:]
+    rng.shuffle(shuffled)
+    saved = attention.DECODE_HEAD_MAJOR
+    try:
+        attention.DECODE_HEAD_MAJOR = False
+        reference = _bits(paged_decode_attention(q, cache.k, cache.v, tables, lens, **common))
+        for head_major in (False, True):
+            attention.DECODE_HEAD_MAJOR = head_major
+            for order in (None, longest_first, torch.tensor(shuffled, device=cache.device)):
+                out = paged_decode_attention(q, cache.k, cache.v, tables, lens, order=order, **common)
+                assert _bits(out) == reference, f"head_major={head_major}, order={order}"
+        # one split, which writes the output itself (with more, the combine kernel reads every row's partials)
+        one = dict(common, num_splits=1)
+        sentinel = torch.full_like(q, 7.0)
+        twice = torch.tensor([0] + seqs[:-1], device=cache.device)  # the last sequence never dispatched
+        out = paged_decode_attention(q, cache.k, cache.v, tables, lens, order=twice, out=sentinel.clone(), **one)
+        assert _bits(out[-1:]) == _bits(sentinel[-1:]), "the kernel did not read the order"
+        assert _bits(out[:-1]) == _bits(paged_decode_attention(q, cache.k, cache.v, tables, lens, **one)[:-1])
+    finally:
+        attention.DECODE_HEAD_MAJOR = saved

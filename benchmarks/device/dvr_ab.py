@@ -284,7 +284,15 @@ VARIANTS = {
     # (32 x 8, CUDA's default canonical config), no wide ones (the same committed bits: a wide pass's rows get an
     # R-row pass's)
     "narrow_passes": {"max_canonical_tokens": 256},
+    # round 48: the fast decode attention's program order (the same bits in any order; DecodeOrder): the grid as
+    # before round 48 (sequence-major, no order) against the default (a sequence's kv heads adjacent, the longest
+    # contexts first)
+    "order_seq": {"decode_order": "seq"},
+    "admit_budget_order_seq": {"scheduler_admission": "budget", "decode_order": "seq"},
 }
+
+# DecodeOrder's names: (kernels.attention.DECODE_HEAD_MAJOR, DECODE_LONGEST_FIRST)
+DECODE_ORDERS = {"seq": (False, False), "head": (True, False), "head_longest": (True, True)}
 
 
 # a run's share of the budget starts at its first request: building its generator (every graph captured) is not
@@ -317,6 +325,26 @@ SMALL_TILES = dict(BLOCK_M=64, BLOCK_N=64, BLOCK_K=64, GROUP_M=8, num_stages=3, 
                    TMA=True)
 
 
+class DecodeOrder:
+    """An Engine whose generators' fast decode attention dispatches its programs in ``order`` (``DECODE_ORDERS``),
+    set when a generator is built and kept until the next build sets its own (every variant is wrapped: a run
+    builds its generator, captures its graphs, then serves with it)."""
+
+    def __init__(self, engine, order: str):
+        if order not in DECODE_ORDERS:
+            raise ValueError(f"decode_order must be one of {list(DECODE_ORDERS)}, got {order!r}")
+        self._engine, self._order = engine, order
+
+    def __getattr__(self, name: str):
+        return getattr(self._engine, name)
+
+    def generator(self, *args, **kwargs):
+        from llm42.kernels import attention
+
+        attention.DECODE_HEAD_MAJOR, attention.DECODE_LONGEST_FIRST = DECODE_ORDERS[self._order]
+        return self._engine.generator(*args, **kwargs)
+
+
 class PinnedTiles:
     """An Engine whose generators run the Triton canonical GEMM with the tree's pins (``_SHAPE_CONFIGS``) plus a
     variant's (``gemm_pins``: "N,K" -> "small" for ``SMALL_TILES`` or a config), set when a generator is built and
@@ -345,12 +373,14 @@ class PinnedTiles:
 
 def engine_variant(base, knobs: dict):
     """``base`` (the benchmarks' Engine) with a variant's knobs; ``fast_decode_kernel`` names the fast path's
-    ``FastPolicy(decode_kernel=...)``, ``segment_tiles`` the canonical pass's tile tables (``SegmentTiles``)."""
+    ``FastPolicy(decode_kernel=...)``, ``segment_tiles`` the canonical pass's tile tables (``SegmentTiles``),
+    ``decode_order`` the fast decode attention's program order (``DecodeOrder``; default the tree's)."""
     knobs = dict(knobs)
     kernel = knobs.pop("fast_decode_kernel", None)
     tile_m = knobs.get("canonical_tile_m", base.canonical_tile_m)
     chunk = knobs.pop("canonical_key_chunk", None)
     tiles = knobs.pop("segment_tiles", None)
+    order = knobs.pop("decode_order", "head_longest")
     if kernel is not None:
         from llm42.policies import FastPolicy
 
@@ -365,7 +395,7 @@ def engine_variant(base, knobs: dict):
     engine = dataclasses.replace(base, **knobs)
     if engine.canonical_gemm == "triton":  # every Triton variant sets its pins (the tree's, or the tree's + its own)
         engine = PinnedTiles(engine, pins or {})
-    return engine if tiles is None else SegmentTiles(engine, tiles)
+    return DecodeOrder(engine if tiles is None else SegmentTiles(engine, tiles), order)
 
 
 def token_digest(token_ids) -> str:

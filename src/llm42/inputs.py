@@ -8,6 +8,7 @@ each with its own block table into the paged K/V store.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 import torch
 
@@ -76,6 +77,13 @@ class StepInputs:
     def shared_table_rows(self) -> torch.Tensor:
         """Each row's block-table row, equal for the rows of one sequence (``table_rows``, else ``row_seq``)."""
         return self.row_seq if self.table_rows is None else self.table_rows
+
+    @cached_property
+    def decode_order(self) -> torch.Tensor:
+        """The sequences by context length, longest first ([S] int64 on the inputs' device; ties in sequence
+        order): the order in which the fast decode attention dispatches them. Computed on first use, once per
+        step (inside a captured decode graph, once per replay)."""
+        return torch.sort(self.context_lens, descending=True, stable=True).indices
 
     @property
     def num_rows(self) -> int:

@@ -23,7 +23,8 @@ from llm42.policies import FastPolicy, FixedShapePolicy  # noqa: E402
 from llm42.runner import ModelRunner, Segment  # noqa: E402
 from tests.tiled_attention_checks import (  # noqa: E402
     Cache, check_canonical_rows_are_their_own, check_decode_launch_has_canonical_bits,
-    check_chunked_decode_has_canonical_bits, check_deterministic_rows_take_canonical_bits,
+    check_chunked_decode_has_canonical_bits, check_decode_order_keeps_the_bits,
+    check_deterministic_rows_take_canonical_bits,
     check_kv_independent_of_chunking, check_kv_tma_keeps_the_bits, check_launch_keeps_the_bits,
     check_matches_float64,
     check_tile_table_keeps_the_bits, check_unmasked_full_blocks_keep_the_bits, mixed_rows, prefill_kernel,
@@ -227,6 +228,17 @@ def test_deterministic_rows_take_the_canonical_bits(shape, num_splits):
     cache = cache_for(shape, torch.bfloat16, seed=22, num_seqs=48)
     assert check_deterministic_rows_take_canonical_bits(cache, random.Random(num_splits), key_block=64,
                                                         num_splits=num_splits, sliding_window=shape[5]) >= 1
+
+
+@pytest.mark.parametrize("shape", [SHAPES[0], SHAPES[1], (9, 3, 64, 16, 1200, None)],
+                         ids=lambda s: "x".join(str(v) for v in s))
+@pytest.mark.parametrize("num_splits", [1, 4])
+def test_decode_program_order_keeps_the_bits(shape, num_splits):
+    """The split decode kernel's grid and dispatch order (longest context first) on the GPU, at model shapes
+    (the first the 8B's heads): the same bits in every order, the order read."""
+    cache = cache_for(shape, torch.bfloat16, seed=23, num_seqs=64)
+    check_decode_order_keeps_the_bits(cache, random.Random(num_splits), num_splits=num_splits,
+                                      sliding_window=shape[5])
 
 
 @pytest.mark.parametrize("shape", [SHAPES[0], SHAPES[1], (9, 3, 64, 16, 1200, None)],

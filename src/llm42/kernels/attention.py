@@ -39,6 +39,10 @@ DECODE_STAGES = 3
 # 6 waves came within 1.036x of each shape's best split count on average (worst 1.20x), 2 waves within
 # 1.098x (worst 1.47x: SmolLM2 at batch 96, one split where 3-4 halve the time).
 DECODE_SPLIT_WAVES = 6
+# The decode launch's program order (the bits do not depend on it): a sequence's (kv head, split) programs next to
+# each other, and, where the caller passes an order (``StepInputs.decode_order``), the longest contexts first.
+DECODE_HEAD_MAJOR = True
+DECODE_LONGEST_FIRST = True
 # ... except that a batch whose (sequence, kv head) programs alone fill this many waves keeps one split, as
 # under the old target (the same bits in large decode batches, the ones whose agreement with the canonical
 # pass round 4 measured; the sweep: one split there is within 1.03x of the best, this rule 1.040x on average)
@@ -116,18 +120,31 @@ def _canonical_attention_kernel(
 
 @triton.jit
 def _decode_partial_kernel(
-    q_ptr, k_ptr, v_ptr, out_ptr, part_ptr, lse_ptr, tables_ptr, ctx_ptr, select_ptr,
+    q_ptr, k_ptr, v_ptr, out_ptr, part_ptr, lse_ptr, tables_ptr, ctx_ptr, select_ptr, order_ptr,
     stride_q_row, stride_q_head, stride_o_row, stride_o_head,
     stride_k_slot, stride_k_head, stride_v_slot, stride_v_head, stride_table,
     stride_p_row, stride_p_head, stride_p_split, stride_l_row, stride_l_head,
     qk_scale, window, num_splits,
     GROUPS: tl.constexpr, BLOCK_G: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr,
     BLOCK_N: tl.constexpr, PAGE: tl.constexpr, HAS_WINDOW: tl.constexpr, IS_DIRECT: tl.constexpr,
-    DOT_PRECISION: tl.constexpr, SELECT: tl.constexpr,
+    DOT_PRECISION: tl.constexpr, SELECT: tl.constexpr, HEAD_MAJOR: tl.constexpr, ORDERED: tl.constexpr,
 ):
-    seq = tl.program_id(0)
-    kv_head = tl.program_id(1)
-    split = tl.program_id(2)
+    # Where a program sits in the grid only decides when it runs, never what it computes: HEAD_MAJOR puts a
+    # sequence's kv heads and splits side by side in the launch order (they read neighbouring bytes of the same
+    # slots), ORDERED dispatches the sequences in order_ptr's order (longest context first: no long program
+    # left running alone at the end of the launch)
+    if HEAD_MAJOR:
+        kv_head = tl.program_id(0)
+        split = tl.program_id(1)
+        rank = tl.program_id(2)
+    else:
+        rank = tl.program_id(0)
+        kv_head = tl.program_id(1)
+        split = tl.program_id(2)
+    if ORDERED:
+        seq = tl.load(order_ptr + rank)
+    else:
+        seq = rank
     ctx = tl.load(ctx_ptr + seq)
     offs_g = tl.arange(0, BLOCK_G)
     offs_d = tl.arange(0, BLOCK_D)
@@ -321,6 +338,7 @@ def paged_decode_attention(
     max_context_len: int | None = None,
     skip_rows: torch.Tensor | None = None,
     out: torch.Tensor | None = None,
+    order: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Fast split-KV decode attention; returns [B, Hq, D].
 
@@ -330,6 +348,8 @@ def paged_decode_attention(
     ``skip_rows`` ([B], nonzero = skip): those rows read no key and their rows of the output are
     left as they were (``out``, when given, is written in place: another kernel fills the skipped
     rows); the other rows get the bits they get without it.
+    ``order`` ([B] integers, a permutation of the sequences, e.g. ``StepInputs.decode_order``): the order in
+    which the sequences' programs are dispatched; every row gets the bits it gets without it.
     """
     num_seqs = q.shape[0]
     num_heads, num_kv_heads, head_dim = _check_shapes(q, k_cache, v_cache)
@@ -347,6 +367,11 @@ def paged_decode_attention(
     if num_seqs == 0:
         return out
     select, select_ptr = _selection(skip_rows, num_seqs, keep_flagged=False, like=context_lens)
+    if order is not None:
+        if order.shape != (num_seqs,) or order.device != q.device or order.dtype.is_floating_point:
+            raise ValueError(f"order must be a [{num_seqs}] integer tensor on {q.device}, "
+                             f"got {order.dtype} {tuple(order.shape)} on {order.device}")
+        order = order.contiguous()
     block_d = max(16, triton.next_power_of_2(head_dim))
     is_direct = num_splits == 1
     if is_direct:
@@ -355,16 +380,18 @@ def paged_decode_attention(
     else:
         part = torch.empty((num_seqs, num_heads, num_splits, head_dim), device=q.device, dtype=torch.float32)
         lse = torch.empty((num_seqs, num_heads, num_splits), device=q.device, dtype=torch.float32)
-    _decode_partial_kernel[(num_seqs, num_kv_heads, num_splits)](
+    grid = (num_kv_heads, num_splits, num_seqs) if DECODE_HEAD_MAJOR else (num_seqs, num_kv_heads, num_splits)
+    _decode_partial_kernel[grid](
         q, k_cache, v_cache, out, part, lse, block_tables, context_lens, select_ptr,
+        context_lens if order is None else order,
         q.stride(0), q.stride(1), out.stride(0), out.stride(1),
         k_cache.stride(0), k_cache.stride(1), v_cache.stride(0), v_cache.stride(1), block_tables.stride(0),
         part.stride(0), part.stride(1), part.stride(2), lse.stride(0), lse.stride(1),
         scale * _LOG2E, window, num_splits,
         GROUPS=groups, BLOCK_G=max(16, triton.next_power_of_2(groups)), HEAD_DIM=head_dim, BLOCK_D=block_d,
         BLOCK_N=DECODE_BLOCK_N, PAGE=block_size, HAS_WINDOW=has_window, IS_DIRECT=is_direct,
-        DOT_PRECISION=_dot_precision(k_cache.dtype), SELECT=select,
-        num_warps=DECODE_WARPS, num_stages=DECODE_STAGES,
+        DOT_PRECISION=_dot_precision(k_cache.dtype), SELECT=select, HEAD_MAJOR=DECODE_HEAD_MAJOR,
+        ORDERED=order is not None, num_warps=DECODE_WARPS, num_stages=DECODE_STAGES,
     )
     if not is_direct:
         _decode_combine_kernel[(num_seqs, num_heads)](

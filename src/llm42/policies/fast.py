@@ -128,7 +128,7 @@ class FastPolicy(FusedRowOps):
                 kernels.paged_decode_attention(
                     q, k_cache, v_cache, inputs.block_tables, inputs.context_lens, block_size=block_size,
                     scale=scale, sliding_window=sliding_window, max_context_len=inputs.max_context_len,
-                    skip_rows=flags, out=out,
+                    skip_rows=flags, out=out, order=_decode_order(inputs),
                 )
                 main.wait_stream(side)
                 return out
@@ -141,6 +141,7 @@ class FastPolicy(FusedRowOps):
                 return kernels.paged_decode_attention(
                     q, k_cache, v_cache, inputs.block_tables, inputs.context_lens, block_size=block_size,
                     scale=scale, sliding_window=sliding_window, max_context_len=inputs.max_context_len,
+                    order=_decode_order(inputs),
                 )
             # prompt chunks (and mixed steps): query tiles of one sequence share each key block's loads
             return kernels.tiled_prefill_attention(
@@ -193,6 +194,14 @@ class FastPolicy(FusedRowOps):
             if self.canonical_tile_m != 64:
                 args.append(f"canonical_tile_m={self.canonical_tile_m}")
         return f"{type(self).__name__}({', '.join(args)})"
+
+
+def _decode_order(inputs: StepInputs) -> torch.Tensor | None:
+    """The order the split decode kernel dispatches the step's sequences in (longest context first; the bits do
+    not depend on it), or None where ``kernels.attention.DECODE_LONGEST_FIRST`` is off."""
+    from llm42.kernels import attention
+
+    return inputs.decode_order if attention.DECODE_LONGEST_FIRST else None
 
 
 def canonical_decode_mismatches(fast: object, canonical: object) -> list[str]:
