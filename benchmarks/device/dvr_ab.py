@@ -326,13 +326,20 @@ SMALL_TILES = dict(BLOCK_M=64, BLOCK_N=64, BLOCK_K=64, GROUP_M=8, num_stages=3, 
 
 
 class DecodeOrder:
-    """An Engine whose generators' fast decode attention dispatches its programs in ``order`` (``DECODE_ORDERS``),
-    set when a generator is built and kept until the next build sets its own (every variant is wrapped: a run
-    builds its generator, captures its graphs, then serves with it)."""
+    """An Engine whose generators' fast decode attention dispatches its programs in ``order`` (``DECODE_ORDERS``;
+    None: the tree's, as it was when the first variant was wrapped), set when a generator is built and kept until
+    the next build sets its own (every variant is wrapped: a run builds its generator, captures its graphs, then
+    serves with it)."""
 
-    def __init__(self, engine, order: str):
-        if order not in DECODE_ORDERS:
+    _tree = None
+
+    def __init__(self, engine, order: str | None):
+        from llm42.kernels import attention
+
+        if order is not None and order not in DECODE_ORDERS:
             raise ValueError(f"decode_order must be one of {list(DECODE_ORDERS)}, got {order!r}")
+        if DecodeOrder._tree is None:
+            DecodeOrder._tree = (attention.DECODE_HEAD_MAJOR, attention.DECODE_LONGEST_FIRST)
         self._engine, self._order = engine, order
 
     def __getattr__(self, name: str):
@@ -341,7 +348,8 @@ class DecodeOrder:
     def generator(self, *args, **kwargs):
         from llm42.kernels import attention
 
-        attention.DECODE_HEAD_MAJOR, attention.DECODE_LONGEST_FIRST = DECODE_ORDERS[self._order]
+        attention.DECODE_HEAD_MAJOR, attention.DECODE_LONGEST_FIRST = (
+            DecodeOrder._tree if self._order is None else DECODE_ORDERS[self._order])
         return self._engine.generator(*args, **kwargs)
 
 
@@ -380,7 +388,7 @@ def engine_variant(base, knobs: dict):
     tile_m = knobs.get("canonical_tile_m", base.canonical_tile_m)
     chunk = knobs.pop("canonical_key_chunk", None)
     tiles = knobs.pop("segment_tiles", None)
-    order = knobs.pop("decode_order", "head_longest")
+    order = knobs.pop("decode_order", None)
     if kernel is not None:
         from llm42.policies import FastPolicy
 
