@@ -288,7 +288,10 @@ VARIANTS = {
     # before round 48 (sequence-major, no order) against the default (a sequence's kv heads adjacent, the longest
     # contexts first)
     "order_seq": {"decode_order": "seq"},
+    "order_head": {"decode_order": "head"},
+    "order_head_longest": {"decode_order": "head_longest"},
     "admit_budget_order_seq": {"scheduler_admission": "budget", "decode_order": "seq"},
+    "admit_budget_order_head_longest": {"scheduler_admission": "budget", "decode_order": "head_longest"},
 }
 
 # DecodeOrder's names: (kernels.attention.DECODE_HEAD_MAJOR, DECODE_LONGEST_FIRST)
