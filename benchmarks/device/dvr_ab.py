@@ -284,9 +284,9 @@ VARIANTS = {
     # (32 x 8, CUDA's default canonical config), no wide ones (the same committed bits: a wide pass's rows get an
     # R-row pass's)
     "narrow_passes": {"max_canonical_tokens": 256},
-    # round 48: the fast decode attention's program order (the same bits in any order; DecodeOrder): the grid as
-    # before round 48 (sequence-major, no order) against the default (a sequence's kv heads adjacent, the longest
-    # contexts first)
+    # round 48: the fast decode attention's program order (the same bits in any order; DecodeOrder): the grid
+    # sequence-major with no order (the tree's default), a sequence's kv heads adjacent, and also the longest
+    # contexts first (StepInputs.decode_order)
     "order_seq": {"decode_order": "seq"},
     "order_head": {"decode_order": "head"},
     "order_head_longest": {"decode_order": "head_longest"},

@@ -40,9 +40,12 @@ DECODE_STAGES = 3
 # 1.098x (worst 1.47x: SmolLM2 at batch 96, one split where 3-4 halve the time).
 DECODE_SPLIT_WAVES = 6
 # The decode launch's program order (the bits do not depend on it): a sequence's (kv head, split) programs next to
-# each other, and, where the caller passes an order (``StepInputs.decode_order``), the longest contexts first.
-DECODE_HEAD_MAJOR = True
-DECODE_LONGEST_FIRST = True
+# each other (DECODE_HEAD_MAJOR), and the fast path passing ``StepInputs.decode_order``, the longest contexts first
+# (DECODE_LONGEST_FIRST). Both off, the launch as before round 48, until a GPU measures them (round 48 got no device
+# time: benchmarks/device/r48_call_a.sh and r48_call_b.sh measure them against the old grid, dvr_ab.py's order_*
+# variants set them per run).
+DECODE_HEAD_MAJOR = False
+DECODE_LONGEST_FIRST = False
 # ... except that a batch whose (sequence, kv head) programs alone fill this many waves keeps one split, as
 # under the old target (the same bits in large decode batches, the ones whose agreement with the canonical
 # pass round 4 measured; the sweep: one split there is within 1.03x of the best, this rule 1.040x on average)
