@@ -444,9 +444,9 @@ def check_launch_keeps_the_bits(cache: Cache, rng: random.Random, *, num_launche
 def check_decode_order_keeps_the_bits(cache: Cache, rng: random.Random, *, num_splits: int,
                                       sliding_window: int | None) -> None:
     """The split decode kernel's program order (head-major or sequence-major grid, any dispatch order of the
-    sequences, ``StepInputs.decode_order``'s longest-first among them) changes no bit of any row; and the order
-    is read: an order that names one sequence twice leaves the one it omits as it was (a sentinel survives)."""
-    from llm42.inputs import StepInputs
+    sequences, ``inputs.longest_first`` among them: ``StepInputs.decode_order``) changes no bit of any row; and the
+    order is read: an order that names one sequence twice leaves the one it omits as it was (a sentinel survives)."""
+    from llm42.inputs import longest_first
     from llm42.kernels import attention, paged_decode_attention
 
     seqs = list(range(cache.num_seqs))
@@ -456,10 +456,8 @@ def check_decode_order_keeps_the_bits(cache: Cache, rng: random.Random, *, num_s
     tables = cache.tables[torch.tensor(seqs).to(cache.tables.device)]
     common = dict(block_size=cache.block_size, scale=cache.scale, sliding_window=sliding_window,
                   num_splits=num_splits)
-    longest_first = StepInputs(token_ids=lens, positions=lens - 1, slot_mapping=lens, row_seq=lens,
-                               block_tables=tables, context_lens=lens, seq_starts=tuple(range(len(seqs) + 1)),
-                               max_context_len=int(lens.max())).decode_order
-    assert longest_first.tolist() == sorted(seqs, key=lambda s: (-positions[s], s))
+    by_length = longest_first(lens)
+    assert by_length.tolist() == sorted(seqs, key=lambda s: (-positions[s], s))
     shuffled = seqs[:]
     rng.shuffle(shuffled)
     saved = attention.DECODE_HEAD_MAJOR
@@ -468,7 +466,7 @@ def check_decode_order_keeps_the_bits(cache: Cache, rng: random.Random, *, num_s
         reference = _bits(paged_decode_attention(q, cache.k, cache.v, tables, lens, **common))
         for head_major in (False, True):
             attention.DECODE_HEAD_MAJOR = head_major
-            for order in (None, longest_first, torch.tensor(shuffled, device=cache.device)):
+            for order in (None, by_length, torch.tensor(shuffled, device=cache.device)):
                 out = paged_decode_attention(q, cache.k, cache.v, tables, lens, order=order, **common)
                 assert _bits(out) == reference, f"head_major={head_major}, order={order}"
         # one split, which writes the output itself (with more, the combine kernel reads every row's partials)

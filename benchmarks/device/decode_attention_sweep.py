@@ -8,7 +8,8 @@ For each batch (sequences, their contexts drawn uniformly around a mean, or as a
 prompt and part of an output from the serving workload's log-normals; shuffled pages of 16; 32 query heads,
 8 kv heads, head dim 128, bf16) and each launch configuration and program order (``--orders``: ``seq``, the
 grid sequence-major, the engine's default; ``head``, a sequence's kv heads adjacent; ``head_longest``, also the
-longest contexts dispatched first, ``StepInputs.decode_order``: round 48's candidate), ``paged_decode_attention`` at its own split count
+longest contexts dispatched first, ``inputs.longest_first`` as ``StepInputs.decode_order``: round 48's
+candidate; ``kernels.attention.DECODE_ORDERS``), ``paged_decode_attention`` at its own split count
 (``choose_num_splits``, as the engine calls it) is timed with CUDA events (median of ``--reps``), after the copy
 ceiling is measured in the same process (``devicetime.measure_ceilings``). Per configuration: ms, K/V TB/s (every
 visible key's K and V of one layer, once), its fraction of the copy rate, and how many rows' outputs differ in
@@ -31,7 +32,7 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "src"))
 
 from llm42.bench import devicetime, workloads  # noqa: E402
-from llm42.inputs import StepInputs  # noqa: E402
+from llm42.inputs import longest_first  # noqa: E402
 from llm42.kernels import attention  # noqa: E402
 
 NUM_HEADS, NUM_KV_HEADS, HEAD_DIM, PAGE = 32, 8, 128, 16
@@ -40,7 +41,6 @@ NUM_HEADS, NUM_KV_HEADS, HEAD_DIM, PAGE = 32, 8, 128, 16
 BATCHES = (("mid", 309, 475), ("mixed", 354, 534), ("full", 1024, 500), ("tail", 37, 1325),
            ("sharegpt_320", 320, None), ("sharegpt_1024", 1024, None), ("sharegpt_64", 64, None))
 SMOKE_BATCHES = (("smoke", 3, 40), ("smoke_sharegpt", 3, None))  # --smoke: the CPU under the interpreter
-ORDERS = {"seq": (False, False), "head": (True, False), "head_longest": (True, True)}  # (head-major, longest first)
 
 
 def sharegpt_contexts(num_seqs: int, seed: int) -> torch.Tensor:
@@ -74,7 +74,7 @@ def main() -> None:
     ap.add_argument("--block-n", default="32,64,128")
     ap.add_argument("--warps", default="4,8")
     ap.add_argument("--stages", default="2,3,4")
-    ap.add_argument("--orders", default=",".join(ORDERS))
+    ap.add_argument("--orders", default=",".join(attention.DECODE_ORDERS))
     ap.add_argument("--smoke", action="store_true")
     args = ap.parse_args()
     device = torch.device("cpu" if args.smoke else "cuda")
@@ -82,26 +82,23 @@ def main() -> None:
     default = (attention.DECODE_BLOCK_N, attention.DECODE_WARPS, attention.DECODE_STAGES)
     default_head_major = attention.DECODE_HEAD_MAJOR
     orders = args.orders.split(",")
-    if unknown := set(orders) - set(ORDERS):
-        ap.error(f"--orders: unknown {sorted(unknown)}, known {list(ORDERS)}")
+    if unknown := set(orders) - set(attention.DECODE_ORDERS):
+        ap.error(f"--orders: unknown {sorted(unknown)}, known {list(attention.DECODE_ORDERS)}")
     configs = [default] + [c for c in itertools.product(*(map(int, a.split(",")) for a in (
         args.block_n, args.warps, args.stages))) if c != default]
     if args.smoke:
         configs = configs[:2]
     results: dict = {"device": torch.cuda.get_device_name() if device.type == "cuda" else "cpu",
                      "torch": torch.__version__, "ceilings": ceilings,
-                     "default": default, "orders": {k: ORDERS[k] for k in orders}, "batches": {}}
+                     "default": default, "orders": {k: attention.DECODE_ORDERS[k] for k in orders}, "batches": {}}
     for label, num_seqs, mean_context in SMOKE_BATCHES if args.smoke else BATCHES:
         q, k_cache, v_cache, tables, contexts, num_keys, max_context = batch(num_seqs, mean_context, device)
         kv_bytes = num_keys * NUM_KV_HEADS * HEAD_DIM * 2 * 2  # K and V, bf16, one layer
-        order_of = {False: None, True: StepInputs(
-            token_ids=contexts, positions=contexts - 1, slot_mapping=contexts, row_seq=contexts, block_tables=tables,
-            context_lens=contexts, seq_starts=tuple(range(num_seqs + 1)), max_context_len=max_context).decode_order}
+        order_of = {False: None, True: longest_first(contexts)}
         rows, reference = [], None
         for (block_n, warps, stages), order_name in itertools.product(configs, orders):
             attention.DECODE_BLOCK_N, attention.DECODE_WARPS, attention.DECODE_STAGES = block_n, warps, stages
-            head_major, longest_first = ORDERS[order_name]
-            attention.DECODE_HEAD_MAJOR = head_major
+            attention.DECODE_HEAD_MAJOR, is_longest_first = attention.DECODE_ORDERS[order_name]
             splits = attention.choose_num_splits(num_seqs, NUM_KV_HEADS, max_context, num_sms=attention.num_sms(device),
                                                  block_n=block_n)
             launch = {"block_n": block_n, "warps": warps, "stages": stages, "order": order_name}
@@ -109,7 +106,7 @@ def main() -> None:
             def run():
                 return attention.paged_decode_attention(q, k_cache, v_cache, tables, contexts, block_size=PAGE,
                                                         scale=HEAD_DIM ** -0.5, num_splits=splits,
-                                                        order=order_of[longest_first])
+                                                        order=order_of[is_longest_first])
             try:
                 out = run()
                 ms = devicetime.median_ms(run, device, reps=2 if args.smoke else args.reps)

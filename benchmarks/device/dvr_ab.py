@@ -294,9 +294,6 @@ VARIANTS = {
     "admit_budget_order_head_longest": {"scheduler_admission": "budget", "decode_order": "head_longest"},
 }
 
-# DecodeOrder's names: (kernels.attention.DECODE_HEAD_MAJOR, DECODE_LONGEST_FIRST)
-DECODE_ORDERS = {"seq": (False, False), "head": (True, False), "head_longest": (True, True)}
-
 
 # a run's share of the budget starts at its first request: building its generator (every graph captured) is not
 # in it. Round 14 found that build inside the share (about 20 s of a 25 s share for chunked_det_rows, whose runs
@@ -329,7 +326,8 @@ SMALL_TILES = dict(BLOCK_M=64, BLOCK_N=64, BLOCK_K=64, GROUP_M=8, num_stages=3, 
 
 
 class DecodeOrder:
-    """An Engine whose generators' fast decode attention dispatches its programs in ``order`` (``DECODE_ORDERS``;
+    """An Engine whose generators' fast decode attention dispatches its programs in ``order`` (a name of
+    ``kernels.attention.DECODE_ORDERS``;
     None: the tree's, as it was when the first variant was wrapped), set when a generator is built and kept until
     the next build sets its own (every variant is wrapped: a run builds its generator, captures its graphs, then
     serves with it)."""
@@ -339,8 +337,8 @@ class DecodeOrder:
     def __init__(self, engine, order: str | None):
         from llm42.kernels import attention
 
-        if order is not None and order not in DECODE_ORDERS:
-            raise ValueError(f"decode_order must be one of {list(DECODE_ORDERS)}, got {order!r}")
+        if order is not None and order not in attention.DECODE_ORDERS:
+            raise ValueError(f"decode_order must be one of {list(attention.DECODE_ORDERS)}, got {order!r}")
         if DecodeOrder._tree is None:
             DecodeOrder._tree = (attention.DECODE_HEAD_MAJOR, attention.DECODE_LONGEST_FIRST)
         self._engine, self._order = engine, order
@@ -352,7 +350,7 @@ class DecodeOrder:
         from llm42.kernels import attention
 
         attention.DECODE_HEAD_MAJOR, attention.DECODE_LONGEST_FIRST = (
-            DecodeOrder._tree if self._order is None else DECODE_ORDERS[self._order])
+            DecodeOrder._tree if self._order is None else attention.DECODE_ORDERS[self._order])
         return self._engine.generator(*args, **kwargs)
 
 

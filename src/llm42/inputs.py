@@ -13,6 +13,12 @@ from functools import cached_property
 import torch
 
 
+def longest_first(context_lens: torch.Tensor) -> torch.Tensor:
+    """The sequences by context length, longest first ([S] int64 on ``context_lens``'s device; ties in sequence
+    order): one sort on the device, no host sync."""
+    return torch.sort(context_lens, descending=True, stable=True).indices
+
+
 @dataclass(frozen=True)
 class StepInputs:
     token_ids: torch.Tensor  # [N] int64
@@ -80,10 +86,9 @@ class StepInputs:
 
     @cached_property
     def decode_order(self) -> torch.Tensor:
-        """The sequences by context length, longest first ([S] int64 on the inputs' device; ties in sequence
-        order): the order in which the fast decode attention dispatches them. Computed on first use, once per
-        step (inside a captured decode graph, once per replay)."""
-        return torch.sort(self.context_lens, descending=True, stable=True).indices
+        """``longest_first(context_lens)``: the order in which the fast decode attention dispatches the sequences.
+        Computed on first use, once per step (inside a captured decode graph, once per replay)."""
+        return longest_first(self.context_lens)
 
     @property
     def num_rows(self) -> int:

@@ -46,6 +46,8 @@ DECODE_SPLIT_WAVES = 6
 # variants set them per run).
 DECODE_HEAD_MAJOR = False
 DECODE_LONGEST_FIRST = False
+# the orders by name, as the benchmarks set them: (DECODE_HEAD_MAJOR, DECODE_LONGEST_FIRST)
+DECODE_ORDERS = {"seq": (False, False), "head": (True, False), "head_longest": (True, True)}
 # ... except that a batch whose (sequence, kv head) programs alone fill this many waves keeps one split, as
 # under the old target (the same bits in large decode batches, the ones whose agreement with the canonical
 # pass round 4 measured; the sweep: one split there is within 1.03x of the best, this rule 1.040x on average)
