@@ -397,3 +397,42 @@ def test_serving_phases_are_checked_naming_the_field():
     for phases, match in (((), "phases"), (("steady", "warmup"), "phases"), (("online",), "online needs offline")):
         with pytest.raises(ValueError, match=match):
             ServingConfig(device="cpu", model="tiny", dtype=torch.float32, budget_s=10, phases=phases)
+
+
+def test_kv_tokens_for_caps_the_store_at_its_share_of_free_memory_and_a_variant_sets_the_share(monkeypatch):
+    """The benchmarks' K/V store: the whole of the ``max_num_seqs`` longest requests, capped on CUDA at
+    ``free_fraction`` of the free memory (0.6 by default); dvr_ab's ``kv_free_fraction`` variant gets its own
+    size through ``kv_tokens``. The device is faked (``mem_get_info`` reports 1 GiB): the cap is arithmetic."""
+    from types import SimpleNamespace
+
+    from llm42.bench.serving import KV_FREE_FRACTION, kv_tokens_for
+    from llm42.bench.runner import WARMUP_KV_TOKENS
+
+    from tests.helpers import load_device_script
+
+    workload = sharegpt_like(40, length_scale=1.0, vocab_size=1000, seed=0)
+    totals = sorted((len(r.prompt) + r.max_new_tokens for r in workload.requests), reverse=True)
+    need = sum(totals[:16]) + WARMUP_KV_TOKENS
+    cfg = SimpleNamespace(num_layers=2, kv_size=64)
+    per_token = 2 * 2 * 64 * 2
+    cpu = SimpleNamespace(cfg=cfg, weights=SimpleNamespace(device=torch.device("cpu"), dtype=torch.bfloat16))
+    assert kv_tokens_for(cpu, workload, 16) == need == kv_tokens_for(cpu, workload, 16, free_fraction=0.1)
+    cuda = SimpleNamespace(cfg=cfg, weights=SimpleNamespace(device=torch.device("cuda"), dtype=torch.bfloat16))
+    free = need * per_token  # the whole set would fit the free memory: every share below 1 caps it
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device=None: (free, 2 * free))
+    default = kv_tokens_for(cuda, workload, 16)
+    assert default == int(KV_FREE_FRACTION * free) // per_token < need
+    assert default < kv_tokens_for(cuda, workload, 16, free_fraction=0.85) == int(0.85 * free) // per_token < need
+    for bad in (0.0, 1.0, -0.5):
+        with pytest.raises(ValueError, match="free_fraction"):
+            kv_tokens_for(cuda, workload, 16, free_fraction=bad)
+
+    dvr_ab = load_device_script("dvr_ab")
+    monkeypatch.setattr(dvr_ab.dataclasses, "replace", lambda engine, **knobs: SimpleNamespace(**vars(engine), **knobs))
+    base = SimpleNamespace(canonical_gemm="cublas", canonical_tile_m=64)
+    got = dvr_ab.engine_variant(base, dvr_ab.VARIANTS["admit_budget_kv_0.85"], kv_tokens=lambda f: int(f * 1000))
+    assert got.kv_cache_tokens == 850 and got.scheduler_admission == "budget"
+    assert not hasattr(dvr_ab.engine_variant(base, dvr_ab.VARIANTS["admit_budget"], kv_tokens=lambda f: 1),
+                       "kv_cache_tokens")  # other variants keep the base's store
+    with pytest.raises(ValueError, match="kv_free_fraction"):
+        dvr_ab.engine_variant(base, dvr_ab.VARIANTS["admit_budget_kv_0.85"])

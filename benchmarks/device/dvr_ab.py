@@ -88,7 +88,7 @@ from llm42.bench.runner import run_offline, run_online  # noqa: E402
 from llm42.engine.requests import MARGIN_STATS  # noqa: E402
 from llm42.bench.workloads import poisson_arrivals  # noqa: E402
 from llm42.bench.serving import (  # noqa: E402
-    ServingConfig, _engine, _max_positions, build_workload, prepare_checkpoint, serving_summary,
+    ServingConfig, _engine, _max_positions, build_workload, kv_tokens_for, prepare_checkpoint, serving_summary,
 )
 
 VARIANTS = {
@@ -292,6 +292,10 @@ VARIANTS = {
     "order_head_longest": {"decode_order": "head_longest"},
     "admit_budget_order_seq": {"scheduler_admission": "budget", "decode_order": "seq"},
     "admit_budget_order_head_longest": {"scheduler_admission": "budget", "decode_order": "head_longest"},
+    # round 49: the K/V store at 0.85 of the free memory instead of 0.6 (vLLM takes 0.9 of the card): round 47's
+    # profile found the 8B shape's decode batches bound by the store (256-354 rows at 1,024 seats on an H100, where
+    # 0.6 holds half the set), its GEMMs at 543-595 TFLOP/s there against 703-706 at wider steps
+    "admit_budget_kv_0.85": {"scheduler_admission": "budget", "kv_free_fraction": 0.85},
 }
 
 
@@ -380,11 +384,18 @@ class PinnedTiles:
         return self._engine.generator(*args, **kwargs)
 
 
-def engine_variant(base, knobs: dict):
+def engine_variant(base, knobs: dict, *, kv_tokens=None):
     """``base`` (the benchmarks' Engine) with a variant's knobs; ``fast_decode_kernel`` names the fast path's
     ``FastPolicy(decode_kernel=...)``, ``segment_tiles`` the canonical pass's tile tables (``SegmentTiles``),
-    ``decode_order`` the fast decode attention's program order (``DecodeOrder``; default the tree's)."""
+    ``decode_order`` the fast decode attention's program order (``DecodeOrder``; default the tree's),
+    ``kv_free_fraction`` the K/V store's share of the free CUDA memory (``kv_tokens(fraction)`` gives its size;
+    default ``serving.KV_FREE_FRACTION``)."""
     knobs = dict(knobs)
+    fraction = knobs.pop("kv_free_fraction", None)
+    if fraction is not None:
+        if kv_tokens is None:
+            raise ValueError("engine_variant: a kv_free_fraction variant needs kv_tokens")
+        knobs["kv_cache_tokens"] = kv_tokens(fraction)
     kernel = knobs.pop("fast_decode_kernel", None)
     tile_m = knobs.get("canonical_tile_m", base.canonical_tile_m)
     chunk = knobs.pop("canonical_key_chunk", None)
@@ -498,7 +509,11 @@ def setup(args, variants: list[str]):
     workload = build_workload(model, config, config.num_requests)
     det_order = deterministic_order(workload.num_requests, seed=config.seed)
     base = _engine(model, config, workload)
-    return config, model, workload, det_order, {v: engine_variant(base, VARIANTS[v]) for v in variants}
+    def kv_tokens(fraction: float) -> int:
+        return kv_tokens_for(model, workload, config.max_num_seqs, free_fraction=fraction)
+
+    return config, model, workload, det_order, {v: engine_variant(base, VARIANTS[v], kv_tokens=kv_tokens)
+                                                for v in variants}
 
 
 def warm_up(args, engines: dict, workload, config, *, warm_modes: str, tag: str = "dvr_ab") -> None:
@@ -563,7 +578,8 @@ def main() -> None:
     print(f"[dvr_ab] host probe {probe}", flush=True)
     out: dict = {"model": model.summary(), "device": device_name(), "host_probe": probe,
                  "torch": torch.__version__, "args": {k: str(v) for k, v in vars(args).items()},
-                 "workload": workload.summary(), "variants": {v: VARIANTS[v] for v in variants}, "runs": {}}
+                 "workload": workload.summary(), "variants": {v: VARIANTS[v] for v in variants},
+                 "kv_cache_tokens": {v: engines[v].kv_cache_tokens for v in variants}, "runs": {}}
     results: dict[str, dict] = {v: {} for v in variants}  # the first repeat's
     for rep in range(args.repeats):
         order = variants if rep % 2 == 0 else variants[::-1]

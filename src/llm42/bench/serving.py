@@ -279,15 +279,21 @@ def _release(model: BenchModel) -> None:
 
 # -- offline and online -----------------------------------------------------------------------------
 
-def kv_tokens_for(model: BenchModel, workload: Workload, max_num_seqs: int) -> int:
+KV_FREE_FRACTION = 0.6  # the share of the CUDA memory free after the weights the benchmarks' K/V store may take
+
+
+def kv_tokens_for(model: BenchModel, workload: Workload, max_num_seqs: int, *,
+                  free_fraction: float = KV_FREE_FRACTION) -> int:
     """K/V positions for any ``max_num_seqs`` of the requests at once (admission reserves a request's whole
-    length), capped on CUDA at 60 % of the memory free now."""
+    length), capped on CUDA at ``free_fraction`` of the memory free now."""
+    if not 0.0 < free_fraction < 1.0:
+        raise ValueError(f"kv_tokens_for free_fraction must be in (0, 1), got {free_fraction!r}")
     totals = sorted((len(r.prompt) + r.max_new_tokens for r in workload.requests), reverse=True)
     need = sum(totals[:max_num_seqs]) + WARMUP_KV_TOKENS
     if model.weights.device.type == "cuda":
         free, _ = torch.cuda.mem_get_info(model.weights.device)
         per_token = 2 * model.cfg.num_layers * model.cfg.kv_size * model.weights.dtype.itemsize
-        need = min(need, int(0.6 * free) // per_token)
+        need = min(need, int(free_fraction * free) // per_token)
     return need
 
 
