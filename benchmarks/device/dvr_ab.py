@@ -296,13 +296,6 @@ VARIANTS = {
     # profile found the 8B shape's decode batches bound by the store (256-354 rows at 1,024 seats on an H100, where
     # 0.6 holds half the set), its GEMMs at 543-595 TFLOP/s there against 703-706 at wider steps
     "admit_budget_kv_0.85": {"scheduler_admission": "budget", "kv_free_fraction": 0.85},
-    # round 49: decode steps of 128 rows or more as two halves, one half's attention beside the other half's GEMMs
-    # (FastPolicy(overlap_decode=True)): round 47's 8B decode step ran its GEMMs (7.3-8.1 ms, compute-bound) and its
-    # attention (7.7-7.9 ms, K/V-bound) one after the other
-    "overlap": {"fast_overlap_decode": 128},
-    "admit_budget_overlap": {"scheduler_admission": "budget", "fast_overlap_decode": 128},
-    "admit_budget_overlap_kv_0.85": {"scheduler_admission": "budget", "fast_overlap_decode": 128,
-                                     "kv_free_fraction": 0.85},
 }
 
 
@@ -395,7 +388,6 @@ def engine_variant(base, knobs: dict, *, kv_tokens=None):
     """``base`` (the benchmarks' Engine) with a variant's knobs; ``fast_decode_kernel`` names the fast path's
     ``FastPolicy(decode_kernel=...)``, ``segment_tiles`` the canonical pass's tile tables (``SegmentTiles``),
     ``decode_order`` the fast decode attention's program order (``DecodeOrder``; default the tree's),
-    ``fast_overlap_decode`` N the fast path's ``FastPolicy(overlap_decode=True, overlap_min_rows=N)``,
     ``kv_free_fraction`` the K/V store's share of the free CUDA memory (``kv_tokens(fraction)`` gives its size;
     default ``serving.KV_FREE_FRACTION``)."""
     knobs = dict(knobs)
@@ -409,13 +401,10 @@ def engine_variant(base, knobs: dict, *, kv_tokens=None):
     chunk = knobs.pop("canonical_key_chunk", None)
     tiles = knobs.pop("segment_tiles", None)
     order = knobs.pop("decode_order", None)
-    overlap_rows = knobs.pop("fast_overlap_decode", None)
-    if kernel is not None or overlap_rows is not None:
+    if kernel is not None:
         from llm42.policies import FastPolicy
 
-        overlap = {} if overlap_rows is None else {"overlap_decode": True, "overlap_min_rows": overlap_rows}
-        knobs["fast_policy"] = FastPolicy(decode_kernel=kernel or "split", canonical_key_chunk=chunk,
-                                          canonical_tile_m=tile_m, **overlap)
+        knobs["fast_policy"] = FastPolicy(decode_kernel=kernel, canonical_key_chunk=chunk, canonical_tile_m=tile_m)
     pins = knobs.pop("gemm_pins", None)
     scheduler = knobs.pop("scheduler", None)
     if scheduler is not None:  # "batched_<min_rows>_<max_wait>"

@@ -79,28 +79,6 @@ class StepInputs:
             tiles=None,
         )
 
-    def split_decode(self, at: int) -> tuple[StepInputs, StepInputs]:
-        """A decode step's sequences ``[0, at)`` and ``[at, S)`` as two decode steps (each row its own sequence,
-        the same ``max_context_len`` bound): what ``FastPolicy(overlap_decode=True)`` runs side by side."""
-        if not self.is_decode:
-            raise ValueError("StepInputs.split_decode: not a decode step (one row per sequence, no table rows)")
-        if self.logits_rows is not None:
-            raise ValueError("StepInputs.split_decode: a decode step with logits_rows (every row's logits needed)")
-        if not 0 < at < self.num_seqs:
-            raise ValueError(f"StepInputs.split_decode at must be in (0, {self.num_seqs}), got {at!r}")
-
-        def part(lo: int, hi: int) -> StepInputs:
-            flags = self.deterministic_rows
-            return StepInputs(
-                token_ids=self.token_ids[lo:hi], positions=self.positions[lo:hi],
-                slot_mapping=self.slot_mapping[lo:hi], row_seq=self.row_seq[lo:hi] - lo,
-                block_tables=self.block_tables[lo:hi], context_lens=self.context_lens[lo:hi],
-                seq_starts=tuple(range(hi - lo + 1)), max_context_len=self.max_context_len,
-                deterministic_rows=None if flags is None else flags[lo:hi],
-            )
-
-        return part(0, at), part(at, self.num_seqs)
-
     @property
     def shared_table_rows(self) -> torch.Tensor:
         """Each row's block-table row, equal for the rows of one sequence (``table_rows``, else ``row_seq``)."""

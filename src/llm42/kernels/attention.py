@@ -41,11 +41,12 @@ DECODE_STAGES = 3
 DECODE_SPLIT_WAVES = 6
 # The decode launch's program order (the bits do not depend on it): a sequence's (kv head, split) programs next to
 # each other (DECODE_HEAD_MAJOR), and the fast path passing ``StepInputs.decode_order``, the longest contexts first
-# (DECODE_LONGEST_FIRST). Both off, the launch as before round 48, until a GPU measures them (round 48 got no device
-# time: benchmarks/device/r48_call_a.sh and r48_call_b.sh measure them against the old grid, dvr_ab.py's order_*
-# variants set them per run).
-DECODE_HEAD_MAJOR = False
-DECODE_LONGEST_FIRST = False
+# (DECODE_LONGEST_FIRST). Both on since round 49 (one H100, benchmarks/results/h100_round49/): the 8B shape's
+# offline nondet at 1,024 sequences 11,521-11,525 tok/s against 11,089-11,092 with the old grid (1.04x, ABBA, the
+# same process), SmolLM2's nondet / dvr@10 / dvr@50 1.027x / 1.056x / 1.028x (one run each), the same committed
+# bits; dvr_ab.py's order_* variants set them per run (order_seq: the grid before round 48).
+DECODE_HEAD_MAJOR = True
+DECODE_LONGEST_FIRST = True
 # the orders by name, as the benchmarks set them: (DECODE_HEAD_MAJOR, DECODE_LONGEST_FIRST)
 DECODE_ORDERS = {"seq": (False, False), "head": (True, False), "head_longest": (True, True)}
 # ... except that a batch whose (sequence, kv head) programs alone fill this many waves keeps one split, as

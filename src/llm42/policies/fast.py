@@ -64,11 +64,6 @@ class FastPolicy(FusedRowOps):
     full batch (256 rows at 2,400 positions, 10 % deterministic: 6.70 ms against the
     one-row launch's 6.38 and the split kernel's 4.56): an option, not the default.
     ``canonical_tile_m``: set it to the canonical policy's ``tile_m`` (64 or 128) with either option.
-
-    ``overlap_decode``: a decode step of at least ``overlap_min_rows`` rows runs as two halves, one half's
-    attention on a stream of its own beside the other half's GEMMs (``model.forward.forward_layers_overlapped``;
-    on the CPU the same order on one stream). Each row gets the bits the same kernels give its half alone, which
-    are not the whole batch's: the fast path's bits may drift with the batch anyway. Off by default.
     """
 
     name = "fast"
@@ -81,12 +76,9 @@ class FastPolicy(FusedRowOps):
 
     canonical_key_chunk = None
     canonical_tile_m = 64
-    overlap_decode = False
-    overlap_min_rows = 128
 
     def __init__(self, *, attention_backend: str = "auto", decode_kernel: str = "split",
-                 canonical_key_block: int = 64, canonical_key_chunk: int | None = None, canonical_tile_m: int = 64,
-                 overlap_decode: bool = False, overlap_min_rows: int = 128):
+                 canonical_key_block: int = 64, canonical_key_chunk: int | None = None, canonical_tile_m: int = 64):
         self.attention_backend = flash.check_backend(attention_backend)
         if decode_kernel not in DECODE_KERNELS:
             raise ValueError(f"decode_kernel must be one of {DECODE_KERNELS}, got {decode_kernel!r}")
@@ -101,12 +93,6 @@ class FastPolicy(FusedRowOps):
             check_key_chunk("FastPolicy", canonical_key_chunk, canonical_key_block)
         self.canonical_key_chunk = canonical_key_chunk
         self.canonical_tile_m = check_tile_m("FastPolicy", "canonical_tile_m", canonical_tile_m)
-        if not isinstance(overlap_decode, bool):
-            raise ValueError(f"FastPolicy overlap_decode must be a bool, got {overlap_decode!r}")
-        if not isinstance(overlap_min_rows, int) or isinstance(overlap_min_rows, bool) or overlap_min_rows < 2:
-            raise ValueError(f"FastPolicy overlap_min_rows must be an int >= 2, got {overlap_min_rows!r}")
-        self.overlap_decode = overlap_decode
-        self.overlap_min_rows = overlap_min_rows
 
     def linear(self, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
         return F.linear(x, weight, bias)
@@ -190,15 +176,7 @@ class FastPolicy(FusedRowOps):
 
     def _side_stream(self, device: torch.device) -> torch.cuda.Stream:
         """The stream the deterministic rows' attention runs on (one per device, made on first use)."""
-        return self._stream("_side_streams", device)
-
-    def overlap_stream(self, device: torch.device) -> torch.cuda.Stream:
-        """The stream a half's attention runs on under ``overlap_decode`` (one per device, made on first use;
-        not ``_side_stream``, which that attention may itself fork to)."""
-        return self._stream("_overlap_streams", device)
-
-    def _stream(self, name: str, device: torch.device) -> torch.cuda.Stream:
-        streams = self.__dict__.setdefault(name, {})
+        streams = self.__dict__.setdefault("_side_streams", {})
         index = device.index if device.index is not None else torch.cuda.current_device()
         if index not in streams:
             streams[index] = torch.cuda.Stream(device=index)
@@ -215,8 +193,6 @@ class FastPolicy(FusedRowOps):
                 args.append(f"canonical_key_chunk={self.canonical_key_chunk}")
             if self.canonical_tile_m != 64:
                 args.append(f"canonical_tile_m={self.canonical_tile_m}")
-        if self.overlap_decode:
-            args.append(f"overlap_decode=True, overlap_min_rows={self.overlap_min_rows}")
         return f"{type(self).__name__}({', '.join(args)})"
 
 
