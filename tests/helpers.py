@@ -47,14 +47,13 @@ def decode_inputs(tables: torch.Tensor, context_lens: torch.Tensor) -> StepInput
     )
 
 
-def zero_kv(cfg: ModelConfig, num_blocks: int, block_size: int, *, device: str | torch.device = "cpu",
-            dtype: torch.dtype = torch.float32):
-    """A zeroed K/V store of ``num_blocks`` blocks per layer, for ``forward`` called directly."""
+def zero_kv(cfg: ModelConfig, num_blocks: int, block_size: int):
+    """A zeroed fp32 K/V store of ``num_blocks`` blocks per layer, for ``forward`` called directly."""
     from llm42.model.forward import KVLayers
 
     shape = (num_blocks * block_size, cfg.num_kv_heads, cfg.head_dim)
-    return KVLayers([torch.zeros(shape, device=device, dtype=dtype) for _ in range(cfg.num_layers)],
-                    [torch.zeros(shape, device=device, dtype=dtype) for _ in range(cfg.num_layers)], block_size)
+    return KVLayers([torch.zeros(shape) for _ in range(cfg.num_layers)],
+                    [torch.zeros(shape) for _ in range(cfg.num_layers)], block_size)
 
 
 def varlen_step(segments: list[tuple[list[int], int]], blocks_per_seq: int, block_size: int) -> StepInputs:
