@@ -42,8 +42,8 @@ DECODE_SPLIT_WAVES = 6
 # The decode launch's program order (the bits do not depend on it): a sequence's (kv head, split) programs next to
 # each other (DECODE_HEAD_MAJOR), and the fast path passing ``StepInputs.decode_order``, the longest contexts first
 # (DECODE_LONGEST_FIRST). Both on since round 49 (one H100, benchmarks/results/h100_round49/): the 8B shape's
-# offline nondet at 1,024 sequences 11,521-11,525 tok/s against 11,089-11,092 with the old grid (1.04x, ABBA, the
-# same process), SmolLM2's nondet / dvr@10 / dvr@50 1.027x / 1.056x / 1.028x (one run each), the same committed
+# offline nondet at 1,024 sequences 11,511-11,525 tok/s against 11,076-11,092 with the old grid (1.04x, ABBA in
+# two processes), SmolLM2's nondet / dvr@10 / dvr@50 1.027x / 1.056x / 1.028x (one run each), the same committed
 # bits; dvr_ab.py's order_* variants set them per run (order_seq: the grid before round 48).
 DECODE_HEAD_MAJOR = True
 DECODE_LONGEST_FIRST = True
