@@ -7,9 +7,9 @@ shape's decode batches (round 47's profile: 44-47 % of a decode step at 2.2-2.5 
 For each batch (sequences, their contexts drawn uniformly around a mean, or as a ShareGPT-like running batch: a
 prompt and part of an output from the serving workload's log-normals; shuffled pages of 16; 32 query heads,
 8 kv heads, head dim 128, bf16) and each launch configuration and program order (``--orders``: ``seq``, the
-grid sequence-major, the engine's default; ``head``, a sequence's kv heads adjacent; ``head_longest``, also the
-longest contexts dispatched first, ``inputs.longest_first`` as ``StepInputs.decode_order``: round 48's
-candidate; ``kernels.attention.DECODE_ORDERS``), ``paged_decode_attention`` at its own split count
+grid sequence-major, the engine's default until round 49; ``head``, a sequence's kv heads adjacent;
+``head_longest``, also the longest contexts dispatched first, ``inputs.longest_first`` as
+``StepInputs.decode_order``: round 48's, the engine's default since round 49; ``kernels.attention.DECODE_ORDERS``), ``paged_decode_attention`` at its own split count
 (``choose_num_splits``, as the engine calls it) is timed with CUDA events (median of ``--reps``), after the copy
 ceiling is measured in the same process (``devicetime.measure_ceilings``). Per configuration: ms, K/V TB/s (every
 visible key's K and V of one layer, once), its fraction of the copy rate, and how many rows' outputs differ in
@@ -125,7 +125,9 @@ def main() -> None:
         timed = [r for r in rows if "ms" in r]
         best = min(timed, key=lambda r: r["ms"])
         at_default = {r["order"]: r["ms"] for r in timed if (r["block_n"], r["warps"], r["stages"]) == default}
-        engine = at_default.get("seq", timed[0]["ms"])
+        engine_order = next(k for k, v in attention.DECODE_ORDERS.items()
+                            if v == (default_head_major, attention.DECODE_LONGEST_FIRST))
+        engine = at_default.get(engine_order, timed[0]["ms"])
         results["batches"][label] = {
             "num_seqs": num_seqs, "mean_context": mean_context, "contexts": {
                 "mean": round(float(contexts.float().mean()), 1), "max": max_context,
