@@ -2,7 +2,8 @@
 a launch ends when its programs are dispatched in order onto ``--slots`` program slots (two per SM of 132: the
 default launch's shared memory) and each takes time in proportion to its keys. ShareGPT-like running batches (a
 prompt and a uniform share of an output from the serving workload's log-normals), 8 kv heads, one split (the
-batches here fill four waves). Orders: sequence-major (the default grid), head-major, head-major longest first.
+batches here fill four waves). Orders: sequence-major (the default grid until round 49), head-major, head-major
+longest first (the default since).
 
     python3 benchmarks/decode_order_model.py --out benchmarks/results/cpu_round48/decode_order_model.json
 

@@ -9,7 +9,8 @@ prompt and part of an output from the serving workload's log-normals; shuffled p
 8 kv heads, head dim 128, bf16) and each launch configuration and program order (``--orders``: ``seq``, the
 grid sequence-major, the engine's default until round 49; ``head``, a sequence's kv heads adjacent;
 ``head_longest``, also the longest contexts dispatched first, ``inputs.longest_first`` as
-``StepInputs.decode_order``: round 48's, the engine's default since round 49; ``kernels.attention.DECODE_ORDERS``), ``paged_decode_attention`` at its own split count
+``StepInputs.decode_order``: round 48's, the engine's default since round 49; ``kernels.attention.DECODE_ORDERS``),
+``paged_decode_attention`` at its own split count
 (``choose_num_splits``, as the engine calls it) is timed with CUDA events (median of ``--reps``), after the copy
 ceiling is measured in the same process (``devicetime.measure_ceilings``). Per configuration: ms, K/V TB/s (every
 visible key's K and V of one layer, once), its fraction of the copy rate, and how many rows' outputs differ in
