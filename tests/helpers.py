@@ -47,35 +47,6 @@ def decode_inputs(tables: torch.Tensor, context_lens: torch.Tensor) -> StepInput
     )
 
 
-def zero_kv(cfg: ModelConfig, num_blocks: int, block_size: int):
-    """A zeroed fp32 K/V store of ``num_blocks`` blocks per layer, for ``forward`` called directly."""
-    from llm42.model.forward import KVLayers
-
-    shape = (num_blocks * block_size, cfg.num_kv_heads, cfg.head_dim)
-    return KVLayers([torch.zeros(shape) for _ in range(cfg.num_layers)],
-                    [torch.zeros(shape) for _ in range(cfg.num_layers)], block_size)
-
-
-def varlen_step(segments: list[tuple[list[int], int]], blocks_per_seq: int, block_size: int) -> StepInputs:
-    """Varlen inputs for (tokens, start) segments; sequence s owns blocks [s * blocks_per_seq, (s + 1) *
-    blocks_per_seq). One token per segment is a decode step."""
-    tables = torch.tensor([[blocks_per_seq * s + b for b in range(blocks_per_seq)] for s in range(len(segments))])
-    tokens, positions, slots, row_seq, starts = [], [], [], [], [0]
-    for s, (toks, start) in enumerate(segments):
-        tokens += toks
-        for p in range(start, start + len(toks)):
-            positions.append(p)
-            slots.append(int(tables[s, p // block_size]) * block_size + p % block_size)
-        row_seq += [s] * len(toks)
-        starts.append(starts[-1] + len(toks))
-    ends = [start + len(toks) for toks, start in segments]
-    return StepInputs(
-        token_ids=torch.tensor(tokens), positions=torch.tensor(positions), slot_mapping=torch.tensor(slots),
-        row_seq=torch.tensor(row_seq), block_tables=tables, context_lens=torch.tensor(ends),
-        seq_starts=tuple(starts), max_context_len=max(ends),
-    )
-
-
 class _LaggingResult:
     """A pass result that says "not ready" the first ``lag`` times it is asked (``wait`` still returns it)."""
 

@@ -40,7 +40,7 @@ from llm42.ops import exact
 from llm42.ops.attention import blocked_attention
 from llm42.policies import BatchInvariantPolicy, FastPolicy, FixedShapePolicy
 from llm42.sampler import SamplingRows, sample
-from tests.helpers import decode_inputs, tiny_config, varlen_step, zero_kv
+from tests.helpers import decode_inputs, tiny_config
 
 ROW_COUNTS = (1, 2, 3, 7, 8, 9, 31, 32, 33, 64)
 LAYOUTS = ("contiguous", "transposed", "strided")
@@ -290,11 +290,29 @@ BLOCKS_PER_SEQ = 4
 
 
 def _kv(cfg, num_seqs: int) -> KVLayers:
-    return zero_kv(cfg, num_seqs * BLOCKS_PER_SEQ, PASS_BLOCK_SIZE)
+    slots = num_seqs * BLOCKS_PER_SEQ * PASS_BLOCK_SIZE
+    return KVLayers([torch.zeros(slots, cfg.num_kv_heads, cfg.head_dim) for _ in range(cfg.num_layers)],
+                    [torch.zeros(slots, cfg.num_kv_heads, cfg.head_dim) for _ in range(cfg.num_layers)],
+                    PASS_BLOCK_SIZE)
 
 
 def _step(segments: list[tuple[list[int], int]]) -> StepInputs:
-    return varlen_step(segments, BLOCKS_PER_SEQ, PASS_BLOCK_SIZE)
+    """Varlen inputs for (tokens, start) segments; sequence s owns blocks [4s, 4s + 4)."""
+    tables = torch.tensor([[BLOCKS_PER_SEQ * s + b for b in range(BLOCKS_PER_SEQ)] for s in range(len(segments))])
+    tokens, positions, slots, row_seq, starts = [], [], [], [], [0]
+    for s, (toks, start) in enumerate(segments):
+        tokens += toks
+        for p in range(start, start + len(toks)):
+            positions.append(p)
+            slots.append(int(tables[s, p // PASS_BLOCK_SIZE]) * PASS_BLOCK_SIZE + p % PASS_BLOCK_SIZE)
+        row_seq += [s] * len(toks)
+        starts.append(starts[-1] + len(toks))
+    ends = [start + len(toks) for toks, start in segments]
+    return StepInputs(
+        token_ids=torch.tensor(tokens), positions=torch.tensor(positions), slot_mapping=torch.tensor(slots),
+        row_seq=torch.tensor(row_seq), block_tables=tables, context_lens=torch.tensor(ends),
+        seq_starts=tuple(starts), max_context_len=max(ends),
+    )
 
 
 def _decode_row_logits(weights, prompt: list[int], others: list[list[int]], needle_at: int, policy) -> torch.Tensor:
