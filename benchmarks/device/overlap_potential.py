@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import random
 import sys
 from pathlib import Path
 
@@ -31,8 +30,10 @@ import torch.nn.functional as F
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "src"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from llm42.bench import devicetime, workloads  # noqa: E402
+from decode_attention_sweep import sharegpt_contexts  # noqa: E402
+from llm42.bench import devicetime  # noqa: E402
 from llm42.cuda_graphs import green_contexts_supported, lend_streams  # noqa: E402
 from llm42.inputs import longest_first  # noqa: E402
 from llm42.kernels import attention  # noqa: E402
@@ -64,10 +65,9 @@ def gemms(rows: tuple[torch.Tensor, torch.Tensor], weights: list[torch.Tensor], 
         F.linear(act, down)
 
 
-def decode_batch(shape, num_seqs: int, device, dtype, g, rng: random.Random):
+def decode_batch(shape, num_seqs: int, device, dtype, g, seed: int):
     _, heads, kv_heads, dim, _ = shape
-    contexts = [workloads.SHAREGPT_INPUT.sample(rng) + rng.randint(1, workloads.SHAREGPT_OUTPUT.sample(rng))
-                for _ in range(num_seqs)]
+    contexts = sharegpt_contexts(num_seqs, seed).tolist()
     max_blocks = -(-max(contexts) // PAGE)
     tables = torch.randperm(num_seqs * max_blocks, generator=g).view(num_seqs, max_blocks).to(device)
     slots = num_seqs * max_blocks * PAGE
@@ -93,7 +93,6 @@ def main() -> None:
     layers = 1 if args.smoke else args.layers
     reps = 2 if args.smoke else args.reps
     g = torch.Generator().manual_seed(0)
-    rng = random.Random(0)
     weights = layer_weights(shape, device, dtype, g)
     is_cuda = device.type == "cuda"
     side = torch.cuda.Stream(device) if is_cuda else None
@@ -104,7 +103,7 @@ def main() -> None:
            "layers": layers, "ceilings": devicetime.measure_ceilings(device),
            "green_contexts": sorted(greens) if greens else "unsupported or not asked", "batches": {}}
     for num_seqs in [int(b) for b in args.batches.split(",")]:
-        q, k_cache, v_cache, tables, lens, contexts = decode_batch(shape, num_seqs, device, dtype, g, rng)
+        q, k_cache, v_cache, tables, lens, contexts = decode_batch(shape, num_seqs, device, dtype, g, seed=num_seqs)
         splits = attention.choose_num_splits(num_seqs, shape[2], max(contexts), num_sms=attention.num_sms(device))
         order = longest_first(lens) if attention.DECODE_LONGEST_FIRST else None
         whole = (torch.randn(num_seqs, shape[0], device=device, dtype=dtype),
