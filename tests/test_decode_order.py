@@ -1,5 +1,5 @@
 """The fast decode attention's dispatch order (round 48): ``StepInputs.decode_order`` (longest context first),
-the fast policy passing it only while ``DECODE_LONGEST_FIRST`` is on, and ``dvr_ab.py``'s ``DecodeOrder`` variants
+the fast policy passing it only while ``DECODE_LONGEST_FIRST`` is on, and ``dvr_ab.py``'s ``KernelSwitches`` variants
 setting the launch's order when a generator is built. That the order changes no bit is checked on the kernel itself
 (``tests/test_tiled_attention.py`` under Triton's interpreter, ``tests/gpu/test_tiled_attention.py``)."""
 
@@ -51,7 +51,7 @@ def test_dvr_ab_sets_each_variants_order_when_its_generator_is_built(monkeypatch
             seen.append((attention.DECODE_HEAD_MAJOR, attention.DECODE_LONGEST_FIRST))
 
     monkeypatch.setattr(dvr_ab.dataclasses, "replace", lambda engine, **knobs: engine)
-    monkeypatch.setattr(dvr_ab.DecodeOrder, "_tree", None)
+    monkeypatch.setattr(dvr_ab.KernelSwitches, "_tree", None)
     tree = (attention.DECODE_HEAD_MAJOR, attention.DECODE_LONGEST_FIRST)
     dvr_ab.engine_variant(Engine(), dvr_ab.VARIANTS["order_seq"]).generator()
     dvr_ab.engine_variant(Engine(), dvr_ab.VARIANTS["default"]).generator()
@@ -59,3 +59,24 @@ def test_dvr_ab_sets_each_variants_order_when_its_generator_is_built(monkeypatch
     assert (attention.DECODE_HEAD_MAJOR, attention.DECODE_LONGEST_FIRST) == tree
     with pytest.raises(ValueError, match="decode_order"):
         dvr_ab.engine_variant(Engine(), {"decode_order": "sideways"})
+
+
+def test_dvr_ab_sets_each_variants_sampler_when_its_generator_is_built(monkeypatch):
+    from llm42 import sampler
+
+    dvr_ab = load_device_script("dvr_ab")
+    seen = []
+
+    class Engine:
+        canonical_gemm = "cublas"
+        canonical_tile_m = 64
+
+        def generator(self):
+            seen.append(sampler.FUSED_CUDA_SAMPLER)
+
+    monkeypatch.setattr(dvr_ab.dataclasses, "replace", lambda engine, **knobs: engine)
+    monkeypatch.setattr(dvr_ab.KernelSwitches, "_tree", None)
+    monkeypatch.setattr(sampler, "FUSED_CUDA_SAMPLER", True)
+    for name in ("sampler_unfused", "default", "admit_budget_sampler_unfused", "order_seq"):
+        dvr_ab.engine_variant(Engine(), dvr_ab.VARIANTS[name]).generator()
+    assert seen == [False, True, False, True]  # a variant without the knob puts the tree's sampler back

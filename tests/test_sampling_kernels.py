@@ -69,6 +69,8 @@ def run_checks(device: str, vocab: int = 5003, num_rows: int = 9) -> None:
     assert torch.allclose(second_draw.cpu(), runner, rtol=0, atol=1e-4)
     assert bool((best >= second_draw).all())
 
+    check_scaling(logits, keys, device)
+
     # Gumbel-max draws follow the softmax: one row of 8 tokens, 1,500 keys
     small = torch.tensor([[2.0, 1.0, 0.5, 0.0, -1.0, -1.0, -2.0, -3.0]], device=device).repeat(1500, 1)
     counts = torch.bincount(gumbel_argmax(small, None, noise_keys(torch.arange(1500, device=device),
@@ -76,6 +78,44 @@ def run_checks(device: str, vocab: int = 5003, num_rows: int = 9) -> None:
                             minlength=8).double()
     expected = torch.softmax(small[0].cpu().double(), -1) * 1500
     assert float(((counts - expected) ** 2 / expected).sum()) < 30.0  # chi-square, 7 dof: p < 1e-4 beyond 30
+
+
+def check_scaling(logits: torch.Tensor, keys: torch.Tensor, device: str) -> None:
+    """The Gumbel kernel's own scaling (``scale=``, the fused CUDA sampler) against ``llm42.sampler._scaled``'s
+    torch ops on a float32 copy: the same bits from bf16 logits (as the head writes them) and from float32 ones,
+    with greedy rows (T = 0), a temperature whose ``|max| / T`` overflows, a threshold; and a control."""
+    from llm42.kernels.sampling import gumbel_argmax, row_stats
+    from llm42.sampler import SamplingRows, _scaled
+
+    num_rows = logits.shape[0]
+    gen = torch.Generator().manual_seed(1)
+    temps = (torch.rand(num_rows, generator=gen) * 1.5 + 0.05).to(device)
+    # greedy (scaled by 1), overflowing at a subnormal T, exactly 1, overflowing at a normal T, T < 1 on a row
+    # holding a subnormal logit (x / T is a normal float: a flush to zero would show)
+    temps[0], temps[1], temps[4], temps[6], temps[7] = 0.0, 1e-40, 1.0, 2e-38, 0.01
+    logits = logits.clone()
+    logits[7, 11] = 1e-39
+    rows = SamplingRows(temperature=temps, top_k=torch.zeros(num_rows, dtype=torch.int64, device=device),
+                        top_p=torch.ones(num_rows, device=device), seeds=keys, positions=keys)
+    for dtype in (torch.bfloat16, torch.float32):
+        x = logits.to(dtype)
+        _, row_max, _, row_min = row_stats(x, row_min=True)
+        assert torch.equal(row_min, x.float().amin(-1)) and torch.equal(row_max, x.float().amax(-1))
+        assert len(row_stats(x)) == 3 and torch.equal(row_stats(x, runner_up=True, row_min=True)[4], row_min)
+        scaled = _scaled(x.float(), rows, row_max)  # the torch ops the unfused sampler runs
+        assert float(scaled[1].max()) == 0.0 and float(scaled[6].max()) == 0.0, "rows 1, 6 take (x - max) / T"
+        assert float(scaled[7, 11]) > 1.18e-38 > float(x[7, 11].float()) > 0, "a subnormal logit, a normal x / T"
+        want = gumbel_argmax(scaled, None, keys, runner_up=True)
+        got = gumbel_argmax(x, None, keys, runner_up=True, scale=(temps, row_max, row_min))
+        assert all(torch.equal(a, b) for a, b in zip(got, want)), dtype
+        assert torch.equal(gumbel_argmax(x, None, keys, scale=(temps, row_max, row_min)), want[0])
+        threshold = scaled.sort(dim=-1, descending=True).values[:, 30]  # every row: its top 31 scaled values
+        assert torch.equal(gumbel_argmax(x, threshold, keys, scale=(temps, row_max, row_min)),
+                           gumbel_argmax(scaled, threshold, keys))
+        # control: a temperature one float32 step higher moves the sampled rows' winning scores
+        nudged = torch.nextafter(temps, torch.full_like(temps, float("inf")))
+        moved = gumbel_argmax(x, None, keys, runner_up=True, scale=(nudged, row_max, row_min))[1]
+        assert not torch.equal(moved[2:], got[1][2:])
 
 
 def _uniforms(keys: torch.Tensor, vocab: int) -> torch.Tensor:
@@ -99,3 +139,47 @@ def test_sampling_kernels_under_the_triton_interpreter():
     proc = subprocess.run([sys.executable, "-c", "from tests.test_sampling_kernels import run_checks; run_checks('cpu')"],
                           cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+
+
+@pytest.mark.gpu
+def test_the_fused_sampler_keeps_the_bits_on_cuda(monkeypatch):
+    """``llm42.sampler.FUSED_CUDA_SAMPLER`` (bf16 logits read as they are, the temperature applied in the Gumbel
+    kernel) against the torch ops on a float32 copy: the same tokens, log-probs and margins, greedy and sampled;
+    a step with a top-k row (which takes the copy) gives every other row the fused step's bits; a control."""
+    if not torch.cuda.is_available():
+        pytest.skip("needs CUDA")
+    from llm42 import sampler
+    from llm42.sampler import SamplingRows, sample, sample_with_margins
+
+    gen = torch.Generator().manual_seed(2)
+    for vocab in (128256, 49152):
+        n = 64
+        logits = (torch.randn(n, vocab, generator=gen) * 3).to("cuda", torch.bfloat16)
+        temps = (torch.rand(n, generator=gen) * 1.5).cuda()
+        temps[::5] = 0.0
+        temps[1] = 1e-40
+        ints = torch.arange(n, device="cuda")
+
+        def rows(top_k, t=temps, sampled=True, filtered=False):
+            return SamplingRows(temperature=t, top_k=top_k, top_p=torch.ones(n, device="cuda"), seeds=ints * 31 + 7,
+                                positions=ints + 100, is_any_sampled=sampled, is_any_filtered=filtered)
+
+        no_filter = torch.zeros(n, dtype=torch.int64, device="cuda")
+        results = {}
+        for fused in (True, False):
+            monkeypatch.setattr(sampler, "FUSED_CUDA_SAMPLER", fused)
+            results[fused] = (sample_with_margins(logits, rows(no_filter)), sample(logits, rows(no_filter)),
+                              sample_with_margins(logits, rows(no_filter, t=torch.zeros_like(temps), sampled=False)))
+        for a, b in zip(results[True], results[False]):
+            assert all(torch.equal(x, y) for x, y in zip(a, b)), vocab
+        monkeypatch.setattr(sampler, "FUSED_CUDA_SAMPLER", True)
+        top_k = no_filter.clone()
+        top_k[2] = 40
+        filtered = sample_with_margins(logits, rows(top_k, filtered=True))  # the float32 copy's path
+        keep = torch.arange(n, device="cuda") != 2
+        assert all(torch.equal(x[keep], y[keep]) for x, y in zip(filtered, results[True][0]))
+        # control: one row's temperature a float32 step higher moves that row's margin
+        nudged = temps.clone()
+        nudged[3] = torch.nextafter(nudged[3], torch.tensor(2.0, device="cuda"))
+        moved = sample_with_margins(logits, rows(no_filter, t=nudged))[2]
+        assert not torch.equal(moved[3], results[True][0][2][3]) and torch.equal(moved[4:], results[True][0][2][4:])

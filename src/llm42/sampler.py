@@ -15,8 +15,10 @@ set. On CUDA the two sweeps over the vocabulary (row statistics for the greedy
 token and the log-prob; Gumbel-max) are Triton kernels with one program per
 row and a pinned block size (``llm42.kernels.sampling``): one read of the
 logits each instead of dozens of float64 passes, and still a function of the
-row alone. Either way they are plain ops with no host sync, so a CUDA graph can
-capture them.
+row alone; they read the head's bf16 logits as they are, and the Gumbel kernel
+applies the temperature itself (``FUSED_CUDA_SAMPLER``; the bits of the torch
+ops on a float32 copy, which a step with a top-k / top-p row still runs). Either
+way they are plain ops with no host sync, so a CUDA graph can capture them.
 """
 
 from __future__ import annotations
@@ -29,6 +31,12 @@ from llm42.ops import exact
 
 _MASK32 = 0xFFFFFFFF
 _GOLDEN = 0x9E3779B1
+
+# On CUDA, a step without top-k / top-p rows reads the head's logits as they are (bf16) and the Gumbel kernel
+# scales them itself (``gumbel_argmax(scale=...)``): two reads of [N, V] instead of a float32 copy and about a
+# dozen float32 passes. The same bits either way (tests/test_sampling_kernels.py); False runs the torch ops on a
+# float32 copy, as before round 50 (for A/B benchmarks). Read when the sampler runs (a CUDA graph: when captured).
+FUSED_CUDA_SAMPLER = True
 
 
 def _mix32(x: torch.Tensor) -> torch.Tensor:
@@ -116,25 +124,22 @@ def _filter_threshold(scaled: torch.Tensor, top_k: torch.Tensor, top_p: torch.Te
     return torch.where(is_filtered[:, None], threshold, float("-inf"))
 
 
-def _greedy_and_logprob_parts(logits: torch.Tensor, *, runner_up: bool = False):
+def _greedy_and_logprob_parts(logits: torch.Tensor, *, runner_up: bool = False, row_min: bool = False):
     """(argmax [N], row max [N], log of the sum of exp(x - max) [N]): the raw log-prob is (x - max) - that.
 
-    ``runner_up=True`` adds a fourth: each row's second largest logit (float32 [N])."""
+    ``runner_up=True`` appends each row's second largest logit (float32 [N]), ``row_min=True`` its smallest
+    (float32 [N]), in that order."""
     if logits.is_cuda:
         from llm42.kernels.sampling import row_stats
 
-        if runner_up:
-            greedy, row_max, sumexp, second = row_stats(logits, runner_up=True)
-            return greedy, row_max, torch.log(sumexp), second
-        greedy, row_max, sumexp = row_stats(logits)
-        return greedy, row_max, torch.log(sumexp)
+        greedy, row_max, sumexp, *rest = row_stats(logits, runner_up=runner_up, row_min=row_min)
+        return (greedy, row_max, torch.log(sumexp), *rest)
     x64 = logits.double()
     row_max = x64.amax(-1, keepdim=True)
     log_sum = exact._log64_of_positive(exact._row_sum_(exact.exp64(x64 - row_max)))
     greedy = torch.argmax(logits, dim=-1)
-    if runner_up:
-        return greedy, row_max.squeeze(-1), log_sum, _second(logits, greedy)
-    return greedy, row_max.squeeze(-1), log_sum
+    rest = ((_second(logits, greedy),) if runner_up else ()) + ((logits.amin(-1).float(),) if row_min else ())
+    return (greedy, row_max.squeeze(-1), log_sum, *rest)
 
 
 def _second(values: torch.Tensor, winner: torch.Tensor) -> torch.Tensor:
@@ -143,12 +148,18 @@ def _second(values: torch.Tensor, winner: torch.Tensor) -> torch.Tensor:
     return others.amax(-1)
 
 
-def _draw(scaled: torch.Tensor, threshold: torch.Tensor | None, rows: SamplingRows, *, runner_up: bool = False):
-    """Gumbel-max over the kept tokens of each row; ``runner_up=True``: (tokens, winning score, runner-up)."""
+def _draw(scaled: torch.Tensor, threshold: torch.Tensor | None, rows: SamplingRows, *, runner_up: bool = False,
+          scale: tuple[torch.Tensor, torch.Tensor] | None = None):
+    """Gumbel-max over the kept tokens of each row; ``runner_up=True``: (tokens, winning score, runner-up).
+
+    ``scale=(row_max, row_min)`` (CUDA): ``scaled`` holds the raw logits, which the kernel scales by the rows'
+    temperatures as ``_scaled`` does (the same bits)."""
     if scaled.is_cuda:
         from llm42.kernels.sampling import gumbel_argmax
 
-        return gumbel_argmax(scaled, threshold, noise_keys(rows.seeds, rows.positions), runner_up=runner_up)
+        return gumbel_argmax(scaled, threshold, noise_keys(rows.seeds, rows.positions), runner_up=runner_up,
+                             scale=None if scale is None else (rows.temperature, *scale))
+    assert scale is None, "scale= is the CUDA kernel's"
     if threshold is not None:
         scaled = torch.where(scaled >= threshold, scaled, float("-inf"))
     scores = scaled + gumbel_noise(rows.seeds, rows.positions, scaled.shape[-1])
@@ -209,27 +220,37 @@ def sample_with_margins(logits: torch.Tensor, rows: SamplingRows
 
 
 def _sample(logits: torch.Tensor, rows: SamplingRows, *, with_margins: bool):
-    logits = logits.float()
-    parts = _greedy_and_logprob_parts(logits, runner_up=with_margins)
-    greedy, row_max, log_sum = parts[:3]
     is_sampled = rows.temperature > 0
     is_any_sampled = rows.is_any_sampled if rows.is_any_sampled is not None else bool(is_sampled.any())
-    margins = (row_max.float() - parts[3]) if with_margins else None
+    is_any_filtered = False
     if is_any_sampled:
-        scaled = _scaled(logits, rows, row_max)
         is_any_filtered = rows.is_any_filtered
         if is_any_filtered is None:
             is_any_filtered = bool(((rows.top_k > 0) | (rows.top_p < 1.0)).any())
-        threshold = _filter_threshold(scaled, rows.top_k, rows.top_p) if is_any_filtered else None
+    # the fused CUDA sampler (FUSED_CUDA_SAMPLER): the kernels read the logits as they are and the Gumbel one
+    # scales them; a step with a top-k / top-p row sorts scaled values, so it makes them (a float32 copy) instead
+    fused = logits.is_cuda and FUSED_CUDA_SAMPLER and not is_any_filtered
+    if not fused:
+        logits = logits.float()
+    with_min = fused and is_any_sampled
+    parts = _greedy_and_logprob_parts(logits, runner_up=with_margins, row_min=with_min)
+    greedy, row_max, log_sum = parts[:3]
+    margins = (row_max.float() - parts[3]) if with_margins else None
+    if is_any_sampled:
+        if fused:
+            scaled, threshold, scale = logits, None, (row_max, parts[-1])
+        else:
+            scaled, scale = _scaled(logits, rows, row_max), None
+            threshold = _filter_threshold(scaled, rows.top_k, rows.top_p) if is_any_filtered else None
         if with_margins:
-            drawn, best, second = _draw(scaled, threshold, rows, runner_up=True)
+            drawn, best, second = _draw(scaled, threshold, rows, runner_up=True, scale=scale)
             margins = torch.where(is_sampled, (best - second) * rows.temperature, margins)
         else:
-            drawn = _draw(scaled, threshold, rows)
+            drawn = _draw(scaled, threshold, rows, scale=scale)
         tokens = torch.where(is_sampled, drawn, greedy)
     else:
         tokens = greedy
-    chosen = logits.gather(1, tokens[:, None]).squeeze(1)
+    chosen = logits.gather(1, tokens[:, None]).squeeze(1).float()
     if logits.is_cuda:
         return tokens, (chosen - row_max) - log_sum, margins
     return tokens, ((chosen.double() - row_max) - log_sum).float(), margins

@@ -25,6 +25,15 @@ Either sweep can also return each row's *runner-up* (``runner_up=True``): the
 second largest value it took the maximum over (the max itself again on a tie).
 The fast path's sampler reads a draft's margin off it (``llm42.sampler``); the
 winner and every other output are the same bits with or without it.
+
+Both read the logits in whatever dtype the output head wrote them (bf16 on the
+model's path; widening to float32 is exact), and ``gumbel_argmax`` can scale
+them itself (``scale=(temperature, row_max, row_min)``): each element is
+``div_rn(x - shift, T)`` with the row's ``shift`` = its max where ``|max| / T``
+overflows, else 0 — the IEEE division, so the bits are those of the torch ops
+``llm42.sampler._scaled`` runs on a float32 copy. The sampler on CUDA then
+reads the [N, V] logits twice instead of making a float32 copy and a scaled
+one (about a dozen float32 passes over [N, V] per step: round 50's profile).
 """
 
 from __future__ import annotations
@@ -47,18 +56,21 @@ def _top_two(second, m, vals, idx, block_max, block_arg):
 
 
 @triton.jit
-def _row_stats_kernel(x_ptr, stride_x, vocab: tl.constexpr, argmax_ptr, max_ptr, sumexp_ptr, second_ptr,
-                      RUNNER_UP: tl.constexpr, BLOCK: tl.constexpr):
+def _row_stats_kernel(x_ptr, stride_x, vocab: tl.constexpr, argmax_ptr, max_ptr, sumexp_ptr, second_ptr, min_ptr,
+                      RUNNER_UP: tl.constexpr, ROW_MIN: tl.constexpr, BLOCK: tl.constexpr):
     row = tl.program_id(0).to(tl.int64)
     base = x_ptr + row * stride_x
     offs = tl.arange(0, BLOCK)
     m = tl.full((), float("-inf"), tl.float32)
     s = tl.zeros((), tl.float32)
     second = tl.full((), float("-inf"), tl.float32)
+    lo = tl.full((), float("inf"), tl.float32)
     best = tl.zeros((), tl.int32)
     for start in range(0, vocab, BLOCK):
         idx = start + offs
         x = tl.load(base + idx, mask=idx < vocab, other=float("-inf")).to(tl.float32)
+        if ROW_MIN:
+            lo = tl.minimum(lo, tl.min(tl.where(idx < vocab, x, float("inf")), 0))
         block_max = tl.max(x, 0)
         block_arg = tl.argmax(x, 0, tie_break_left=True).to(tl.int32) + start
         if RUNNER_UP:
@@ -73,6 +85,8 @@ def _row_stats_kernel(x_ptr, stride_x, vocab: tl.constexpr, argmax_ptr, max_ptr,
     tl.store(sumexp_ptr + row, s)
     if RUNNER_UP:
         tl.store(second_ptr + row, second)
+    if ROW_MIN:
+        tl.store(min_ptr + row, lo)
 
 
 @triton.jit
@@ -84,13 +98,21 @@ def _mix32(x):
 
 @triton.jit
 def _gumbel_argmax_kernel(x_ptr, stride_x, vocab: tl.constexpr, threshold_ptr, key_ptr, out_ptr, best_ptr, second_ptr,
-                          HAS_THRESHOLD: tl.constexpr, RUNNER_UP: tl.constexpr, BLOCK: tl.constexpr):
+                          temperature_ptr, max_ptr, min_ptr, HAS_THRESHOLD: tl.constexpr, RUNNER_UP: tl.constexpr,
+                          SCALE: tl.constexpr, BLOCK: tl.constexpr):
     row = tl.program_id(0).to(tl.int64)
     base = x_ptr + row * stride_x
     offs = tl.arange(0, BLOCK)
     key = tl.load(key_ptr + row).to(tl.uint32)
     if HAS_THRESHOLD:
         threshold = tl.load(threshold_ptr + row)
+    if SCALE:  # llm42.sampler._scaled's arithmetic, per element: a greedy row (T = 0) is scaled by 1
+        temperature = tl.load(temperature_ptr + row)
+        temperature = tl.where(temperature > 0, temperature, 1.0)
+        row_max = tl.load(max_ptr + row)
+        abs_max = tl.maximum(row_max, -tl.load(min_ptr + row), propagate_nan=tl.PropagateNan.ALL)
+        overflows = (tl.abs(tl.math.div_rn(abs_max, temperature)) == float("inf")) & (tl.abs(abs_max) < float("inf"))
+        shift = tl.where(overflows, row_max, 0.0)  # x - 0.0 is x, bit for bit
     best_val = tl.full((), float("-inf"), tl.float32)
     second = tl.full((), float("-inf"), tl.float32)
     best = tl.zeros((), tl.int32)
@@ -98,6 +120,8 @@ def _gumbel_argmax_kernel(x_ptr, stride_x, vocab: tl.constexpr, threshold_ptr, k
         idx = start + offs
         in_vocab = idx < vocab
         x = tl.load(base + idx, mask=in_vocab, other=float("-inf")).to(tl.float32)
+        if SCALE:
+            x = tl.math.div_rn(x - shift, temperature)
         bits = _mix32(_mix32(key ^ (idx.to(tl.uint32) * 0x27D4EB2F)) ^ 0x165667B1)
         u = ((bits >> 9).to(tl.float32) * 2.0 + 1.0) * (1.0 / (1 << 24))  # (0, 1), exact in float32
         val = x - tl.log(-tl.log(u))
@@ -123,35 +147,45 @@ def _rows(logits: torch.Tensor) -> torch.Tensor:
     return logits if logits.stride(-1) == 1 else logits.contiguous()
 
 
-def row_stats(logits: torch.Tensor, *, runner_up: bool = False):
-    """(argmax int64 [N], max float32 [N], sum of exp(x - max) float32 [N]) of ``logits`` [N, V], and with
-    ``runner_up=True`` a fourth: each row's second largest logit (float32 [N])."""
+def row_stats(logits: torch.Tensor, *, runner_up: bool = False, row_min: bool = False):
+    """(argmax int64 [N], max float32 [N], sum of exp(x - max) float32 [N]) of ``logits`` [N, V] (any float
+    dtype, read as float32); ``runner_up=True`` appends each row's second largest logit, ``row_min=True`` its
+    smallest (float32 [N] each, in that order)."""
     x = _rows(logits)
     num_rows, vocab = x.shape
     argmax = torch.empty(num_rows, dtype=torch.int64, device=x.device)
     row_max = torch.empty(num_rows, dtype=torch.float32, device=x.device)
     sumexp = torch.empty(num_rows, dtype=torch.float32, device=x.device)
     second = torch.empty(num_rows, dtype=torch.float32, device=x.device) if runner_up else row_max
+    low = torch.empty(num_rows, dtype=torch.float32, device=x.device) if row_min else row_max
     if num_rows:
-        _row_stats_kernel[(num_rows,)](x, x.stride(0), vocab, argmax, row_max, sumexp, second,
-                                       RUNNER_UP=runner_up, BLOCK=BLOCK_V, num_warps=NUM_WARPS)
-    return (argmax, row_max, sumexp, second) if runner_up else (argmax, row_max, sumexp)
+        _row_stats_kernel[(num_rows,)](x, x.stride(0), vocab, argmax, row_max, sumexp, second, low,
+                                       RUNNER_UP=runner_up, ROW_MIN=row_min, BLOCK=BLOCK_V, num_warps=NUM_WARPS)
+    return (argmax, row_max, sumexp) + ((second,) if runner_up else ()) + ((low,) if row_min else ())
 
 
 def gumbel_argmax(scaled: torch.Tensor, threshold: torch.Tensor | None, keys: torch.Tensor, *,
-                  runner_up: bool = False):
+                  runner_up: bool = False,
+                  scale: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None):
     """argmax over v of scaled[i, v] + g(keys[i], v), among v with scaled[i, v] >= threshold[i] (if given).
 
-    With ``runner_up=True``: (argmax, the winning value, the second largest value) per row."""
+    ``scale=(temperature, row_max, row_min)`` (float32 [N] each; ``row_stats``' max and min of these logits):
+    ``scaled`` holds the raw logits, and the kernel scales each element as ``llm42.sampler._scaled`` would
+    (the same bits; the threshold, if any, applies to the scaled values). With ``runner_up=True``: (argmax,
+    the winning value, the second largest value) per row."""
     x = _rows(scaled)
     num_rows, vocab = x.shape
     out = torch.empty(num_rows, dtype=torch.int64, device=x.device)
     best = torch.empty(num_rows, dtype=torch.float32, device=x.device) if runner_up else None
     second = torch.empty(num_rows, dtype=torch.float32, device=x.device) if runner_up else None
+    if scale is not None:
+        scale = tuple(t.reshape(num_rows).float().contiguous() for t in scale)
     if num_rows:
         thr = threshold.reshape(num_rows).float().contiguous() if threshold is not None else x
+        temperature, row_max, row_min = scale if scale is not None else (x, x, x)
         _gumbel_argmax_kernel[(num_rows,)](x, x.stride(0), vocab, thr, keys.contiguous(), out,
                                            best if runner_up else out, second if runner_up else out,
+                                           temperature, row_max, row_min,
                                            HAS_THRESHOLD=threshold is not None, RUNNER_UP=runner_up,
-                                           BLOCK=BLOCK_V, num_warps=NUM_WARPS)
+                                           SCALE=scale is not None, BLOCK=BLOCK_V, num_warps=NUM_WARPS)
     return (out, best, second) if runner_up else out

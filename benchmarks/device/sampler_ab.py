@@ -1,0 +1,97 @@
+"""The CUDA sampler, fused (round 50) against the torch ops on a float32 copy: one process, CUDA graphs, medians.
+
+    PYTHONPATH=src python3 benchmarks/device/sampler_ab.py --out sampler_ab.json
+
+``llm42.sampler.sample_with_margins`` (what the fast path's decode and mixed graphs run) on bf16 logits of the
+8B head (V = 128,256) and SmolLM2's (V = 49,152) at 64, 256 and 512 rows, every row greedy or every row sampled
+(T in (0, 1.5]), each variant captured in its own graph and replayed interleaved (ABAB); the two variants'
+tokens, values and margins are compared bit for bit. The bytes: the fused sampler reads the [N, V] bf16 logits
+twice (row statistics, then Gumbel-max); its ``read_TBps`` is those bytes over its time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+from pathlib import Path
+
+import torch
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "src"))
+
+from llm42 import sampler  # noqa: E402
+from llm42.sampler import SamplingRows, sample_with_margins  # noqa: E402
+
+
+def graphed(fn):
+    """(graph, outputs) of ``fn`` captured after a warm-up call on a side stream."""
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        fn()
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = fn()
+    return graph, out
+
+
+def interleaved_ms(graphs: dict, reps: int) -> dict:
+    """Median ms per replay of each graph, replayed in turn ``reps`` times (CUDA events around each replay)."""
+    times = {name: [] for name in graphs}
+    for _ in range(3):
+        for g in graphs.values():
+            g.replay()
+    torch.cuda.synchronize()
+    for _ in range(reps):
+        for name, g in graphs.items():
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            g.replay()
+            end.record()
+            end.synchronize()
+            times[name].append(start.elapsed_time(end))
+    return {name: statistics.median(t) for name, t in times.items()}
+
+
+def main() -> int:
+    p = argparse.ArgumentParser()
+    p.add_argument("--out", type=Path, required=True)
+    p.add_argument("--reps", type=int, default=50)
+    args = p.parse_args()
+    entries = []
+    for shape, vocab in (("8b", 128256), ("smollm2", 49152)):
+        for rows in (64, 256, 512):
+            for mode in ("greedy", "sampled"):
+                gen = torch.Generator(device="cuda").manual_seed(rows)
+                logits = (torch.randn(rows, vocab, device="cuda", generator=gen) * 3).bfloat16()
+                ints = torch.arange(rows, device="cuda")
+                temps = (torch.rand(rows, device="cuda", generator=gen) * 1.5 + 1e-3 if mode == "sampled"
+                         else torch.zeros(rows, device="cuda"))
+                rows_in = SamplingRows(temperature=temps, top_k=torch.zeros_like(ints), top_p=torch.ones_like(temps),
+                                       seeds=ints * 31 + 7, positions=ints + 100, is_any_sampled=mode == "sampled",
+                                       is_any_filtered=False)
+                graphs, outs = {}, {}
+                for name, fused in (("fused", True), ("unfused", False)):
+                    sampler.FUSED_CUDA_SAMPLER = fused  # read when the graph is captured
+                    graphs[name], outs[name] = graphed(lambda: sample_with_margins(logits, rows_in))
+                sampler.FUSED_CUDA_SAMPLER = True
+                ms = interleaved_ms(graphs, args.reps)
+                read = 2 * logits.numel() * logits.element_size()
+                entry = {"shape": shape, "vocab": vocab, "rows": rows, "mode": mode,
+                         "fused_ms": round(ms["fused"], 4), "unfused_ms": round(ms["unfused"], 4),
+                         "unfused_over_fused": round(ms["unfused"] / ms["fused"], 3),
+                         "fused_read_TBps": round(read / ms["fused"] / 1e9, 3),
+                         "same_bits": all(torch.equal(a, b) for a, b in zip(outs["fused"], outs["unfused"]))}
+                entries.append(entry)
+                print(json.dumps(entry), flush=True)
+    out = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "reps": args.reps, "runs": entries}
+    args.out.write_text(json.dumps(out, indent=1) + "\n")
+    return 0 if all(e["same_bits"] for e in entries) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
