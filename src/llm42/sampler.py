@@ -227,20 +227,19 @@ def _sample(logits: torch.Tensor, rows: SamplingRows, *, with_margins: bool):
         is_any_filtered = rows.is_any_filtered
         if is_any_filtered is None:
             is_any_filtered = bool(((rows.top_k > 0) | (rows.top_p < 1.0)).any())
-    # the fused CUDA sampler (FUSED_CUDA_SAMPLER): the kernels read the logits as they are and the Gumbel one
-    # scales them; a step with a top-k / top-p row sorts scaled values, so it makes them (a float32 copy) instead
+    # The row statistics read the logits as the head wrote them, on every path: on CUDA the sum of exponentials is
+    # a reduction whose order follows the kernel's load layout, which follows the dtype (a float32 copy would give
+    # other bits). The fused CUDA sampler (FUSED_CUDA_SAMPLER) scales them in the Gumbel kernel too; a step with a
+    # top-k / top-p row sorts scaled values, so it makes them from a float32 copy (the same values, exactly).
     fused = logits.is_cuda and FUSED_CUDA_SAMPLER and not is_any_filtered
-    if not fused:
-        logits = logits.float()
-    with_min = fused and is_any_sampled
-    parts = _greedy_and_logprob_parts(logits, runner_up=with_margins, row_min=with_min)
+    parts = _greedy_and_logprob_parts(logits, runner_up=with_margins, row_min=fused and is_any_sampled)
     greedy, row_max, log_sum = parts[:3]
     margins = (row_max.float() - parts[3]) if with_margins else None
     if is_any_sampled:
         if fused:
             scaled, threshold, scale = logits, None, (row_max, parts[-1])
         else:
-            scaled, scale = _scaled(logits, rows, row_max), None
+            scaled, scale = _scaled(logits.float(), rows, row_max), None
             threshold = _filter_threshold(scaled, rows.top_k, rows.top_p) if is_any_filtered else None
         if with_margins:
             drawn, best, second = _draw(scaled, threshold, rows, runner_up=True, scale=scale)
@@ -269,8 +268,8 @@ def logprob_details(logits: torch.Tensor, tokens: torch.Tensor, rows: SamplingRo
     [N, num_top] float32), the top ones ordered by log-prob, then by token id (a stable sort, so the
     order is a function of the row alone); entries of probability 0 hold -inf.
     """
+    _, row_max, log_sum = _greedy_and_logprob_parts(logits)  # as ``sample`` reads them: the same bits
     logits = logits.float()
-    _, row_max, log_sum = _greedy_and_logprob_parts(logits)
     if logits.is_cuda:  # the raw log-probs, elementwise as ``sample`` computes the chosen one
         logprobs_all = (logits - row_max[:, None]) - log_sum[:, None]
     else:

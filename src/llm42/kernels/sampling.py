@@ -27,13 +27,18 @@ The fast path's sampler reads a draft's margin off it (``llm42.sampler``); the
 winner and every other output are the same bits with or without it.
 
 Both read the logits in whatever dtype the output head wrote them (bf16 on the
-model's path; widening to float32 is exact), and ``gumbel_argmax`` can scale
+model's path; widening to float32 is exact). The sum of exponentials is the one
+result whose bits depend on that dtype: its reduction order follows the load's
+layout, which Triton picks by the element size (round 50's first GPU run: a
+float32 copy of bf16 logits gave the same tokens and other log-probs; max,
+argmax and runner-up are exact either way). So the sampler hands every path's
+row statistics the head's logits as they are. ``gumbel_argmax`` can also scale
 them itself (``scale=(temperature, row_max, row_min)``): each element is
 ``div_rn(x - shift, T)`` with the row's ``shift`` = its max where ``|max| / T``
-overflows, else 0 — the IEEE division, so the bits are those of the torch ops
-``llm42.sampler._scaled`` runs on a float32 copy. The sampler on CUDA then
+overflows, else 0 (IEEE division: the bits of the torch ops
+``llm42.sampler._scaled`` runs on a float32 copy). The sampler on CUDA then
 reads the [N, V] logits twice instead of making a float32 copy and a scaled
-one (about a dozen float32 passes over [N, V] per step: round 50's profile).
+one (about a dozen float32 passes over [N, V] per sampled step).
 """
 
 from __future__ import annotations
