@@ -6,5 +6,5 @@
 #
 #   bash benchmarks/device/r50_call_d.sh
 export VARIANTS=${VARIANTS:-default,sampler_unfused} MODES=${MODES:-nondet,dvr@10,dvr@50} ONLINE_LOAD=${ONLINE_LOAD-}
-export ROUND=r50 TAG=${TAG:-d} CAP=${CAP:-330} BUDGET=${BUDGET:-120}
+export ROUND=r50 TAG=${TAG:-d} CAP=${CAP:-230} BUDGET=${BUDGET:-60}
 source "$(dirname "$0")/r38_call_b.sh"
