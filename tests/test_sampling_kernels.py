@@ -109,6 +109,11 @@ def check_scaling(logits: torch.Tensor, keys: torch.Tensor, device: str) -> None
         got = gumbel_argmax(x, None, keys, runner_up=True, scale=(temps, row_max, row_min))
         assert all(torch.equal(a, b) for a, b in zip(got, want)), dtype
         assert torch.equal(gumbel_argmax(x, None, keys, scale=(temps, row_max, row_min)), want[0])
+        # sampled_only (the sampler's call): the sampled rows' bits; a greedy row reads nothing, draws 0 at -inf
+        only = gumbel_argmax(x, None, keys, runner_up=True, scale=(temps, row_max, row_min), sampled_only=True)
+        sampled = temps > 0
+        assert all(torch.equal(a[sampled], b[sampled]) for a, b in zip(only, want))
+        assert int(only[0][0]) == 0 and float(only[1][0]) == float("-inf") == float(only[2][0])
         threshold = scaled.sort(dim=-1, descending=True).values[:, 30]  # every row: its top 31 scaled values
         assert torch.equal(gumbel_argmax(x, threshold, keys, scale=(temps, row_max, row_min)),
                            gumbel_argmax(scaled, threshold, keys))

@@ -153,12 +153,13 @@ def _draw(scaled: torch.Tensor, threshold: torch.Tensor | None, rows: SamplingRo
     """Gumbel-max over the kept tokens of each row; ``runner_up=True``: (tokens, winning score, runner-up).
 
     ``scale=(row_max, row_min)`` (CUDA): ``scaled`` holds the raw logits, which the kernel scales by the rows'
-    temperatures as ``_scaled`` does (the same bits)."""
+    temperatures as ``_scaled`` does (the same bits); greedy rows draw nothing there (the caller takes their
+    greedy token and margin)."""
     if scaled.is_cuda:
         from llm42.kernels.sampling import gumbel_argmax
 
         return gumbel_argmax(scaled, threshold, noise_keys(rows.seeds, rows.positions), runner_up=runner_up,
-                             scale=None if scale is None else (rows.temperature, *scale))
+                             scale=None if scale is None else (rows.temperature, *scale), sampled_only=scale is not None)
     assert scale is None, "scale= is the CUDA kernel's"
     if threshold is not None:
         scaled = torch.where(scaled >= threshold, scaled, float("-inf"))

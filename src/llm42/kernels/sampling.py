@@ -104,15 +104,18 @@ def _mix32(x):
 @triton.jit
 def _gumbel_argmax_kernel(x_ptr, stride_x, vocab: tl.constexpr, threshold_ptr, key_ptr, out_ptr, best_ptr, second_ptr,
                           temperature_ptr, max_ptr, min_ptr, HAS_THRESHOLD: tl.constexpr, RUNNER_UP: tl.constexpr,
-                          SCALE: tl.constexpr, BLOCK: tl.constexpr):
+                          SCALE: tl.constexpr, SAMPLED_ONLY: tl.constexpr, BLOCK: tl.constexpr):
     row = tl.program_id(0).to(tl.int64)
     base = x_ptr + row * stride_x
     offs = tl.arange(0, BLOCK)
     key = tl.load(key_ptr + row).to(tl.uint32)
     if HAS_THRESHOLD:
         threshold = tl.load(threshold_ptr + row)
+    end = vocab
     if SCALE:  # llm42.sampler._scaled's arithmetic, per element: a greedy row (T = 0) is scaled by 1
         temperature = tl.load(temperature_ptr + row)
+        if SAMPLED_ONLY:  # a greedy row draws nothing (the sampler takes its greedy token)
+            end = tl.where(temperature > 0, vocab, 0)
         temperature = tl.where(temperature > 0, temperature, 1.0)
         row_max = tl.load(max_ptr + row)
         abs_max = tl.maximum(row_max, -tl.load(min_ptr + row), propagate_nan=tl.PropagateNan.ALL)
@@ -121,7 +124,7 @@ def _gumbel_argmax_kernel(x_ptr, stride_x, vocab: tl.constexpr, threshold_ptr, k
     best_val = tl.full((), float("-inf"), tl.float32)
     second = tl.full((), float("-inf"), tl.float32)
     best = tl.zeros((), tl.int32)
-    for start in range(0, vocab, BLOCK):
+    for start in range(0, end, BLOCK):
         idx = start + offs
         in_vocab = idx < vocab
         x = tl.load(base + idx, mask=in_vocab, other=float("-inf")).to(tl.float32)
@@ -171,13 +174,16 @@ def row_stats(logits: torch.Tensor, *, runner_up: bool = False, row_min: bool = 
 
 def gumbel_argmax(scaled: torch.Tensor, threshold: torch.Tensor | None, keys: torch.Tensor, *,
                   runner_up: bool = False,
-                  scale: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None):
+                  scale: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None, sampled_only: bool = False):
     """argmax over v of scaled[i, v] + g(keys[i], v), among v with scaled[i, v] >= threshold[i] (if given).
 
     ``scale=(temperature, row_max, row_min)`` (float32 [N] each; ``row_stats``' max and min of these logits):
     ``scaled`` holds the raw logits, and the kernel scales each element as ``llm42.sampler._scaled`` would
-    (the same bits; the threshold, if any, applies to the scaled values). With ``runner_up=True``: (argmax,
-    the winning value, the second largest value) per row."""
+    (the same bits; the threshold, if any, applies to the scaled values); with ``sampled_only=True`` a row of
+    temperature <= 0 reads nothing and draws token 0 at -inf (what the sampler never takes: its greedy token).
+    With ``runner_up=True``: (argmax, the winning value, the second largest value) per row."""
+    if sampled_only and scale is None:
+        raise ValueError("gumbel_argmax: sampled_only=True needs scale= (the rows' temperatures)")
     x = _rows(scaled)
     num_rows, vocab = x.shape
     out = torch.empty(num_rows, dtype=torch.int64, device=x.device)
@@ -192,5 +198,6 @@ def gumbel_argmax(scaled: torch.Tensor, threshold: torch.Tensor | None, keys: to
                                            best if runner_up else out, second if runner_up else out,
                                            temperature, row_max, row_min,
                                            HAS_THRESHOLD=threshold is not None, RUNNER_UP=runner_up,
-                                           SCALE=scale is not None, BLOCK=BLOCK_V, num_warps=NUM_WARPS)
+                                           SCALE=scale is not None, SAMPLED_ONLY=sampled_only, BLOCK=BLOCK_V,
+                                           num_warps=NUM_WARPS)
     return (out, best, second) if runner_up else out
