@@ -1,6 +1,6 @@
 """The fast decode attention's dispatch order (round 48): ``StepInputs.decode_order`` (longest context first),
 the fast policy passing it only while ``DECODE_LONGEST_FIRST`` is on, and ``dvr_ab.py``'s ``KernelSwitches`` variants
-setting the launch's order when a generator is built. That the order changes no bit is checked on the kernel itself
+setting the launch's order (and round 50's fused sampler) when a generator is built. That the order changes no bit is checked on the kernel itself
 (``tests/test_tiled_attention.py`` under Triton's interpreter, ``tests/gpu/test_tiled_attention.py``)."""
 
 from __future__ import annotations
@@ -39,29 +39,7 @@ def test_fast_policy_passes_the_order_only_while_it_is_on(monkeypatch):
     assert fast._decode_order(inputs) is None
 
 
-def test_dvr_ab_sets_each_variants_order_when_its_generator_is_built(monkeypatch):
-    dvr_ab = load_device_script("dvr_ab")
-    seen = []
-
-    class Engine:
-        canonical_gemm = "cublas"
-        canonical_tile_m = 64
-
-        def generator(self):
-            seen.append((attention.DECODE_HEAD_MAJOR, attention.DECODE_LONGEST_FIRST))
-
-    monkeypatch.setattr(dvr_ab.dataclasses, "replace", lambda engine, **knobs: engine)
-    monkeypatch.setattr(dvr_ab.KernelSwitches, "_tree", None)
-    tree = (attention.DECODE_HEAD_MAJOR, attention.DECODE_LONGEST_FIRST)
-    dvr_ab.engine_variant(Engine(), dvr_ab.VARIANTS["order_seq"]).generator()
-    dvr_ab.engine_variant(Engine(), dvr_ab.VARIANTS["default"]).generator()
-    assert seen == [(False, False), tree]  # the default variant puts the tree's order back
-    assert (attention.DECODE_HEAD_MAJOR, attention.DECODE_LONGEST_FIRST) == tree
-    with pytest.raises(ValueError, match="decode_order"):
-        dvr_ab.engine_variant(Engine(), {"decode_order": "sideways"})
-
-
-def test_dvr_ab_sets_each_variants_sampler_when_its_generator_is_built(monkeypatch):
+def test_dvr_ab_sets_each_variants_switches_when_its_generator_is_built(monkeypatch):
     from llm42 import sampler
 
     dvr_ab = load_device_script("dvr_ab")
@@ -72,11 +50,16 @@ def test_dvr_ab_sets_each_variants_sampler_when_its_generator_is_built(monkeypat
         canonical_tile_m = 64
 
         def generator(self):
-            seen.append(sampler.FUSED_CUDA_SAMPLER)
+            seen.append((attention.DECODE_HEAD_MAJOR, attention.DECODE_LONGEST_FIRST, sampler.FUSED_CUDA_SAMPLER))
 
     monkeypatch.setattr(dvr_ab.dataclasses, "replace", lambda engine, **knobs: engine)
     monkeypatch.setattr(dvr_ab.KernelSwitches, "_tree", None)
     monkeypatch.setattr(sampler, "FUSED_CUDA_SAMPLER", True)
-    for name in ("sampler_unfused", "default", "admit_budget_sampler_unfused", "order_seq"):
+    order = (attention.DECODE_HEAD_MAJOR, attention.DECODE_LONGEST_FIRST)
+    for name in ("order_seq", "default", "sampler_unfused", "admit_budget_sampler_unfused", "admit_budget"):
         dvr_ab.engine_variant(Engine(), dvr_ab.VARIANTS[name]).generator()
-    assert seen == [False, True, False, True]  # a variant without the knob puts the tree's sampler back
+    # a variant without a knob puts the tree's switch back
+    assert seen == [(False, False, True), (*order, True), (*order, False), (*order, False), (*order, True)]
+    assert (attention.DECODE_HEAD_MAJOR, attention.DECODE_LONGEST_FIRST, sampler.FUSED_CUDA_SAMPLER) == (*order, True)
+    with pytest.raises(ValueError, match="decode_order"):
+        dvr_ab.engine_variant(Engine(), {"decode_order": "sideways"})
