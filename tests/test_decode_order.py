@@ -1,7 +1,8 @@
 """The fast decode attention's dispatch order (round 48): ``StepInputs.decode_order`` (longest context first),
-the fast policy passing it only while ``DECODE_LONGEST_FIRST`` is on, and ``dvr_ab.py``'s ``KernelSwitches`` variants
-setting the launch's order (and round 50's fused sampler) when a generator is built. That the order changes no bit is checked on the kernel itself
-(``tests/test_tiled_attention.py`` under Triton's interpreter, ``tests/gpu/test_tiled_attention.py``)."""
+the fast policy passing it only while ``DECODE_LONGEST_FIRST`` is on, and ``dvr_ab.py``'s ``KernelSwitches``
+variants setting the launch's order (and round 50's fused sampler) when a generator is built. That the order
+changes no bit is checked on the kernel itself (``tests/test_tiled_attention.py`` under Triton's interpreter,
+``tests/gpu/test_tiled_attention.py``)."""
 
 from __future__ import annotations
 
@@ -41,6 +42,7 @@ def test_fast_policy_passes_the_order_only_while_it_is_on(monkeypatch):
 
 def test_dvr_ab_sets_each_variants_switches_when_its_generator_is_built(monkeypatch):
     from llm42 import sampler
+    from llm42.kernels import sampling
 
     dvr_ab = load_device_script("dvr_ab")
     seen = []
@@ -50,16 +52,20 @@ def test_dvr_ab_sets_each_variants_switches_when_its_generator_is_built(monkeypa
         canonical_tile_m = 64
 
         def generator(self):
-            seen.append((attention.DECODE_HEAD_MAJOR, attention.DECODE_LONGEST_FIRST, sampler.FUSED_CUDA_SAMPLER))
+            seen.append((attention.DECODE_HEAD_MAJOR, attention.DECODE_LONGEST_FIRST, sampler.FUSED_CUDA_SAMPLER,
+                         sampling.GUMBEL_TARGET_PROGRAMS))
 
     monkeypatch.setattr(dvr_ab.dataclasses, "replace", lambda engine, **knobs: engine)
     monkeypatch.setattr(dvr_ab.KernelSwitches, "_tree", None)
     monkeypatch.setattr(sampler, "FUSED_CUDA_SAMPLER", True)
+    monkeypatch.setattr(sampling, "GUMBEL_TARGET_PROGRAMS", None)
     order = (attention.DECODE_HEAD_MAJOR, attention.DECODE_LONGEST_FIRST)
-    for name in ("order_seq", "default", "sampler_unfused", "admit_budget_sampler_unfused", "admit_budget"):
+    for name in ("order_seq", "default", "sampler_unfused", "admit_budget_gumbel_split_1024", "admit_budget"):
         dvr_ab.engine_variant(Engine(), dvr_ab.VARIANTS[name]).generator()
     # a variant without a knob puts the tree's switch back
-    assert seen == [(False, False, True), (*order, True), (*order, False), (*order, False), (*order, True)]
-    assert (attention.DECODE_HEAD_MAJOR, attention.DECODE_LONGEST_FIRST, sampler.FUSED_CUDA_SAMPLER) == (*order, True)
+    assert seen == [(False, False, True, None), (*order, True, None), (*order, False, None), (*order, True, 1024),
+                    (*order, True, None)]
+    assert (attention.DECODE_HEAD_MAJOR, attention.DECODE_LONGEST_FIRST, sampler.FUSED_CUDA_SAMPLER,
+            sampling.GUMBEL_TARGET_PROGRAMS) == (*order, True, None)
     with pytest.raises(ValueError, match="decode_order"):
         dvr_ab.engine_variant(Engine(), {"decode_order": "sideways"})

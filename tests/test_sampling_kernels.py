@@ -70,6 +70,7 @@ def run_checks(device: str, vocab: int = 5003, num_rows: int = 9) -> None:
     assert bool((best >= second_draw).all())
 
     check_scaling(logits, keys, device)
+    check_split(logits, threshold, keys, device)
 
     # Gumbel-max draws follow the softmax: one row of 8 tokens, 1,500 keys
     small = torch.tensor([[2.0, 1.0, 0.5, 0.0, -1.0, -1.0, -2.0, -3.0]], device=device).repeat(1500, 1)
@@ -121,6 +122,47 @@ def check_scaling(logits: torch.Tensor, keys: torch.Tensor, device: str) -> None
         nudged = torch.nextafter(temps, torch.full_like(temps, float("inf")))
         moved = gumbel_argmax(x, None, keys, runner_up=True, scale=(nudged, row_max, row_min))[1]
         assert not torch.equal(moved[2:], got[1][2:])
+
+
+def check_split(logits: torch.Tensor, threshold: torch.Tensor, keys: torch.Tensor, device: str) -> None:
+    """The Gumbel sweep split over several programs per row (``GUMBEL_TARGET_PROGRAMS``) gives one sweep's bits:
+    token, winning value and runner-up, with a threshold, the kernel's scaling and greedy rows skipped; a tie at
+    +inf across chunks keeps the first index, a row with nothing kept draws token 0 at -inf; and a control."""
+    from llm42.kernels import sampling
+    from llm42.kernels.sampling import BLOCK_V, gumbel_argmax, gumbel_chunks, row_stats
+
+    num_rows, vocab = logits.shape
+    blocks = -(-vocab // BLOCK_V)
+    logits = logits.clone()
+    logits[4, 100] = logits[4, 3 * BLOCK_V // 2] = logits[4, vocab - 1] = float("inf")  # a tie in three blocks
+    threshold = threshold.clone()
+    threshold[6] = float("inf")  # nothing kept
+    temps = torch.linspace(0.0, 1.5, num_rows).to(device)  # row 0 greedy
+    _, row_max, _, row_min = row_stats(logits, row_min=True)
+    calls = {"plain": lambda: gumbel_argmax(logits, threshold, keys, runner_up=True),
+             "scaled": lambda: gumbel_argmax(logits, None, keys, runner_up=True, scale=(temps, row_max, row_min),
+                                             sampled_only=True),
+             "tokens": lambda: (gumbel_argmax(logits, threshold, keys),)}
+    old = sampling.GUMBEL_TARGET_PROGRAMS
+    try:
+        sampling.GUMBEL_TARGET_PROGRAMS = None
+        assert gumbel_chunks(num_rows, vocab) == (blocks, 1)
+        want = {name: call() for name, call in calls.items()}
+        token, best, second = (t[4] for t in want["plain"])
+        assert int(token) == 100 and float(best) == float("inf") == float(second)
+        assert int(want["plain"][0][6]) == 0 and float(want["plain"][1][6]) == float("-inf")
+        for target in (2 * num_rows, 3 * num_rows, 1000 * num_rows):
+            sampling.GUMBEL_TARGET_PROGRAMS = target
+            chunk_blocks, chunks = gumbel_chunks(num_rows, vocab)
+            assert chunks > 1 and chunk_blocks * chunks >= blocks > chunk_blocks * (chunks - 1)
+            for name, call in calls.items():
+                got = call()
+                assert all(torch.equal(a, b) for a, b in zip(got, want[name])), (target, name)
+        # control: the split's merge sees a changed chunk (another key for one row moves that row's draw)
+        moved = gumbel_argmax(logits, None, keys + (torch.arange(num_rows, device=device) == 2), runner_up=True)
+        assert not torch.equal(moved[1], gumbel_argmax(logits, None, keys, runner_up=True)[1])
+    finally:
+        sampling.GUMBEL_TARGET_PROGRAMS = old
 
 
 def _uniforms(keys: torch.Tensor, vocab: int) -> torch.Tensor:

@@ -3,10 +3,12 @@
     PYTHONPATH=src python3 benchmarks/device/sampler_ab.py --out sampler_ab.json
 
 ``llm42.sampler.sample_with_margins`` (what the fast path's decode and mixed graphs run) on bf16 logits of the
-8B head (V = 128,256) and SmolLM2's (V = 49,152) at 64, 256 and 512 rows, every row greedy or every row sampled
-(T in (0, 1.5]), each variant captured in its own graph and replayed interleaved (ABAB); the two variants'
-tokens, values and margins are compared bit for bit. The bytes: the fused sampler reads the [N, V] bf16 logits
-twice (row statistics, then Gumbel-max); its ``read_TBps`` is those bytes over its time.
+8B head (V = 128,256) and SmolLM2's (V = 49,152) at 64, 256 and 512 rows, every row greedy, every other row
+sampled (the benchmarks' mix) or every row (T in (0, 1.5]), each variant (``VARIANTS``: the fused default,
+the float32 copy, the Gumbel sweep split over about 512 or 2,048 programs) captured in its own graph and
+replayed interleaved; every variant's tokens, values and margins are compared bit for bit with the default's.
+The bytes: the fused sampler reads the [N, V] bf16 logits twice (row statistics, then Gumbel-max); its
+``read_TBps`` is those bytes over its time.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "src"))
 
 from llm42 import sampler  # noqa: E402
+from llm42.kernels import sampling  # noqa: E402
 from llm42.sampler import SamplingRows, sample_with_margins  # noqa: E402
 
 
@@ -57,7 +60,12 @@ def interleaved_ms(graphs: dict, reps: int) -> dict:
     return {name: statistics.median(t) for name, t in times.items()}
 
 
+# (name, FUSED_CUDA_SAMPLER, kernels.sampling.GUMBEL_TARGET_PROGRAMS): the default first
+VARIANTS = (("fused", True, None), ("unfused", False, None), ("split_512", True, 512), ("split_2048", True, 2048))
+
+
 def main() -> int:
+    tree = (sampler.FUSED_CUDA_SAMPLER, sampling.GUMBEL_TARGET_PROGRAMS)
     p = argparse.ArgumentParser()
     p.add_argument("--out", type=Path, required=True)
     p.add_argument("--reps", type=int, default=50)
@@ -65,27 +73,31 @@ def main() -> int:
     entries = []
     for shape, vocab in (("8b", 128256), ("smollm2", 49152)):
         for rows in (64, 256, 512):
-            for mode in ("greedy", "sampled"):
+            for mode in ("greedy", "half", "sampled"):
                 gen = torch.Generator(device="cuda").manual_seed(rows)
                 logits = (torch.randn(rows, vocab, device="cuda", generator=gen) * 3).bfloat16()
                 ints = torch.arange(rows, device="cuda")
-                temps = (torch.rand(rows, device="cuda", generator=gen) * 1.5 + 1e-3 if mode == "sampled"
-                         else torch.zeros(rows, device="cuda"))
+                temps = torch.rand(rows, device="cuda", generator=gen) * 1.5 + 1e-3
+                if mode != "sampled":  # greedy: every row; half: every other row (the benchmarks' request mix)
+                    temps[:: 1 if mode == "greedy" else 2] = 0.0
                 rows_in = SamplingRows(temperature=temps, top_k=torch.zeros_like(ints), top_p=torch.ones_like(temps),
-                                       seeds=ints * 31 + 7, positions=ints + 100, is_any_sampled=mode == "sampled",
+                                       seeds=ints * 31 + 7, positions=ints + 100, is_any_sampled=mode != "greedy",
                                        is_any_filtered=False)
                 graphs, outs = {}, {}
-                for name, fused in (("fused", True), ("unfused", False)):
+                for name, fused, programs in VARIANTS:
                     sampler.FUSED_CUDA_SAMPLER = fused  # read when the graph is captured
+                    sampling.GUMBEL_TARGET_PROGRAMS = programs
                     graphs[name], outs[name] = graphed(lambda: sample_with_margins(logits, rows_in))
-                sampler.FUSED_CUDA_SAMPLER = True
+                sampler.FUSED_CUDA_SAMPLER, sampling.GUMBEL_TARGET_PROGRAMS = tree
                 ms = interleaved_ms(graphs, args.reps)
                 read = 2 * logits.numel() * logits.element_size()
                 entry = {"shape": shape, "vocab": vocab, "rows": rows, "mode": mode,
-                         "fused_ms": round(ms["fused"], 4), "unfused_ms": round(ms["unfused"], 4),
-                         "unfused_over_fused": round(ms["unfused"] / ms["fused"], 3),
+                         **{f"{name}_ms": round(ms[name], 4) for name in graphs},
+                         **{f"{name}_over_fused": round(ms[name] / ms["fused"], 3)
+                            for name in graphs if name != "fused"},
                          "fused_read_TBps": round(read / ms["fused"] / 1e9, 3),
-                         "same_bits": all(torch.equal(a, b) for a, b in zip(outs["fused"], outs["unfused"]))}
+                         "same_bits": all(torch.equal(a, b) for name in graphs
+                                          for a, b in zip(outs["fused"], outs[name]))}
                 entries.append(entry)
                 print(json.dumps(entry), flush=True)
     out = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "reps": args.reps, "runs": entries}

@@ -159,7 +159,8 @@ def _draw(scaled: torch.Tensor, threshold: torch.Tensor | None, rows: SamplingRo
         from llm42.kernels.sampling import gumbel_argmax
 
         return gumbel_argmax(scaled, threshold, noise_keys(rows.seeds, rows.positions), runner_up=runner_up,
-                             scale=None if scale is None else (rows.temperature, *scale), sampled_only=scale is not None)
+                             scale=None if scale is None else (rows.temperature, *scale),
+                             sampled_only=scale is not None)
     assert scale is None, "scale= is the CUDA kernel's"
     if threshold is not None:
         scaled = torch.where(scaled >= threshold, scaled, float("-inf"))

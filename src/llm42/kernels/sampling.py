@@ -50,6 +50,12 @@ import triton.language as tl
 # Pinned launch configuration: part of what a row's bits depend on (never autotuned).
 BLOCK_V = 2048
 NUM_WARPS = 8
+# Programs the Gumbel sweep aims for: None keeps one program per row (the default); N splits each row's vocabulary
+# into whole blocks over about N / rows programs, then merges their winners. Exact either way (a max, the first
+# index among equal maxima, and the runner-up merge in any order), so the bits are the same at every split; a
+# launch choice for the sweep's latency (one program per row is 256 programs at 256 rows). Not yet measured on a
+# GPU (round 50): off by default until benchmarks/device/sampler_ab.py says it pays.
+GUMBEL_TARGET_PROGRAMS: int | None = None
 
 
 @triton.jit
@@ -103,9 +109,14 @@ def _mix32(x):
 
 @triton.jit
 def _gumbel_argmax_kernel(x_ptr, stride_x, vocab: tl.constexpr, threshold_ptr, key_ptr, out_ptr, best_ptr, second_ptr,
-                          temperature_ptr, max_ptr, min_ptr, HAS_THRESHOLD: tl.constexpr, RUNNER_UP: tl.constexpr,
-                          SCALE: tl.constexpr, SAMPLED_ONLY: tl.constexpr, BLOCK: tl.constexpr):
+                          temperature_ptr, max_ptr, min_ptr, chunk_blocks, HAS_THRESHOLD: tl.constexpr,
+                          RUNNER_UP: tl.constexpr, SCALE: tl.constexpr, SAMPLED_ONLY: tl.constexpr,
+                          BLOCK: tl.constexpr):
+    # program (row, chunk) sweeps the row's vocabulary blocks [chunk * chunk_blocks, (chunk + 1) * chunk_blocks) and
+    # stores its winner at [row, chunk] of [N, num_chunks] outputs (one chunk: the row's result itself)
     row = tl.program_id(0).to(tl.int64)
+    chunk = tl.program_id(1)
+    num_chunks = tl.num_programs(1)
     base = x_ptr + row * stride_x
     offs = tl.arange(0, BLOCK)
     key = tl.load(key_ptr + row).to(tl.uint32)
@@ -124,7 +135,8 @@ def _gumbel_argmax_kernel(x_ptr, stride_x, vocab: tl.constexpr, threshold_ptr, k
     best_val = tl.full((), float("-inf"), tl.float32)
     second = tl.full((), float("-inf"), tl.float32)
     best = tl.zeros((), tl.int32)
-    for start in range(0, end, BLOCK):
+    lo = chunk * chunk_blocks * BLOCK
+    for start in range(lo, tl.minimum(lo + chunk_blocks * BLOCK, end), BLOCK):
         idx = start + offs
         in_vocab = idx < vocab
         x = tl.load(base + idx, mask=in_vocab, other=float("-inf")).to(tl.float32)
@@ -143,10 +155,30 @@ def _gumbel_argmax_kernel(x_ptr, stride_x, vocab: tl.constexpr, threshold_ptr, k
             second = _top_two(second, best_val, val, idx, block_max, block_arg)
         best = tl.where(block_max > best_val, block_arg, best)
         best_val = tl.maximum(best_val, block_max)
-    tl.store(out_ptr + row, best.to(tl.int64))
+    at = row * num_chunks + chunk
+    tl.store(out_ptr + at, best.to(tl.int64))
+    tl.store(best_ptr + at, best_val)
     if RUNNER_UP:
+        tl.store(second_ptr + at, second)
+
+
+@triton.jit
+def _gumbel_merge_kernel(idx_ptr, val_ptr, second_ptr, num_chunks, out_ptr, best_ptr, second_out_ptr,
+                         RUNNER_UP: tl.constexpr, BLOCK_C: tl.constexpr):
+    # a row's chunk winners, in vocabulary order: the largest value, the first chunk holding it (so the first
+    # index among equal maxima, as one sweep keeps), and the runner-up: that chunk's own, or another chunk's winner
+    row = tl.program_id(0).to(tl.int64)
+    offs = tl.arange(0, BLOCK_C)
+    mask = offs < num_chunks
+    vals = tl.load(val_ptr + row * num_chunks + offs, mask=mask, other=float("-inf"))
+    best_val = tl.max(vals, 0)
+    winner = tl.min(tl.where(vals == best_val, offs, BLOCK_C), 0)  # the first chunk at the max, explicitly
+    tl.store(out_ptr + row, tl.load(idx_ptr + row * num_chunks + winner))
+    if RUNNER_UP:
+        own = tl.load(second_ptr + row * num_chunks + winner)
+        others = tl.max(tl.where(offs == winner, float("-inf"), vals), 0)
         tl.store(best_ptr + row, best_val)
-        tl.store(second_ptr + row, second)
+        tl.store(second_out_ptr + row, tl.maximum(own, others))
 
 
 def _rows(logits: torch.Tensor) -> torch.Tensor:
@@ -186,18 +218,40 @@ def gumbel_argmax(scaled: torch.Tensor, threshold: torch.Tensor | None, keys: to
         raise ValueError("gumbel_argmax: sampled_only=True needs scale= (the rows' temperatures)")
     x = _rows(scaled)
     num_rows, vocab = x.shape
-    out = torch.empty(num_rows, dtype=torch.int64, device=x.device)
-    best = torch.empty(num_rows, dtype=torch.float32, device=x.device) if runner_up else None
-    second = torch.empty(num_rows, dtype=torch.float32, device=x.device) if runner_up else None
+    chunk_blocks, num_chunks = gumbel_chunks(num_rows, vocab)
+    out = torch.empty(num_rows, num_chunks, dtype=torch.int64, device=x.device)
+    best = torch.empty(num_rows, num_chunks, dtype=torch.float32, device=x.device)
+    second = torch.empty(num_rows, num_chunks, dtype=torch.float32, device=x.device) if runner_up else best
     if scale is not None:
         scale = tuple(t.reshape(num_rows).float().contiguous() for t in scale)
     if num_rows:
         thr = threshold.reshape(num_rows).float().contiguous() if threshold is not None else x
         temperature, row_max, row_min = scale if scale is not None else (x, x, x)
-        _gumbel_argmax_kernel[(num_rows,)](x, x.stride(0), vocab, thr, keys.contiguous(), out,
-                                           best if runner_up else out, second if runner_up else out,
-                                           temperature, row_max, row_min,
-                                           HAS_THRESHOLD=threshold is not None, RUNNER_UP=runner_up,
-                                           SCALE=scale is not None, SAMPLED_ONLY=sampled_only, BLOCK=BLOCK_V,
-                                           num_warps=NUM_WARPS)
+        _gumbel_argmax_kernel[(num_rows, num_chunks)](
+            x, x.stride(0), vocab, thr, keys.contiguous(), out, best, second, temperature, row_max, row_min,
+            chunk_blocks, HAS_THRESHOLD=threshold is not None, RUNNER_UP=runner_up, SCALE=scale is not None,
+            SAMPLED_ONLY=sampled_only, BLOCK=BLOCK_V, num_warps=NUM_WARPS)
+    if num_chunks > 1:
+        merged = torch.empty(num_rows, dtype=torch.int64, device=x.device)
+        merged_best = torch.empty(num_rows, dtype=torch.float32, device=x.device) if runner_up else None
+        merged_second = torch.empty(num_rows, dtype=torch.float32, device=x.device) if runner_up else None
+        if num_rows:
+            _gumbel_merge_kernel[(num_rows,)](out, best, second, num_chunks, merged,
+                                              merged_best if runner_up else best,
+                                              merged_second if runner_up else best, RUNNER_UP=runner_up,
+                                              BLOCK_C=triton.next_power_of_2(num_chunks), num_warps=1)
+        out, best, second = merged, merged_best, merged_second
+    else:
+        out, best, second = out.view(num_rows), best.view(num_rows), second.view(num_rows)
     return (out, best, second) if runner_up else out
+
+
+def gumbel_chunks(num_rows: int, vocab: int) -> tuple[int, int]:
+    """(vocabulary blocks per program, programs per row) of the Gumbel sweep at ``num_rows`` rows: one program per
+    row unless ``GUMBEL_TARGET_PROGRAMS`` asks for more (whole blocks of ``BLOCK_V``; the bits are the same)."""
+    blocks = triton.cdiv(vocab, BLOCK_V)
+    if GUMBEL_TARGET_PROGRAMS is None or num_rows == 0:
+        return blocks, 1
+    wanted = min(blocks, max(1, triton.cdiv(GUMBEL_TARGET_PROGRAMS, num_rows)))
+    chunk_blocks = triton.cdiv(blocks, wanted)
+    return chunk_blocks, triton.cdiv(blocks, chunk_blocks)
