@@ -53,19 +53,20 @@ def test_dvr_ab_sets_each_variants_switches_when_its_generator_is_built(monkeypa
 
         def generator(self):
             seen.append((attention.DECODE_HEAD_MAJOR, attention.DECODE_LONGEST_FIRST, sampler.FUSED_CUDA_SAMPLER,
-                         sampling.GUMBEL_TARGET_PROGRAMS))
+                         sampling.GUMBEL_TARGET_PROGRAMS, sampling.GUMBEL_SKIP_GREEDY))
 
     monkeypatch.setattr(dvr_ab.dataclasses, "replace", lambda engine, **knobs: engine)
     monkeypatch.setattr(dvr_ab.KernelSwitches, "_tree", None)
     monkeypatch.setattr(sampler, "FUSED_CUDA_SAMPLER", True)
     monkeypatch.setattr(sampling, "GUMBEL_TARGET_PROGRAMS", None)
+    monkeypatch.setattr(sampling, "GUMBEL_SKIP_GREEDY", False)
     order = (attention.DECODE_HEAD_MAJOR, attention.DECODE_LONGEST_FIRST)
-    for name in ("order_seq", "default", "sampler_unfused", "admit_budget_gumbel_split_1024", "admit_budget"):
+    for name in ("order_seq", "default", "sampler_unfused", "admit_budget_gumbel_lean", "admit_budget"):
         dvr_ab.engine_variant(Engine(), dvr_ab.VARIANTS[name]).generator()
     # a variant without a knob puts the tree's switch back
-    assert seen == [(False, False, True, None), (*order, True, None), (*order, False, None), (*order, True, 1024),
-                    (*order, True, None)]
+    tree = (*order, True, None, False)
+    assert seen == [(False, False, *tree[2:]), tree, (*order, False, None, False), (*order, True, 1024, True), tree]
     assert (attention.DECODE_HEAD_MAJOR, attention.DECODE_LONGEST_FIRST, sampler.FUSED_CUDA_SAMPLER,
-            sampling.GUMBEL_TARGET_PROGRAMS) == (*order, True, None)
+            sampling.GUMBEL_TARGET_PROGRAMS, sampling.GUMBEL_SKIP_GREEDY) == tree
     with pytest.raises(ValueError, match="decode_order"):
         dvr_ab.engine_variant(Engine(), {"decode_order": "sideways"})

@@ -191,11 +191,13 @@ def test_sampling_kernels_under_the_triton_interpreter():
 @pytest.mark.gpu
 def test_the_fused_sampler_keeps_the_bits_on_cuda(monkeypatch):
     """``llm42.sampler.FUSED_CUDA_SAMPLER`` (bf16 logits read as they are, the temperature applied in the Gumbel
-    kernel) against the torch ops on a float32 copy: the same tokens, log-probs and margins, greedy and sampled;
-    a step with a top-k row (which takes the copy) gives every other row the fused step's bits; a control."""
+    kernel) against the torch ops on a float32 copy, and with greedy rows skipping the sweep and the sweep split
+    (``kernels.sampling``): the same tokens, log-probs and margins, greedy and sampled; a step with a top-k row
+    (which takes the copy) gives every other row the fused step's bits; a control."""
     if not torch.cuda.is_available():
         pytest.skip("needs CUDA")
     from llm42 import sampler
+    from llm42.kernels import sampling
     from llm42.sampler import SamplingRows, sample, sample_with_margins
 
     gen = torch.Generator().manual_seed(2)
@@ -213,13 +215,21 @@ def test_the_fused_sampler_keeps_the_bits_on_cuda(monkeypatch):
 
         no_filter = torch.zeros(n, dtype=torch.int64, device="cuda")
         results = {}
-        for fused in (True, False):
+        for fused, skip, programs in ((True, False, None), (False, False, None), (True, True, None), (True, True, 600)):
             monkeypatch.setattr(sampler, "FUSED_CUDA_SAMPLER", fused)
-            results[fused] = (sample_with_margins(logits, rows(no_filter)), sample(logits, rows(no_filter)),
-                              sample_with_margins(logits, rows(no_filter, t=torch.zeros_like(temps), sampled=False)))
-        for a, b in zip(results[True], results[False]):
-            assert all(torch.equal(x, y) for x, y in zip(a, b)), vocab
+            monkeypatch.setattr(sampling, "GUMBEL_SKIP_GREEDY", skip)  # greedy rows skip the Gumbel sweep
+            monkeypatch.setattr(sampling, "GUMBEL_TARGET_PROGRAMS", programs)  # and it splits over programs
+            results[fused, skip, programs] = (
+                sample_with_margins(logits, rows(no_filter)), sample(logits, rows(no_filter)),
+                sample_with_margins(logits, rows(no_filter, t=torch.zeros_like(temps), sampled=False)))
+        reference = results[True, False, None]
+        for key, got in results.items():
+            for a, b in zip(got, reference):
+                assert all(torch.equal(x, y) for x, y in zip(a, b)), (vocab, key)
+        results = {True: reference}
         monkeypatch.setattr(sampler, "FUSED_CUDA_SAMPLER", True)
+        monkeypatch.setattr(sampling, "GUMBEL_SKIP_GREEDY", False)
+        monkeypatch.setattr(sampling, "GUMBEL_TARGET_PROGRAMS", None)
         top_k = no_filter.clone()
         top_k[2] = 40
         filtered = sample_with_margins(logits, rows(top_k, filtered=True))  # the float32 copy's path

@@ -294,9 +294,10 @@ VARIANTS = {
     # round 50: the CUDA sampler on a float32 copy of the logits (as before round 50; the same bits)
     "sampler_unfused": {"fused_sampler": False},
     "admit_budget_sampler_unfused": {"scheduler_admission": "budget", "fused_sampler": False},
-    # the Gumbel sweep split over ~N programs (kernels.sampling.GUMBEL_TARGET_PROGRAMS; the same bits), not yet on a GPU
-    "gumbel_split_1024": {"gumbel_programs": 1024},
-    "admit_budget_gumbel_split_1024": {"scheduler_admission": "budget", "gumbel_programs": 1024},
+    # the Gumbel sweep skipping greedy rows and split over ~1,024 programs (kernels.sampling; the same bits), not
+    # yet on a GPU as of round 50
+    "gumbel_lean": {"gumbel_programs": 1024, "gumbel_skip_greedy": True},
+    "admit_budget_gumbel_lean": {"scheduler_admission": "budget", "gumbel_programs": 1024, "gumbel_skip_greedy": True},
     "admit_budget_order_head_longest": {"scheduler_admission": "budget", "decode_order": "head_longest"},
     # round 49: the K/V store at 0.85 of the free memory instead of 0.6 (vLLM takes 0.9 of the card): round 47's
     # profile found the 8B shape's decode batches bound by the store (256-354 rows at 1,024 seats on an H100, where
@@ -337,44 +338,57 @@ SMALL_TILES = dict(BLOCK_M=64, BLOCK_N=64, BLOCK_K=64, GROUP_M=8, num_stages=3, 
 
 
 class KernelSwitches:
-    """An Engine whose generators run with a variant's module-level kernel switches: the fast decode attention's
-    program order (``order``, a name of ``kernels.attention.DECODE_ORDERS``), the fused CUDA sampler
-    (``fused_sampler``, ``llm42.sampler.FUSED_CUDA_SAMPLER``) and the programs its Gumbel sweep aims for
-    (``gumbel_programs``, ``kernels.sampling.GUMBEL_TARGET_PROGRAMS``; 0 for one program per row); None: the
-    tree's, as it was when the first variant was wrapped. Set when a generator is built and kept until the next
-    build sets its own (every variant is wrapped: a run builds its generator, captures its graphs, then serves
-    with it)."""
+    """An Engine whose generators run with a variant's module-level kernel switches (``switches``: knob -> value;
+    a knob left out takes the tree's value, as it was when the first variant was wrapped):
 
+    - ``decode_order``: the fast decode attention's program order, a name of ``kernels.attention.DECODE_ORDERS``;
+    - ``fused_sampler``: ``llm42.sampler.FUSED_CUDA_SAMPLER``;
+    - ``gumbel_programs``: ``kernels.sampling.GUMBEL_TARGET_PROGRAMS`` (0 for one program per row);
+    - ``gumbel_skip_greedy``: ``kernels.sampling.GUMBEL_SKIP_GREEDY``.
+
+    Set when a generator is built and kept until the next build sets its own (every variant is wrapped: a run
+    builds its generator, captures its graphs, then serves with it)."""
+
+    KNOBS = ("decode_order", "fused_sampler", "gumbel_programs", "gumbel_skip_greedy")
     _tree = None
 
-    def __init__(self, engine, order: str | None, fused_sampler: bool | None = None,
-                 gumbel_programs: int | None = None):
-        from llm42 import sampler
-        from llm42.kernels import attention, sampling
+    def __init__(self, engine, switches: dict):
+        from llm42.kernels import attention
 
+        order = switches.get("decode_order")
         if order is not None and order not in attention.DECODE_ORDERS:
             raise ValueError(f"decode_order must be one of {list(attention.DECODE_ORDERS)}, got {order!r}")
         if KernelSwitches._tree is None:
-            KernelSwitches._tree = (attention.DECODE_HEAD_MAJOR, attention.DECODE_LONGEST_FIRST,
-                                    sampler.FUSED_CUDA_SAMPLER, sampling.GUMBEL_TARGET_PROGRAMS)
-        self._engine, self._order, self._fused_sampler = engine, order, fused_sampler
-        self._gumbel_programs = gumbel_programs
+            KernelSwitches._tree = {name: getattr(module, name) for module, name in self._attributes()}
+        self._engine, self._switches = engine, switches
+
+    @staticmethod
+    def _attributes():
+        from llm42 import sampler
+        from llm42.kernels import attention, sampling
+
+        return ((attention, "DECODE_HEAD_MAJOR"), (attention, "DECODE_LONGEST_FIRST"),
+                (sampler, "FUSED_CUDA_SAMPLER"), (sampling, "GUMBEL_TARGET_PROGRAMS"),
+                (sampling, "GUMBEL_SKIP_GREEDY"))
 
     def __getattr__(self, name: str):
         return getattr(self._engine, name)
 
     def generator(self, *args, **kwargs):
-        from llm42 import sampler
-        from llm42.kernels import attention, sampling
+        from llm42.kernels import attention
 
-        head_major, longest_first, fused, programs = KernelSwitches._tree
-        if self._order is not None:
-            head_major, longest_first = attention.DECODE_ORDERS[self._order]
-        attention.DECODE_HEAD_MAJOR, attention.DECODE_LONGEST_FIRST = head_major, longest_first
-        sampler.FUSED_CUDA_SAMPLER = fused if self._fused_sampler is None else self._fused_sampler
-        if self._gumbel_programs is not None:
-            programs = self._gumbel_programs or None
-        sampling.GUMBEL_TARGET_PROGRAMS = programs
+        values = dict(KernelSwitches._tree)
+        knobs = self._switches
+        if knobs.get("decode_order") is not None:
+            values["DECODE_HEAD_MAJOR"], values["DECODE_LONGEST_FIRST"] = attention.DECODE_ORDERS[knobs["decode_order"]]
+        if knobs.get("fused_sampler") is not None:
+            values["FUSED_CUDA_SAMPLER"] = knobs["fused_sampler"]
+        if knobs.get("gumbel_programs") is not None:
+            values["GUMBEL_TARGET_PROGRAMS"] = knobs["gumbel_programs"] or None
+        if knobs.get("gumbel_skip_greedy") is not None:
+            values["GUMBEL_SKIP_GREEDY"] = knobs["gumbel_skip_greedy"]
+        for module, name in self._attributes():
+            setattr(module, name, values[name])
         return self._engine.generator(*args, **kwargs)
 
 
@@ -407,8 +421,7 @@ class PinnedTiles:
 def engine_variant(base, knobs: dict, *, kv_tokens=None):
     """``base`` (the benchmarks' Engine) with a variant's knobs; ``fast_decode_kernel`` names the fast path's
     ``FastPolicy(decode_kernel=...)``, ``segment_tiles`` the canonical pass's tile tables (``SegmentTiles``),
-    ``decode_order`` the fast decode attention's program order, ``fused_sampler`` the CUDA sampler's fusion and
-    ``gumbel_programs`` its Gumbel sweep's split (``KernelSwitches``; default the tree's),
+    ``KernelSwitches.KNOBS`` module-level kernel switches (the decode order, the sampler's; default the tree's),
     ``kv_free_fraction`` the K/V store's share of the free CUDA memory (``kv_tokens(fraction)`` gives its size;
     default ``serving.KV_FREE_FRACTION``)."""
     knobs = dict(knobs)
@@ -421,9 +434,7 @@ def engine_variant(base, knobs: dict, *, kv_tokens=None):
     tile_m = knobs.get("canonical_tile_m", base.canonical_tile_m)
     chunk = knobs.pop("canonical_key_chunk", None)
     tiles = knobs.pop("segment_tiles", None)
-    order = knobs.pop("decode_order", None)
-    fused_sampler = knobs.pop("fused_sampler", None)
-    gumbel_programs = knobs.pop("gumbel_programs", None)
+    switches = {name: knobs.pop(name) for name in KernelSwitches.KNOBS if name in knobs}
     if kernel is not None:
         from llm42.policies import FastPolicy
 
@@ -438,8 +449,7 @@ def engine_variant(base, knobs: dict, *, kv_tokens=None):
     engine = dataclasses.replace(base, **knobs)
     if engine.canonical_gemm == "triton":  # every Triton variant sets its pins (the tree's, or the tree's + its own)
         engine = PinnedTiles(engine, pins or {})
-    return KernelSwitches(engine if tiles is None else SegmentTiles(engine, tiles), order, fused_sampler,
-                          gumbel_programs)
+    return KernelSwitches(engine if tiles is None else SegmentTiles(engine, tiles), switches)
 
 
 def token_digest(token_ids) -> str:

@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # Next device call A (carry .dev_stage/a; r51_call_b.sh with .dev_stage/b at once after it). What round 50 built
-# after its device time ran out: the Gumbel kernel skipping greedy rows (sampled_only, in the default) and its sweep
-# split over several programs per row (kernels.sampling.GUMBEL_TARGET_PROGRAMS, off by default). First the sampler's
-# GPU tests (run_checks on CUDA covers the split, ties across chunks) and the engine's contract tests, then
-# sampler_ab.py (fused / float32 copy / split over ~512 and ~2,048 programs; greedy, half and all sampled rows;
-# bits compared), then the decode attention's launch at small multi-split batches (round 50: longest-first was
-# 1.40x slower than the sequence-major grid at round 47's 37-sequence tail; one sample).
+# after its device time ran out, both off by default: the Gumbel kernel skipping greedy rows
+# (kernels.sampling.GUMBEL_SKIP_GREEDY) and its sweep split over several programs per row (GUMBEL_TARGET_PROGRAMS).
+# First the sampler's GPU tests (run_checks on CUDA covers the split, ties across chunks; the fused sampler's test
+# both skips) and the engine's contract tests, then sampler_ab.py (fused / float32 copy / skipping greedy rows /
+# split over ~512 and ~2,048 programs, both; greedy, half and all sampled rows; bits compared), then the decode
+# attention's launch at small multi-split batches (round 50: longest-first was 1.40x slower than the
+# sequence-major grid at round 47's 37-sequence tail; one sample).
 #
 #   bash benchmarks/device/r51_call_a.sh
 export RUN_TESTS=1 TEST_CAP=${TEST_CAP:-150}

@@ -5,8 +5,9 @@
 ``llm42.sampler.sample_with_margins`` (what the fast path's decode and mixed graphs run) on bf16 logits of the
 8B head (V = 128,256) and SmolLM2's (V = 49,152) at 64, 256 and 512 rows, every row greedy, every other row
 sampled (the benchmarks' mix) or every row (T in (0, 1.5]), each variant (``VARIANTS``: the fused default,
-the float32 copy, the Gumbel sweep split over about 512 or 2,048 programs) captured in its own graph and
-replayed interleaved; every variant's tokens, values and margins are compared bit for bit with the default's.
+the float32 copy, greedy rows skipping the Gumbel sweep, the sweep split over about 512 or 2,048 programs, both)
+captured in its own graph and replayed interleaved; every variant's tokens, values and margins are compared bit
+for bit with the default's.
 The bytes: the fused sampler reads the [N, V] bf16 logits twice (row statistics, then Gumbel-max); its
 ``read_TBps`` is those bytes over its time.
 """
@@ -60,12 +61,13 @@ def interleaved_ms(graphs: dict, reps: int) -> dict:
     return {name: statistics.median(t) for name, t in times.items()}
 
 
-# (name, FUSED_CUDA_SAMPLER, kernels.sampling.GUMBEL_TARGET_PROGRAMS): the default first
-VARIANTS = (("fused", True, None), ("unfused", False, None), ("split_512", True, 512), ("split_2048", True, 2048))
+# (name, FUSED_CUDA_SAMPLER, kernels.sampling.GUMBEL_TARGET_PROGRAMS, GUMBEL_SKIP_GREEDY): the default first
+VARIANTS = (("fused", True, None, False), ("unfused", False, None, False), ("skip_greedy", True, None, True),
+            ("split_512", True, 512, False), ("split_2048", True, 2048, False), ("lean_1024", True, 1024, True))
 
 
 def main() -> int:
-    tree = (sampler.FUSED_CUDA_SAMPLER, sampling.GUMBEL_TARGET_PROGRAMS)
+    tree = (sampler.FUSED_CUDA_SAMPLER, sampling.GUMBEL_TARGET_PROGRAMS, sampling.GUMBEL_SKIP_GREEDY)
     p = argparse.ArgumentParser()
     p.add_argument("--out", type=Path, required=True)
     p.add_argument("--reps", type=int, default=50)
@@ -84,11 +86,11 @@ def main() -> int:
                                        seeds=ints * 31 + 7, positions=ints + 100, is_any_sampled=mode != "greedy",
                                        is_any_filtered=False)
                 graphs, outs = {}, {}
-                for name, fused, programs in VARIANTS:
-                    sampler.FUSED_CUDA_SAMPLER = fused  # read when the graph is captured
-                    sampling.GUMBEL_TARGET_PROGRAMS = programs
+                for name, fused, programs, skip in VARIANTS:  # read when the graph is captured
+                    sampler.FUSED_CUDA_SAMPLER, sampling.GUMBEL_TARGET_PROGRAMS = fused, programs
+                    sampling.GUMBEL_SKIP_GREEDY = skip
                     graphs[name], outs[name] = graphed(lambda: sample_with_margins(logits, rows_in))
-                sampler.FUSED_CUDA_SAMPLER, sampling.GUMBEL_TARGET_PROGRAMS = tree
+                sampler.FUSED_CUDA_SAMPLER, sampling.GUMBEL_TARGET_PROGRAMS, sampling.GUMBEL_SKIP_GREEDY = tree
                 ms = interleaved_ms(graphs, args.reps)
                 read = 2 * logits.numel() * logits.element_size()
                 entry = {"shape": shape, "vocab": vocab, "rows": rows, "mode": mode,

@@ -34,8 +34,9 @@ _GOLDEN = 0x9E3779B1
 
 # On CUDA, a step without top-k / top-p rows reads the head's logits as they are (bf16) and the Gumbel kernel
 # scales them itself (``gumbel_argmax(scale=...)``): two reads of [N, V] instead of a float32 copy and about a
-# dozen float32 passes. The same bits either way (tests/test_sampling_kernels.py); False runs the torch ops on a
-# float32 copy, as before round 50 (for A/B benchmarks). Read when the sampler runs (a CUDA graph: when captured).
+# dozen float32 passes. The same bits either way (tests/test_sampling_kernels.py); False scales a float32 copy
+# with torch ops in every sampled step, as a top-k / top-p step does (for A/B benchmarks; before round 50 every
+# step did, and read its row statistics off the copy too). Read when the sampler runs (a graph: when captured).
 FUSED_CUDA_SAMPLER = True
 
 
@@ -153,14 +154,14 @@ def _draw(scaled: torch.Tensor, threshold: torch.Tensor | None, rows: SamplingRo
     """Gumbel-max over the kept tokens of each row; ``runner_up=True``: (tokens, winning score, runner-up).
 
     ``scale=(row_max, row_min)`` (CUDA): ``scaled`` holds the raw logits, which the kernel scales by the rows'
-    temperatures as ``_scaled`` does (the same bits); greedy rows draw nothing there (the caller takes their
-    greedy token and margin)."""
+    temperatures as ``_scaled`` does (the same bits); with ``kernels.sampling.GUMBEL_SKIP_GREEDY`` greedy rows
+    draw nothing there (the caller takes their greedy token and margin)."""
     if scaled.is_cuda:
-        from llm42.kernels.sampling import gumbel_argmax
+        from llm42.kernels import sampling
 
-        return gumbel_argmax(scaled, threshold, noise_keys(rows.seeds, rows.positions), runner_up=runner_up,
-                             scale=None if scale is None else (rows.temperature, *scale),
-                             sampled_only=scale is not None)
+        return sampling.gumbel_argmax(scaled, threshold, noise_keys(rows.seeds, rows.positions), runner_up=runner_up,
+                                      scale=None if scale is None else (rows.temperature, *scale),
+                                      sampled_only=scale is not None and sampling.GUMBEL_SKIP_GREEDY)
     assert scale is None, "scale= is the CUDA kernel's"
     if threshold is not None:
         scaled = torch.where(scaled >= threshold, scaled, float("-inf"))

@@ -56,6 +56,9 @@ NUM_WARPS = 8
 # launch choice for the sweep's latency (one program per row is 256 programs at 256 rows). Not yet measured on a
 # GPU (round 50): off by default until benchmarks/device/sampler_ab.py says it pays.
 GUMBEL_TARGET_PROGRAMS: int | None = None
+# The sampler's fused sweep skips greedy rows (``gumbel_argmax(sampled_only=True)``: their draw is never taken; the
+# benchmarks' requests are half greedy). The same bits for every sampled row; not yet measured on a GPU (round 50).
+GUMBEL_SKIP_GREEDY = False
 
 
 @triton.jit
@@ -108,21 +111,45 @@ def _mix32(x):
 
 
 @triton.jit
+def _gumbel_block(best_val, second, best, start, base, offs, key, threshold, shift, temperature, vocab: tl.constexpr,
+                  HAS_THRESHOLD: tl.constexpr, RUNNER_UP: tl.constexpr, SCALE: tl.constexpr):
+    # one block of the sweep merged into the running (winning value, runner-up, winner)
+    idx = start + offs
+    in_vocab = idx < vocab
+    x = tl.load(base + idx, mask=in_vocab, other=float("-inf")).to(tl.float32)
+    if SCALE:
+        x = tl.math.div_rn(x - shift, temperature)
+    bits = _mix32(_mix32(key ^ (idx.to(tl.uint32) * 0x27D4EB2F)) ^ 0x165667B1)
+    u = ((bits >> 9).to(tl.float32) * 2.0 + 1.0) * (1.0 / (1 << 24))  # (0, 1), exact in float32
+    val = x - tl.log(-tl.log(u))
+    keep = in_vocab
+    if HAS_THRESHOLD:
+        keep = keep & (x >= threshold)
+    val = tl.where(keep, val, float("-inf"))
+    block_max = tl.max(val, 0)
+    block_arg = tl.argmax(val, 0, tie_break_left=True).to(tl.int32) + start
+    if RUNNER_UP:
+        second = _top_two(second, best_val, val, idx, block_max, block_arg)
+    best = tl.where(block_max > best_val, block_arg, best)
+    best_val = tl.maximum(best_val, block_max)
+    return best_val, second, best
+
+
+@triton.jit
 def _gumbel_argmax_kernel(x_ptr, stride_x, vocab: tl.constexpr, threshold_ptr, key_ptr, out_ptr, best_ptr, second_ptr,
                           temperature_ptr, max_ptr, min_ptr, chunk_blocks, HAS_THRESHOLD: tl.constexpr,
                           RUNNER_UP: tl.constexpr, SCALE: tl.constexpr, SAMPLED_ONLY: tl.constexpr,
-                          BLOCK: tl.constexpr):
-    # program (row, chunk) sweeps the row's vocabulary blocks [chunk * chunk_blocks, (chunk + 1) * chunk_blocks) and
-    # stores its winner at [row, chunk] of [N, num_chunks] outputs (one chunk: the row's result itself)
+                          CHUNKED: tl.constexpr, BLOCK: tl.constexpr):
     row = tl.program_id(0).to(tl.int64)
-    chunk = tl.program_id(1)
-    num_chunks = tl.num_programs(1)
     base = x_ptr + row * stride_x
     offs = tl.arange(0, BLOCK)
     key = tl.load(key_ptr + row).to(tl.uint32)
+    threshold = 0.0
     if HAS_THRESHOLD:
         threshold = tl.load(threshold_ptr + row)
     end = vocab
+    temperature = 1.0
+    shift = 0.0
     if SCALE:  # llm42.sampler._scaled's arithmetic, per element: a greedy row (T = 0) is scaled by 1
         temperature = tl.load(temperature_ptr + row)
         if SAMPLED_ONLY:  # a greedy row draws nothing (the sampler takes its greedy token)
@@ -135,31 +162,27 @@ def _gumbel_argmax_kernel(x_ptr, stride_x, vocab: tl.constexpr, threshold_ptr, k
     best_val = tl.full((), float("-inf"), tl.float32)
     second = tl.full((), float("-inf"), tl.float32)
     best = tl.zeros((), tl.int32)
-    lo = chunk * chunk_blocks * BLOCK
-    for start in range(lo, tl.minimum(lo + chunk_blocks * BLOCK, end), BLOCK):
-        idx = start + offs
-        in_vocab = idx < vocab
-        x = tl.load(base + idx, mask=in_vocab, other=float("-inf")).to(tl.float32)
-        if SCALE:
-            x = tl.math.div_rn(x - shift, temperature)
-        bits = _mix32(_mix32(key ^ (idx.to(tl.uint32) * 0x27D4EB2F)) ^ 0x165667B1)
-        u = ((bits >> 9).to(tl.float32) * 2.0 + 1.0) * (1.0 / (1 << 24))  # (0, 1), exact in float32
-        val = x - tl.log(-tl.log(u))
-        keep = in_vocab
-        if HAS_THRESHOLD:
-            keep = keep & (x >= threshold)
-        val = tl.where(keep, val, float("-inf"))
-        block_max = tl.max(val, 0)
-        block_arg = tl.argmax(val, 0, tie_break_left=True).to(tl.int32) + start
+    if CHUNKED:
+        # program (row, chunk) sweeps the row's blocks [chunk * chunk_blocks, (chunk + 1) * chunk_blocks) and
+        # stores its winner at [row, chunk] of [N, num_chunks] buffers, for _gumbel_merge_kernel
+        chunk = tl.program_id(1)
+        lo = chunk * chunk_blocks * BLOCK
+        for start in range(lo, tl.minimum(lo + chunk_blocks * BLOCK, end), BLOCK):
+            best_val, second, best = _gumbel_block(best_val, second, best, start, base, offs, key, threshold, shift,
+                                                   temperature, vocab, HAS_THRESHOLD, RUNNER_UP, SCALE)
+        at = row * tl.num_programs(1) + chunk
+        tl.store(out_ptr + at, best.to(tl.int64))
+        tl.store(best_ptr + at, best_val)
         if RUNNER_UP:
-            second = _top_two(second, best_val, val, idx, block_max, block_arg)
-        best = tl.where(block_max > best_val, block_arg, best)
-        best_val = tl.maximum(best_val, block_max)
-    at = row * num_chunks + chunk
-    tl.store(out_ptr + at, best.to(tl.int64))
-    tl.store(best_ptr + at, best_val)
-    if RUNNER_UP:
-        tl.store(second_ptr + at, second)
+            tl.store(second_ptr + at, second)
+    else:
+        for start in range(0, end, BLOCK):
+            best_val, second, best = _gumbel_block(best_val, second, best, start, base, offs, key, threshold, shift,
+                                                   temperature, vocab, HAS_THRESHOLD, RUNNER_UP, SCALE)
+        tl.store(out_ptr + row, best.to(tl.int64))
+        if RUNNER_UP:
+            tl.store(best_ptr + row, best_val)
+            tl.store(second_ptr + row, second)
 
 
 @triton.jit
@@ -219,30 +242,31 @@ def gumbel_argmax(scaled: torch.Tensor, threshold: torch.Tensor | None, keys: to
     x = _rows(scaled)
     num_rows, vocab = x.shape
     chunk_blocks, num_chunks = gumbel_chunks(num_rows, vocab)
-    out = torch.empty(num_rows, num_chunks, dtype=torch.int64, device=x.device)
-    best = torch.empty(num_rows, num_chunks, dtype=torch.float32, device=x.device)
-    second = torch.empty(num_rows, num_chunks, dtype=torch.float32, device=x.device) if runner_up else best
+    shape = (num_rows, num_chunks) if num_chunks > 1 else (num_rows,)  # one chunk: the results themselves
+    out = torch.empty(shape, dtype=torch.int64, device=x.device)
+    best = torch.empty(shape, dtype=torch.float32, device=x.device) if runner_up or num_chunks > 1 else None
+    second = torch.empty(shape, dtype=torch.float32, device=x.device) if runner_up else None
     if scale is not None:
         scale = tuple(t.reshape(num_rows).float().contiguous() for t in scale)
     if num_rows:
         thr = threshold.reshape(num_rows).float().contiguous() if threshold is not None else x
         temperature, row_max, row_min = scale if scale is not None else (x, x, x)
         _gumbel_argmax_kernel[(num_rows, num_chunks)](
-            x, x.stride(0), vocab, thr, keys.contiguous(), out, best, second, temperature, row_max, row_min,
-            chunk_blocks, HAS_THRESHOLD=threshold is not None, RUNNER_UP=runner_up, SCALE=scale is not None,
-            SAMPLED_ONLY=sampled_only, BLOCK=BLOCK_V, num_warps=NUM_WARPS)
+            x, x.stride(0), vocab, thr, keys.contiguous(), out, out if best is None else best,
+            out if second is None else second, temperature, row_max, row_min, chunk_blocks,
+            HAS_THRESHOLD=threshold is not None, RUNNER_UP=runner_up, SCALE=scale is not None,
+            SAMPLED_ONLY=sampled_only, CHUNKED=num_chunks > 1, BLOCK=BLOCK_V, num_warps=NUM_WARPS)
     if num_chunks > 1:
         merged = torch.empty(num_rows, dtype=torch.int64, device=x.device)
         merged_best = torch.empty(num_rows, dtype=torch.float32, device=x.device) if runner_up else None
         merged_second = torch.empty(num_rows, dtype=torch.float32, device=x.device) if runner_up else None
         if num_rows:
-            _gumbel_merge_kernel[(num_rows,)](out, best, second, num_chunks, merged,
-                                              merged_best if runner_up else best,
-                                              merged_second if runner_up else best, RUNNER_UP=runner_up,
-                                              BLOCK_C=triton.next_power_of_2(num_chunks), num_warps=1)
+            _gumbel_merge_kernel[(num_rows,)](out, best, best if second is None else second, num_chunks, merged,
+                                              merged if merged_best is None else merged_best,
+                                              merged if merged_second is None else merged_second,
+                                              RUNNER_UP=runner_up, BLOCK_C=triton.next_power_of_2(num_chunks),
+                                              num_warps=1)
         out, best, second = merged, merged_best, merged_second
-    else:
-        out, best, second = out.view(num_rows), best.view(num_rows), second.view(num_rows)
     return (out, best, second) if runner_up else out
 
 
