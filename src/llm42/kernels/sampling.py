@@ -196,6 +196,7 @@ def _gumbel_merge_kernel(idx_ptr, val_ptr, second_ptr, num_chunks, out_ptr, best
     vals = tl.load(val_ptr + row * num_chunks + offs, mask=mask, other=float("-inf"))
     best_val = tl.max(vals, 0)
     winner = tl.min(tl.where(vals == best_val, offs, BLOCK_C), 0)  # the first chunk at the max, explicitly
+    winner = tl.minimum(winner, num_chunks - 1)  # (NaN values match nothing: never a load past the row)
     tl.store(out_ptr + row, tl.load(idx_ptr + row * num_chunks + winner))
     if RUNNER_UP:
         own = tl.load(second_ptr + row * num_chunks + winner)
