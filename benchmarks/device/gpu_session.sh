@@ -16,7 +16,7 @@
 # time to the next) and runs under `timeout`; the Python benchmarks get a --budget-s a little under their
 # share and write their JSON after every run, so a cut stage still leaves its finished figures. The SmolLM2
 # stages need the GGUF staged by benchmarks/device/stage_smollm2.py (this script runs join_smollm2.sh itself
-# when /root/smollm2.part_a and .dev_stage/b are there; it installs the gguf wheels to /tmp/site); without it
+# when /root/smollm2.part_a, /root/smollm2.part_m and .dev_stage/b are there; it installs the gguf wheels to /tmp/site); without it
 # they are skipped. Every stage's output goes to $OUT/session_log.txt.
 # At most 7 files come back; the PNGs are redrawn on the workstation:
 #   PYTHONPATH=src python3 benchmarks/serving.py --replot <json>      (and paper_figures.py --replot <json>)
@@ -29,8 +29,8 @@ OUT=${OUT:-/tmp/llm42_out}
 mkdir -p "$OUT"
 LOG="$OUT/session_log.txt"
 export PYTHONUNBUFFERED=1
-# the SmolLM2 halves staged by stage_smollm2.py (part_a copied to /root by an earlier call, part_b carried in
-# .dev_stage/b by this one): join them here when that has not happened yet
+# the SmolLM2 parts staged by stage_smollm2.py (part_a and part_m copied to /root by two earlier calls, part_b
+# carried in .dev_stage/b by this one): join them here when that has not happened yet
 if ! ls /root/smollm2/*.gguf >/dev/null 2>&1 && [ -f /root/smollm2.part_a ] && [ -d .dev_stage/b ]; then
     bash benchmarks/device/join_smollm2.sh >>"$LOG" 2>&1 || echo "gpu_session: join_smollm2.sh failed" >>"$LOG"
 fi

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# A device call that stages (carry .dev_stage/a): session_preamble.sh copies the first half of the SmolLM2 GGUF to
-# /root, where a call right after it (carrying .dev_stage/b, e.g. r37_call_b.sh) joins it; what the GPU is, for the
+# A device call that stages (carry .dev_stage/a, or .dev_stage/m right after): session_preamble.sh copies the first or
+# middle third of the SmolLM2 GGUF to /root, where a call right after both (carrying .dev_stage/b, e.g. r51_call_b.sh)
+# joins them; what the GPU is, for the
 # log. RUN_TESTS=1: first the GPU tests GPU_TESTS (test files or node ids; default round 38's, $ABR_TEST:
 # apply_before_read on CUDA; round 37's was tests/gpu/test_step_deliver_cuda.py), TEST_CAP seconds.
 #
