@@ -61,11 +61,13 @@ def test_dvr_ab_sets_each_variants_switches_when_its_generator_is_built(monkeypa
     monkeypatch.setattr(sampling, "GUMBEL_TARGET_PROGRAMS", None)
     monkeypatch.setattr(sampling, "GUMBEL_SKIP_GREEDY", False)
     order = (attention.DECODE_HEAD_MAJOR, attention.DECODE_LONGEST_FIRST)
-    for name in ("order_seq", "default", "sampler_unfused", "admit_budget_gumbel_lean", "admit_budget"):
+    for name in ("order_seq", "default", "sampler_unfused", "admit_budget_gumbel_lean", "admit_budget",
+                 "gumbel_plain"):
         dvr_ab.engine_variant(Engine(), dvr_ab.VARIANTS[name]).generator()
     # a variant without a knob puts the tree's switch back
     tree = (*order, True, None, False)
-    assert seen == [(False, False, *tree[2:]), tree, (*order, False, None, False), (*order, True, 1024, True), tree]
+    assert seen == [(False, False, *tree[2:]), tree, (*order, False, None, False), (*order, True, 1024, True), tree,
+                    (*order, True, None, False)]
     assert (attention.DECODE_HEAD_MAJOR, attention.DECODE_LONGEST_FIRST, sampler.FUSED_CUDA_SAMPLER,
             sampling.GUMBEL_TARGET_PROGRAMS, sampling.GUMBEL_SKIP_GREEDY) == tree
     with pytest.raises(ValueError, match="decode_order"):

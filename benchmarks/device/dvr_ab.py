@@ -294,10 +294,12 @@ VARIANTS = {
     # round 50: the CUDA sampler on a float32 copy of the logits (as before round 50; the same bits)
     "sampler_unfused": {"fused_sampler": False},
     "admit_budget_sampler_unfused": {"scheduler_admission": "budget", "fused_sampler": False},
-    # the Gumbel sweep skipping greedy rows and split over ~1,024 programs (kernels.sampling; the same bits), not
-    # yet on a GPU as of round 50
+    # the Gumbel sweep skipping greedy rows and split over ~1,024 programs (kernels.sampling; the same bits): measured
+    # in round 51 and the default since; "gumbel_plain" is the sweep before it (one program per row, every row)
     "gumbel_lean": {"gumbel_programs": 1024, "gumbel_skip_greedy": True},
     "admit_budget_gumbel_lean": {"scheduler_admission": "budget", "gumbel_programs": 1024, "gumbel_skip_greedy": True},
+    "gumbel_plain": {"gumbel_programs": 0, "gumbel_skip_greedy": False},
+    "admit_budget_gumbel_plain": {"scheduler_admission": "budget", "gumbel_programs": 0, "gumbel_skip_greedy": False},
     "admit_budget_order_head_longest": {"scheduler_admission": "budget", "decode_order": "head_longest"},
     # round 49: the K/V store at 0.85 of the free memory instead of 0.6 (vLLM takes 0.9 of the card): round 47's
     # profile found the 8B shape's decode batches bound by the store (256-354 rows at 1,024 seats on an H100, where

@@ -50,15 +50,17 @@ import triton.language as tl
 # Pinned launch configuration: part of what a row's bits depend on (never autotuned).
 BLOCK_V = 2048
 NUM_WARPS = 8
-# Programs the Gumbel sweep aims for: None keeps one program per row (the default); N splits each row's vocabulary
-# into whole blocks over about N / rows programs, then merges their winners. Exact either way (a max, the first
-# index among equal maxima, and the runner-up merge in any order), so the bits are the same at every split; a
-# launch choice for the sweep's latency (one program per row is 256 programs at 256 rows). Not yet measured on a
-# GPU (round 50): off by default until benchmarks/device/sampler_ab.py says it pays.
-GUMBEL_TARGET_PROGRAMS: int | None = None
+# Programs the Gumbel sweep aims for: N splits each row's vocabulary into whole blocks over about N / rows programs,
+# then merges their winners; None keeps one program per row. Exact either way (a max, the first index among equal
+# maxima, and the runner-up merge in any order), so the bits are the same at every split; a launch choice for the
+# sweep's latency (one program per row is 64 programs at 64 rows). Measured on an H100 (round 51, with
+# GUMBEL_SKIP_GREEDY): 0.69-0.84x the one-program sweep's time on half-greedy steps, 0.75-0.99x on all-sampled
+# ones (benchmarks/device/sampler_ab.py), the 8B shape's nondet 1.005x (ABBA), SmolLM2's 1.012x; the default since.
+GUMBEL_TARGET_PROGRAMS: int | None = 1024
 # The sampler's fused sweep skips greedy rows (``gumbel_argmax(sampled_only=True)``: their draw is never taken; the
-# benchmarks' requests are half greedy). The same bits for every sampled row; not yet measured on a GPU (round 50).
-GUMBEL_SKIP_GREEDY = False
+# benchmarks' requests are half greedy). The same bits for every sampled row. Alone it measured 1.0-1.1x slower on an
+# H100 (round 51: a row's one program still runs); with the split above it is what makes half-greedy steps cheap.
+GUMBEL_SKIP_GREEDY = True
 
 
 @triton.jit
