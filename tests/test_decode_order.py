@@ -58,16 +58,16 @@ def test_dvr_ab_sets_each_variants_switches_when_its_generator_is_built(monkeypa
     monkeypatch.setattr(dvr_ab.dataclasses, "replace", lambda engine, **knobs: engine)
     monkeypatch.setattr(dvr_ab.KernelSwitches, "_tree", None)
     monkeypatch.setattr(sampler, "FUSED_CUDA_SAMPLER", True)
-    monkeypatch.setattr(sampling, "GUMBEL_TARGET_PROGRAMS", None)
-    monkeypatch.setattr(sampling, "GUMBEL_SKIP_GREEDY", False)
+    monkeypatch.setattr(sampling, "GUMBEL_TARGET_PROGRAMS", 1024)  # the tree's defaults since round 51
+    monkeypatch.setattr(sampling, "GUMBEL_SKIP_GREEDY", True)
     order = (attention.DECODE_HEAD_MAJOR, attention.DECODE_LONGEST_FIRST)
-    for name in ("order_seq", "default", "sampler_unfused", "admit_budget_gumbel_lean", "admit_budget",
-                 "gumbel_plain"):
+    for name in ("order_seq", "default", "sampler_unfused", "gumbel_plain", "admit_budget_gumbel_lean",
+                 "admit_budget"):
         dvr_ab.engine_variant(Engine(), dvr_ab.VARIANTS[name]).generator()
     # a variant without a knob puts the tree's switch back
-    tree = (*order, True, None, False)
-    assert seen == [(False, False, *tree[2:]), tree, (*order, False, None, False), (*order, True, 1024, True), tree,
-                    (*order, True, None, False)]
+    tree = (*order, True, 1024, True)
+    assert seen == [(False, False, *tree[2:]), tree, (*order, False, 1024, True), (*order, True, None, False), tree,
+                    tree]
     assert (attention.DECODE_HEAD_MAJOR, attention.DECODE_LONGEST_FIRST, sampler.FUSED_CUDA_SAMPLER,
             sampling.GUMBEL_TARGET_PROGRAMS, sampling.GUMBEL_SKIP_GREEDY) == tree
     with pytest.raises(ValueError, match="decode_order"):

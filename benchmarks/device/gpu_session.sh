@@ -16,8 +16,8 @@
 # time to the next) and runs under `timeout`; the Python benchmarks get a --budget-s a little under their
 # share and write their JSON after every run, so a cut stage still leaves its finished figures. The SmolLM2
 # stages need the GGUF staged by benchmarks/device/stage_smollm2.py (this script runs join_smollm2.sh itself
-# when /root/smollm2.part_a, /root/smollm2.part_m and .dev_stage/b are there; it installs the gguf wheels to /tmp/site); without it
-# they are skipped. Every stage's output goes to $OUT/session_log.txt.
+# when /root/smollm2.part_a, /root/smollm2.part_m and .dev_stage/b are there; it installs the gguf wheels to
+# /tmp/site); without it they are skipped. Every stage's output goes to $OUT/session_log.txt.
 # At most 7 files come back; the PNGs are redrawn on the workstation:
 #   PYTHONPATH=src python3 benchmarks/serving.py --replot <json>      (and paper_figures.py --replot <json>)
 set -uo pipefail

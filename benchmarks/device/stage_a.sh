@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # A device call that stages (carry .dev_stage/a, or .dev_stage/m right after): session_preamble.sh copies the first or
 # middle third of the SmolLM2 GGUF to /root, where a call right after both (carrying .dev_stage/b, e.g. r51_call_b.sh)
-# joins them; what the GPU is, for the
-# log. RUN_TESTS=1: first the GPU tests GPU_TESTS (test files or node ids; default round 38's, $ABR_TEST:
-# apply_before_read on CUDA; round 37's was tests/gpu/test_step_deliver_cuda.py), TEST_CAP seconds.
+# joins them; what the GPU is, for the log. RUN_TESTS=1: first the GPU tests GPU_TESTS (test files or node ids;
+# default round 38's, $ABR_TEST: apply_before_read on CUDA; round 37's was tests/gpu/test_step_deliver_cuda.py),
+# TEST_CAP seconds.
 #
 #   [RUN_TESTS=1 [GPU_TESTS="tests/gpu/a.py tests/gpu/b.py"]] bash benchmarks/device/stage_a.sh
 source "$(dirname "$0")/session_preamble.sh"

