@@ -1,7 +1,7 @@
 """The fast path's GEMMs: cuBLAS (``F.linear``) against ``torch.compile``'s max-autotune choice, shape by shape.
 
     PYTHONPATH=src python3 benchmarks/device/fast_gemm_ab.py --out fast_gemm_ab.json [--models smollm2,8b]
-        [--rows 16,64,128,256,512,1024,2048] [--reps 20] [--budget-s 300]
+        [--rows 16,64,128,256,512,1024,2048] [--reps 20] [--budget-s 300] [--cublas-only]
 
 Issue 10 asks for torch.compile on the hot paths. Every fast-path step on CUDA is already a captured graph whose
 row ops, attention and sampler are fused Triton kernels, so what inductor could still change is the GEMMs: its
@@ -17,7 +17,8 @@ row count M (the fast path's batch buckets):
 Timed: each variant's call 10 times over inside one captured CUDA graph, replayed ``--reps`` times between CUDA
 events (ms per call, medians); the two variants interleaved rep by rep. Each compiled output is compared with
 cuBLAS's (max abs difference; they may differ in rounding, this is the fast path). Random bf16 data. A
-benchmark, not a test.
+benchmark, not a test. ``--cublas-only`` (round 52) times cuBLAS alone and names the kernel it picked, on a fine grid
+of M: whether a decode batch's GEMMs cost what its rows need or what M rounded up to a tile needs.
 """
 
 from __future__ import annotations
@@ -95,6 +96,17 @@ def kernel_names(fn, *args) -> list[str]:
     return sorted(set(names))
 
 
+def cublas_row(model: str, lname: str, m: int, n: int, k: int, plain, x, w, reps: int) -> dict:
+    """``--cublas-only``: cuBLAS's time at this M and the kernel it picked (its tile shape is in the name)."""
+    graph, _ = graphed(plain, x, w)
+    ms = statistics.median(replay_ms(graph) for _ in range(reps))
+    row = {"model": model, "linear": lname, "M": m, "N": n, "K": k, "cublas_ms": round(ms, 5),
+           "cublas_tflops": round(2 * m * n * k / ms / 1e9, 1), "cublas_kernels": kernel_names(plain, x, w)}
+    print(f"{model:8s} {lname:8s} M={m:5d} N={n:6d} K={k:6d}  cublas {ms:.4f} ms ({row['cublas_tflops']:.0f} TF/s) "
+          f"{row['cublas_kernels'][0][:90] if row['cublas_kernels'] else ''}", flush=True)
+    return row
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", required=True)
@@ -103,6 +115,8 @@ def main() -> None:
     ap.add_argument("--linears", default="qkv,o,gate_up,down,head")
     ap.add_argument("--reps", type=int, default=20)
     ap.add_argument("--budget-s", type=float, default=300.0, help="stop starting new shapes after this many seconds")
+    ap.add_argument("--cublas-only", action="store_true",
+                    help="time cuBLAS alone (no compile) and name its kernel: how its time steps with M")
     args = ap.parse_args()
     import torch._dynamo
     import torch._inductor.config as inductor_config
@@ -139,6 +153,10 @@ def main() -> None:
         def plain(x, w):
             return F.linear(x, w)
 
+        if args.cublas_only:
+            report["shapes"].append(cublas_row(model, lname, m, n, k, plain, x, w, args.reps))
+            out_path.write_text(json.dumps(report, indent=1))
+            continue
         compiled = torch.compile(plain, mode="max-autotune-no-cudagraphs", dynamic=False)
         t = time.perf_counter()
         ref = plain(x, w)
