@@ -1,10 +1,8 @@
 #!/usr/bin/env bash
-# Round 52, device call B (carry .dev_stage/b, at once after two staging calls: `RUN_TESTS=1 GPU_TESTS="..."
-# bash benchmarks/device/stage_a.sh` carrying .dev_stage/a, with GPU_TESTS as r51_call_d.sh sets them, then
+# Round 52, device call B (carry .dev_stage/b, at once after two staging calls: r52_call_a.sh carrying .dev_stage/a, then
 # `bash benchmarks/device/stage_a.sh` carrying .dev_stage/m). First r51_call_e.sh's A/B: real SmolLM2 offline
 # (1,000 chat requests, nondet and dvr@50), the lean Gumbel sweep (the default) against the plain one
-# ("gumbel_plain"), REPEATS times in ABBA order, committed outputs compared. Then the 8B shape's nondet and dvr@10
-# under the default admission (r51_call_d.sh's second half), one run.
+# ("gumbel_plain"), REPEATS times in ABBA order, committed outputs compared.
 #
 #   [REPEATS=3] bash benchmarks/device/r52_call_b.sh
 source "$(dirname "$0")/session_preamble.sh"
@@ -15,9 +13,4 @@ timeout "${CAP:-230}" python3 benchmarks/device/dvr_ab.py --model "$SMOL" --cach
     --warmup-requests 8 --warmup-modes dvr@50 --out "$OUT/dvr_ab_smollm2_lean_abba.json" >"$OUT/dvr_ab_smol.txt" 2>&1
 log "smollm2 A/B exit $?"
 grep -E "tok/s|median|identical|rror" "$OUT/dvr_ab_smol.txt" | grep -v warm-up | cut -c1-220 | tail -n 20
-ARGS="--model 8b --lm-head-std 0.2 --lm-head-bias-scale 26.9 --max-num-seqs 1024 --warmup-requests 4"
-# shellcheck disable=SC2086  # ARGS is a list of options
-timeout "${DVR_CAP:-220}" python3 benchmarks/device/dvr_ab.py $ARGS --variants default --modes nondet,dvr@10 \
-    --budget-s 100 --out "$OUT/dvr_ab_8b_dvr10.json" >"$OUT/dvr_ab_8b_dvr10.txt" 2>&1
-log "8b dvr@10 exit $?"; grep -E "tok/s" "$OUT/dvr_ab_8b_dvr10.txt" | cut -c1-200 | tail -n 3
 log "done"
