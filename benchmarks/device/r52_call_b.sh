@@ -1,9 +1,8 @@
 #!/usr/bin/env bash
 # Round 52, device call B (carry .dev_stage/b, at once after two staging calls: r52_call_a.sh carrying
 # .dev_stage/a, then `bash benchmarks/device/stage_a.sh` carrying .dev_stage/m). r51_call_e.sh's A/B: real
-# SmolLM2 offline
-# (1,000 chat requests, nondet and dvr@50), the lean Gumbel sweep (the default) against the plain one
-# ("gumbel_plain"), REPEATS times in ABBA order, committed outputs compared.
+# SmolLM2 offline (1,000 chat requests, nondet and dvr@50), the lean Gumbel sweep (the default) against the plain
+# one ("gumbel_plain"), REPEATS times in ABBA order, committed outputs compared.
 #
 #   [REPEATS=3] bash benchmarks/device/r52_call_b.sh
 source "$(dirname "$0")/session_preamble.sh"
