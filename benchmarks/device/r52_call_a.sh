@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Round 52, device call A (carry .dev_stage/a; calls stage_a.sh carrying .dev_stage/m and r52_call_b.sh carrying
+# Round 52, device call A (carry .dev_stage/a; calls stage_a.sh carrying .dev_stage/m and r51_call_e.sh carrying
 # .dev_stage/b follow at once). First the GPU tests with the lean Gumbel sweep as the default (sampler kernels,
 # engine contract, pass order: r51_call_d.sh's), then cuBLAS's time for the 8B shape's linears on a fine grid of M
 # around the decode batches of round 47's profile (256-354 rows, GEMMs at 543-595 TFLOP/s): whether a batch pays

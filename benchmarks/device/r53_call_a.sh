@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Next device call (carry .dev_stage/a; stage_a.sh carrying .dev_stage/m and r52_call_b.sh carrying .dev_stage/b
+# Next device call (carry .dev_stage/a; stage_a.sh carrying .dev_stage/m and r51_call_e.sh carrying .dev_stage/b
 # may follow at once): round 52's cuBLAS-by-M table again, on every decode bucket from 128 to 1,024 rows, for the 8B
 # shape and SmolLM2, in two processes, to tell whether the buckets where a larger one is cheaper (round 52, one
 # sample: 288, 336, 352, 448 on an H100) repeat. Stages the first third of the SmolLM2 GGUF.
