@@ -300,6 +300,10 @@ VARIANTS = {
     "admit_budget_gumbel_lean": {"scheduler_admission": "budget", "gumbel_programs": 1024, "gumbel_skip_greedy": True},
     "gumbel_plain": {"gumbel_programs": 0, "gumbel_skip_greedy": False},
     "admit_budget_gumbel_plain": {"scheduler_admission": "budget", "gumbel_programs": 0, "gumbel_skip_greedy": False},
+    # round 52: each decode batch replays the fastest graph of a bucket up to 1.25x its size, timed at capture
+    # (DVRGenerator(tune_decode_buckets=True)): cuBLAS's time is not monotone in M (docs/benchmarks.md, round 52)
+    "tuned_buckets": {"tune_decode_buckets": True},
+    "admit_budget_tuned_buckets": {"scheduler_admission": "budget", "tune_decode_buckets": True},
     "admit_budget_order_head_longest": {"scheduler_admission": "budget", "decode_order": "head_longest"},
     # round 49: the K/V store at 0.85 of the free memory instead of 0.6 (vLLM takes 0.9 of the card): round 47's
     # profile found the 8B shape's decode batches bound by the store (256-354 rows at 1,024 seats on an H100, where

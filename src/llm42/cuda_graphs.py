@@ -20,7 +20,7 @@ import contextlib
 import gc
 import itertools
 import weakref
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 
 import numpy as np
 import torch
@@ -415,6 +415,25 @@ def decode_buckets(max_batch_size: int) -> tuple[int, ...]:
     return tuple(sizes) + (max_batch_size,)
 
 
+def cheapest_buckets(times: Mapping[int, float], *, max_growth: float = 1.25,
+                     min_gain: float = 0.03) -> dict[int, int]:
+    """Each bucket of ``times`` (ms per replay of its graph) mapped to the fastest bucket at most ``max_growth``
+    times its size, where that one replays more than ``min_gain`` faster; buckets left as they are are absent.
+
+    Why (round 52, one H100): cuBLAS's time is not monotone in M. The 8B shape's decode GEMMs took 9.07 ms at 288
+    rows against 8.22 at 304, and 14.98 at 448 against 11.94 at 512: the library picks another kernel per M. A
+    decode batch may replay a larger bucket's graph (its extra rows are padding, which reads and writes only the
+    scratch block); its own rows' fast-path values may then differ in rounding, as they may with any other batch,
+    and committed bits never do."""
+    sizes = sorted(times)
+    remap = {}
+    for i, bucket in enumerate(sizes):
+        best = min((b for b in sizes[i:] if b <= bucket * max_growth), key=lambda b: (times[b], b))
+        if best != bucket and times[best] < (1.0 - min_gain) * times[bucket]:
+            remap[bucket] = best
+    return remap
+
+
 class DecodeGraphs:
     """Whole fast decode steps (``DecodeState.decode``) captured per batch bucket and sampling variant.
 
@@ -430,6 +449,7 @@ class DecodeGraphs:
             raise ValueError(f"decode CUDA graphs need a CUDA device, the model is on {state.device}")
         self.state = state
         self.buckets = decode_buckets(max_batch_size)
+        self.bucket_map: dict[int, int] = {}  # a bucket -> the larger one whose graph it replays (set_bucket_map)
         self._graphs: dict[tuple[int, bool, bool], tuple[torch.cuda.CUDAGraph, tuple[torch.Tensor, torch.Tensor]]] = {}
         self._pool = torch.cuda.graph_pool_handle()
 
@@ -446,7 +466,16 @@ class DecodeGraphs:
         return len(self._graphs)
 
     def bucket_for(self, num_seqs: int) -> int:
-        return next(b for b in self.buckets if b >= num_seqs)
+        bucket = next(b for b in self.buckets if b >= num_seqs)
+        return self.bucket_map.get(bucket, bucket)
+
+    def set_bucket_map(self, bucket_map: Mapping[int, int]) -> None:
+        """Replay each key bucket's batches on the value bucket's graph (``cheapest_buckets``); {} undoes it."""
+        for bucket, target in bucket_map.items():
+            if bucket not in self.buckets or target not in self.buckets or target < bucket:
+                raise ValueError(f"a decode bucket map sends buckets to larger buckets of {self.buckets[0]}.."
+                                 f"{self.buckets[-1]}, got {bucket} -> {target}")
+        self.bucket_map = dict(bucket_map)
 
     def run(self, num_seqs: int, variant: tuple[bool, bool]) -> tuple[torch.Tensor, torch.Tensor]:
         """Replay the step for the ``num_seqs`` slots staged in ``state.batch``; returns static (tokens, log-probs).

@@ -183,6 +183,7 @@ class DVRGenerator:
         pass_before_read: bool = False,
         apply_before_read: bool = True,
         canonical_slices: int = 1,
+        tune_decode_buckets: bool = False,
     ):
         self.canonical_config = CanonicalConfig(window=window, group=group)
         self.config = EngineConfig(
@@ -197,6 +198,7 @@ class DVRGenerator:
             canonical_sms_max_rows=canonical_sms_max_rows, prompt_drafts=prompt_drafts,
             split_pass_steps=split_pass_steps, pass_before_read=pass_before_read,
             apply_before_read=apply_before_read, canonical_slices=canonical_slices,
+            tune_decode_buckets=tune_decode_buckets,
         )
         num_canonical_tokens = self.config.canonical_tokens(self.canonical_config.num_rows)
         scratch = getattr(kv_store, "num_scratch_slots", None)  # an injected store: a pass's padding rows write there
@@ -858,7 +860,8 @@ class DVRGenerator:
         The fast path captures a graph per (batch bucket, sampling variant) lazily, the mixed step one per (decode
         bucket, prompt bucket, variant), and the canonical pass all of its buckets at its first pass: each capture
         synchronises the device and stalls every running request for tens of milliseconds, which a server would see
-        in its latency tail for as long as new shapes keep coming. ``llm42 serve`` calls this at start-up, as a
+        in its latency tail for as long as new shapes keep coming. With ``tune_decode_buckets`` it then times the
+        decode buckets (``FastStep.tune_decode_buckets``). ``llm42 serve`` calls this at start-up, as a
         serving engine captures its graphs before it takes requests. Only on an idle generator (no request running,
         nothing in flight): the captures run on padding rows, whose K/V goes to the scratch block, never a
         request's; ``RuntimeError`` otherwise. Committed bits are unchanged (a graph replays what it captured).
@@ -868,6 +871,8 @@ class DVRGenerator:
                                "once every request has finished")
         fast = self.fast_step
         counts = {"decode": fast.capture_decode(), "prefill": fast.capture_prefill(), "mixed": fast.capture_mixed()}
+        if self.config.tune_decode_buckets:
+            fast.tune_decode_buckets()
         canonical_pass = getattr(self.verifier, "canonical_pass", None)
         is_graphed = canonical_pass is not None and canonical_pass.is_graphed
         counts["canonical"] = canonical_pass.bind(self.kv) if is_graphed else 0

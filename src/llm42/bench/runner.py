@@ -130,6 +130,7 @@ class Engine:
     pass_before_read: bool = False  # DVRGenerator's knob: a pass launched before the previous fast step is read
     apply_before_read: bool = True  # DVRGenerator's knob: a pass finished by the fast launch applied before the read
     canonical_slices: int = 1  # DVRGenerator's knob: each canonical pass's layers in slices, one a step
+    tune_decode_buckets: bool = False  # DVRGenerator's knob: a batch replays a faster, larger decode bucket's graph
     # the scheduler's class: DefaultScheduler or a subclass taking its keywords (an A/B of a scheduling rule)
     scheduler_class: type = DefaultScheduler
 
@@ -162,11 +163,15 @@ class Engine:
             prompt_drafts=self.prompt_drafts,
             split_pass_steps=self.split_pass_steps, pass_before_read=self.pass_before_read,
             apply_before_read=self.apply_before_read,
-            canonical_slices=self.canonical_slices,
+            canonical_slices=self.canonical_slices, tune_decode_buckets=self.tune_decode_buckets,
         )
         notes = []
         if self.use_cuda_graphs and gen.device.type == "cuda":
             notes += capture_prefill_graphs(gen) + capture_decode_graphs(gen) + capture_mixed_graphs(gen)
+            if self.tune_decode_buckets and gen.fast_step.decode_graphs is not None:
+                remap = gen.fast_step.tune_decode_buckets()  # what capture_graphs does with the knob on
+                notes.append("decode buckets replayed on larger ones' graphs: "
+                             + (", ".join(f"{b}->{t}" for b, t in sorted(remap.items())) or "none"))
         return gen, notes
 
 

@@ -192,6 +192,11 @@ class EngineConfig:
     Measured on an H200 (round 35, real SmolLM2, docs/benchmarks.md): 4 slices left free requests' online ITL where it
     was (p50 / p99 over nondet 1.27x / 1.83x against 1.22x / 1.77x) and offline dvr@50 fell from 0.630 to 0.591 of
     nondet; so off.
+    ``tune_decode_buckets``: when ``DVRGenerator.capture_graphs`` runs, time every fast decode bucket's graph and
+    have a batch replay a larger bucket's graph where that one is faster (``FastStep.tune_decode_buckets``): the GEMM
+    library's time is not monotone in the rows (round 52, an H100: the 8B shape's decode GEMMs 1.07-1.25x slower at
+    288, 336, 352 and 448 rows than at 304, 368 and 512). Timing-based: the fast path's rounding may move from run to
+    run; committed output is unchanged. ``False`` (default): not yet measured in the engine.
     """
 
     max_num_seqs: int = 256
@@ -223,6 +228,7 @@ class EngineConfig:
     pass_before_read: bool = False
     apply_before_read: bool = True
     canonical_slices: int = 1
+    tune_decode_buckets: bool = False
 
     def __post_init__(self) -> None:
         owner = "DVRGenerator"
@@ -234,7 +240,7 @@ class EngineConfig:
                 positive_int(owner, name, getattr(self, name))
         for name in ("prefix_cache", "use_cuda_graphs", "adaptive_draft", "overlap", "canonical_thread",
                      "draft_ahead", "prioritize_fast", "prompt_drafts", "split_pass_steps",
-                     "pass_before_read", "apply_before_read"):
+                     "pass_before_read", "apply_before_read", "tune_decode_buckets"):
             strict_bool(owner, name, getattr(self, name))
         if self.canonical_slices > 1 and self.canonical_thread:
             raise ValueError(f"{owner} canonical_slices runs a pass's slices on later steps: not with "

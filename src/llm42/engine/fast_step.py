@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from llm42.cuda_graphs import DecodeGraphs
+from llm42.cuda_graphs import DecodeGraphs, cheapest_buckets
 from llm42.engine.config import EngineConfig
 from llm42.engine.decode_state import DecodeState, to_device
 from llm42.engine.mixed import MixedStep
@@ -100,6 +100,7 @@ class FastStep:
         self._kv = kv
         self._decode_state = decode_state
         self.decode_graphs = decode_graphs
+        self.decode_bucket_times: dict[int, float] = {}  # ms per replay of each decode bucket (tune_decode_buckets)
         self.fast_prefill = fast_prefill
         self.mixed = mixed
         self._policy = policy
@@ -184,6 +185,36 @@ class FastStep:
                     mixed.prefill.stage([], self._kv, bucket=prompt_bucket)
                     graphs.run(decode_bucket, prompt_bucket, variant)
         return graphs.num_captured - before
+
+    def tune_decode_buckets(self, *, reps: int = 10, rounds: int = 3) -> dict[int, int]:
+        """Time every decode bucket's greedy graph on padding rows (CUDA events, ``reps`` replays, the median of
+        ``rounds``), then have each bucket replay the fastest graph of a bucket up to 1.25x its size where that one
+        is more than 3 % faster (``cheapest_buckets``); returns that map (``DecodeGraphs.bucket_map``). Captures
+        what is not captured yet. Only between steps, as ``capture_decode``. Timing-based, so the map may differ
+        from run to run: it moves free rows' fast-path rounding, never a committed bit (the canonical pass never
+        reads it)."""
+        graphs = self.decode_graphs
+        if graphs is None:
+            return {}
+        graphs.set_bucket_map({})
+        greedy = SAMPLING_VARIANTS[0]
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        times = {}
+        for bucket in graphs.buckets:
+            self._decode_state.stage_batch([], bucket)
+            graphs.run(bucket, greedy)  # captured if it was not
+            samples = []
+            for _ in range(rounds):
+                start.record()
+                for _ in range(reps):
+                    graphs.run(bucket, greedy)
+                end.record()
+                end.synchronize()
+                samples.append(start.elapsed_time(end) / reps)
+            times[bucket] = sorted(samples)[len(samples) // 2]
+        graphs.set_bucket_map(cheapest_buckets(times))
+        self.decode_bucket_times = times
+        return graphs.bucket_map
 
     def drop_decode_graphs(self) -> None:
         """Run decode rows eagerly from now on (a benchmark whose graph capture failed)."""
