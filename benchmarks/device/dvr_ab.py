@@ -631,6 +631,8 @@ def main() -> None:
                 result = run_offline(engines[v], workload, mode_by_name(mode_name), det_order=det_order,
                                      deadline=time.perf_counter() + share + BUILD_ALLOWANCE_S, budget_s=share)
                 rep_results[v][mode_name] = result
+                for note in result.notes:
+                    print(f"[dvr_ab]   note: {note}", flush=True)
                 if rep == 0:
                     results[v][mode_name] = result
                     _record_run(out, v, mode_name, result, rep_results[v].get("nondet"), workload)
@@ -712,7 +714,8 @@ def _record_repeat(out: dict, v: str, mode_name: str, result, nondet, workload, 
         "canonical_passes": result.stats.get("canonical_passes"), "prompt_passes": result.stats.get("prompt_passes"),
         "deferred_passes": result.stats.get("deferred_passes"),
         "free_last_finish_s": tail["free"]["last_finish_s"],
-        "deterministic_last_finish_s": tail["deterministic"]["last_finish_s"], "elapsed_s": result.elapsed_s})
+        "deterministic_last_finish_s": tail["deterministic"]["last_finish_s"], "elapsed_s": result.elapsed_s,
+        "notes": list(result.notes)})
 
 
 def _repeat_summary(repeats: dict) -> dict:
@@ -742,6 +745,7 @@ def _record_run(out: dict, v: str, mode_name: str, result, nondet, workload) -> 
         "output_tokens_per_s": summary["output_tokens_per_s"],
         "ratio_to_nondet": summary["ratio_to_nondet"],
         "steps": stats.get("steps"), "ms_per_step": summary["engine"].get("ms_per_step"),
+        "fast_steps": stats.get("fast_steps"), "mixed_steps": stats.get("mixed_steps"),
         "canonical_passes": stats.get("canonical_passes"), "prompt_passes": stats.get("prompt_passes"),
         "canonical_rows": stats.get("canonical_rows"),
         "canonical_rows_used": stats.get("canonical_rows_used"),
@@ -757,6 +761,7 @@ def _record_run(out: dict, v: str, mode_name: str, result, nondet, workload) -> 
         "deterministic_tpot_s": summary["latency_deterministic"]["tpot_s"],
         "e2e_s_p99": summary["latency"]["e2e_s"]["p99"],
         "tail": tail_summary(result, workload),
+        "notes": list(result.notes),  # e.g. tune_decode_buckets's map
     }
     if mode_name.startswith("dvr@"):
         r["deterministic_digests"] = {str(rec.index): token_digest(rec.token_ids) for rec in result.records

@@ -1,15 +1,16 @@
 #!/usr/bin/env bash
-# Next device call (carry .dev_stage/a; stage_a.sh carrying .dev_stage/m and r51_call_e.sh carrying .dev_stage/b
-# may follow at once): round 52's cuBLAS-by-M table again, on every decode bucket from 128 to 1,024 rows, for the 8B
-# shape and SmolLM2, in two processes, to tell whether the buckets where a larger one is cheaper (round 52, one
-# sample: 288, 336, 352, 448 on an H100) repeat. Stages the first third of the SmolLM2 GGUF.
+# Round 53, device call A (carry .dev_stage/a; stage_a.sh carrying .dev_stage/m and r51_call_e.sh carrying
+# .dev_stage/b may follow at once). Round 52's tune_decode_buckets, built and CPU-tested only: first its CUDA test
+# (every bucket timed, a forced map replays batches on a larger bucket's graph, the same committed bits), then the
+# 8B shape's nondet throughput with and without it under the budget admission (round 50's best, 11.95K), REPEATS
+# times in ABBA order in one process. Stages the first third of the SmolLM2 GGUF.
 #
-#   bash benchmarks/device/r53_call_a.sh
+#   [REPEATS=3] bash benchmarks/device/r53_call_a.sh
+export RUN_TESTS=1 TEST_CAP=${TEST_CAP:-150} GPU_TESTS="tests/gpu/test_decode_buckets_cuda.py"
 source "$(dirname "$0")/stage_a.sh"
-ROWS=$(seq -s, 128 16 1024)
-for run in 1 2; do
-    timeout "${GEMM_CAP:-220}" python3 benchmarks/device/fast_gemm_ab.py --cublas-only --models 8b,smollm2 \
-        --rows "$ROWS" --reps 20 --budget-s 200 --out "$OUT/gemm_rows_$run.json" >"$OUT/gemm_rows_$run.txt" 2>&1
-    log "gemm rows run $run exit $?"; grep -cE "TF/s" "$OUT/gemm_rows_$run.txt"
-done
+ARGS="--model 8b --lm-head-std 0.2 --lm-head-bias-scale 26.9 --max-num-seqs 1024 --warmup-requests 4"
+# shellcheck disable=SC2086  # ARGS is a list of options
+timeout "${DVR_CAP:-330}" python3 benchmarks/device/dvr_ab.py $ARGS --variants admit_budget,admit_budget_tuned_buckets \
+    --modes nondet --repeats "${REPEATS:-3}" --budget-s 60 --out "$OUT/dvr_ab_8b_tuned.json" >"$OUT/dvr_ab_8b_tuned.txt" 2>&1
+log "8b tuned buckets exit $?"; grep -E "tok/s|median|bucket" "$OUT/dvr_ab_8b_tuned.txt" | cut -c1-220 | tail -n 12
 log "done"

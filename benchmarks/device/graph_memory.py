@@ -1,0 +1,99 @@
+"""Where the fast path's CUDA graphs' memory goes when every graph is captured up front (a diagnostic).
+
+    PYTHONPATH=src python3 benchmarks/device/graph_memory.py --model 8b --variant admit_budget --out mem.json
+
+Round 53 found every 8B dvr_ab run since up-front captures (round 40) printing "mixed-step CUDA graphs failed
+(OutOfMemoryError)": the benchmark's generator then runs a step with prompt rows as two passes. This builds the
+generator ``dvr_ab.py`` builds for ``--variant`` (same model, request set, K/V store) and captures the decode, prefill
+and mixed graphs family by family, recording the memory allocated and reserved after each (and every
+``--every`` mixed graphs), the graph counts and the capture times; an out-of-memory error is recorded where it
+happens. Not a benchmark: no timings are compared.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "src"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from dvr_ab import add_setup_arguments, setup  # noqa: E402
+from llm42.bench.modes import mode_by_name  # noqa: E402
+
+
+def _mem(tag: str, rows: list, **extra) -> None:
+    row = {"at": tag, "allocated_gib": round(torch.cuda.memory_allocated() / 2**30, 3),
+           "reserved_gib": round(torch.cuda.memory_reserved() / 2**30, 3),
+           "free_gib": round(torch.cuda.mem_get_info()[0] / 2**30, 3), **extra}
+    rows.append(row)
+    print(f"[graph_memory] {json.dumps(row)}", flush=True)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    add_setup_arguments(p)
+    p.add_argument("--variant", default="admit_budget")
+    p.add_argument("--every", type=int, default=40, help="a memory row every this many mixed graphs")
+    p.add_argument("--out", required=True)
+    args = p.parse_args()
+    rows: list = []
+    out = {"args": {k: str(v) for k, v in vars(args).items()}, "device": torch.cuda.get_device_name(), "rows": rows}
+    _mem("start", rows)
+    _, _, _, _, engines = setup(args, [args.variant])
+    engine = engines[args.variant]
+    _mem("model and workload", rows, kv_cache_tokens=engine.kv_cache_tokens)
+    # the engine's generator, graphs on, nothing captured yet: Engine.generator with its up-front captures off
+    from llm42.bench import runner
+
+    captured = {}
+    originals = (runner.capture_prefill_graphs, runner.capture_decode_graphs, runner.capture_mixed_graphs)
+    runner.capture_prefill_graphs = runner.capture_decode_graphs = runner.capture_mixed_graphs = lambda g, **k: []
+    try:
+        gen, _ = engine.generator(mode_by_name("nondet"))
+    finally:
+        runner.capture_prefill_graphs, runner.capture_decode_graphs, runner.capture_mixed_graphs = originals
+    _mem("generator built (graphs on, none captured)", rows)
+    fast = gen.fast_step
+    for family, capture in (("decode", fast.capture_decode), ("prefill", fast.capture_prefill)):
+        t0 = time.perf_counter()
+        try:
+            captured[family] = capture()
+            torch.cuda.synchronize()
+            _mem(f"{family} captured", rows, graphs=captured[family], seconds=round(time.perf_counter() - t0, 2))
+        except torch.OutOfMemoryError as exc:
+            _mem(f"{family} OOM", rows, error=str(exc)[:300])
+    mixed = fast.mixed
+    if mixed is not None and mixed.graphs is not None:
+        out["mixed_decode_buckets"] = list(mixed.decode_buckets())
+        out["prompt_buckets"] = list(mixed.prefill.graphs.buckets)
+        count, t0 = 0, time.perf_counter()
+        try:
+            for decode_bucket in sorted(mixed.decode_buckets(), reverse=True):
+                for prompt_bucket in sorted(mixed.prefill.graphs.buckets, reverse=True):
+                    for variant in mixed.MIXED_VARIANTS:
+                        fast._decode_state.stage_batch([], decode_bucket)
+                        mixed.prefill.stage([], fast._kv, bucket=prompt_bucket)
+                        mixed.graphs.run(decode_bucket, prompt_bucket, variant)
+                        count += 1
+                        if count % args.every == 0:
+                            torch.cuda.synchronize()
+                            _mem("mixed", rows, graphs=count, decode_bucket=decode_bucket,
+                                 prompt_bucket=prompt_bucket, seconds=round(time.perf_counter() - t0, 2))
+            torch.cuda.synchronize()
+            _mem("mixed captured", rows, graphs=count, seconds=round(time.perf_counter() - t0, 2))
+        except torch.OutOfMemoryError as exc:
+            _mem("mixed OOM", rows, graphs=count, decode_bucket=decode_bucket, prompt_bucket=prompt_bucket,
+                 error=str(exc)[:300])
+    out["memory_summary"] = torch.cuda.memory_summary(abbreviated=True)
+    Path(args.out).write_text(json.dumps(out, indent=1))
+    gen.close()
+
+
+if __name__ == "__main__":
+    main()
