@@ -7,12 +7,14 @@ Round 53 found every 8B dvr_ab run since up-front captures (round 40) printing "
 generator ``dvr_ab.py`` builds for ``--variant`` (same model, request set, K/V store) and captures the decode, prefill
 and mixed graphs family by family, recording the memory allocated and reserved after each (and every
 ``--every`` mixed graphs), the graph counts and the capture times; an out-of-memory error is recorded where it
-happens. Not a benchmark: no timings are compared.
+happens. ``--pools``: once with a memory pool per kind of graph (before round 53), once with one shared pool
+(``SHARED_GRAPH_POOL``), in one process, each generator closed before the next. Not a benchmark.
 """
 
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import sys
 import time
@@ -35,44 +37,33 @@ def _mem(tag: str, rows: list, **extra) -> None:
     print(f"[graph_memory] {json.dumps(row)}", flush=True)
 
 
-def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    add_setup_arguments(p)
-    p.add_argument("--variant", default="admit_budget")
-    p.add_argument("--every", type=int, default=40, help="a memory row every this many mixed graphs")
-    p.add_argument("--out", required=True)
-    args = p.parse_args()
-    rows: list = []
-    out = {"args": {k: str(v) for k, v in vars(args).items()}, "device": torch.cuda.get_device_name(), "rows": rows}
-    _mem("start", rows)
-    _, _, _, _, engines = setup(args, [args.variant])
-    engine = engines[args.variant]
-    _mem("model and workload", rows, kv_cache_tokens=engine.kv_cache_tokens)
-    # the engine's generator, graphs on, nothing captured yet: Engine.generator with its up-front captures off
+def capture_families(engine, rows: list, out: dict, *, tag: str, every: int) -> None:
+    """Build ``engine``'s nondet generator with its up-front captures off, then capture the decode, prefill and
+    mixed graphs family by family, a memory row after each (and every ``every`` mixed graphs)."""
     from llm42.bench import runner
 
-    captured = {}
     originals = (runner.capture_prefill_graphs, runner.capture_decode_graphs, runner.capture_mixed_graphs)
     runner.capture_prefill_graphs = runner.capture_decode_graphs = runner.capture_mixed_graphs = lambda g, **k: []
     try:
         gen, _ = engine.generator(mode_by_name("nondet"))
     finally:
         runner.capture_prefill_graphs, runner.capture_decode_graphs, runner.capture_mixed_graphs = originals
-    _mem("generator built (graphs on, none captured)", rows)
+    _mem(f"{tag}: generator built, nothing captured", rows)
     fast = gen.fast_step
     for family, capture in (("decode", fast.capture_decode), ("prefill", fast.capture_prefill)):
         t0 = time.perf_counter()
         try:
-            captured[family] = capture()
+            count = capture()
             torch.cuda.synchronize()
-            _mem(f"{family} captured", rows, graphs=captured[family], seconds=round(time.perf_counter() - t0, 2))
+            _mem(f"{tag}: {family} captured", rows, graphs=count, seconds=round(time.perf_counter() - t0, 2))
         except torch.OutOfMemoryError as exc:
-            _mem(f"{family} OOM", rows, error=str(exc)[:300])
+            _mem(f"{tag}: {family} OOM", rows, error=str(exc)[:300])
     mixed = fast.mixed
     if mixed is not None and mixed.graphs is not None:
         out["mixed_decode_buckets"] = list(mixed.decode_buckets())
         out["prompt_buckets"] = list(mixed.prefill.graphs.buckets)
         count, t0 = 0, time.perf_counter()
+        decode_bucket = prompt_bucket = None
         try:
             for decode_bucket in sorted(mixed.decode_buckets(), reverse=True):
                 for prompt_bucket in sorted(mixed.prefill.graphs.buckets, reverse=True):
@@ -81,18 +72,45 @@ def main() -> None:
                         mixed.prefill.stage([], fast._kv, bucket=prompt_bucket)
                         mixed.graphs.run(decode_bucket, prompt_bucket, variant)
                         count += 1
-                        if count % args.every == 0:
+                        if count % every == 0:
                             torch.cuda.synchronize()
-                            _mem("mixed", rows, graphs=count, decode_bucket=decode_bucket,
+                            _mem(f"{tag}: mixed", rows, graphs=count, decode_bucket=decode_bucket,
                                  prompt_bucket=prompt_bucket, seconds=round(time.perf_counter() - t0, 2))
             torch.cuda.synchronize()
-            _mem("mixed captured", rows, graphs=count, seconds=round(time.perf_counter() - t0, 2))
+            _mem(f"{tag}: mixed captured", rows, graphs=count, seconds=round(time.perf_counter() - t0, 2))
         except torch.OutOfMemoryError as exc:
-            _mem("mixed OOM", rows, graphs=count, decode_bucket=decode_bucket, prompt_bucket=prompt_bucket,
+            _mem(f"{tag}: mixed OOM", rows, graphs=count, decode_bucket=decode_bucket, prompt_bucket=prompt_bucket,
                  error=str(exc)[:300])
-    out["memory_summary"] = torch.cuda.memory_summary(abbreviated=True)
-    Path(args.out).write_text(json.dumps(out, indent=1))
+    out.setdefault("memory_summary", {})[tag] = torch.cuda.memory_summary(abbreviated=True)
     gen.close()
+    del gen, fast, mixed
+    gc.collect()
+    torch.cuda.empty_cache()
+    _mem(f"{tag}: generator closed", rows)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    add_setup_arguments(p)
+    p.add_argument("--variant", default="admit_budget")
+    p.add_argument("--every", type=int, default=40, help="a memory row every this many mixed graphs")
+    p.add_argument("--pools", default="each,shared", help="the pool layouts, in order: each (a pool per kind of "
+                   "graph, before round 53), shared (one pool, llm42.engine.fast_step.SHARED_GRAPH_POOL)")
+    p.add_argument("--out", required=True)
+    args = p.parse_args()
+    rows: list = []
+    out = {"args": {k: str(v) for k, v in vars(args).items()}, "device": torch.cuda.get_device_name(), "rows": rows}
+    _mem("start", rows)
+    _, _, _, _, engines = setup(args, [args.variant])
+    engine = engines[args.variant]
+    engine = getattr(engine, "_engine", engine)  # not dvr_ab's KernelSwitches: it would set the pool switch back
+    _mem("model and workload", rows, kv_cache_tokens=engine.kv_cache_tokens)
+    from llm42.engine import fast_step
+
+    for shared in [{"shared": True, "each": False}[x] for x in args.pools.split(",")]:
+        fast_step.SHARED_GRAPH_POOL = shared
+        capture_families(engine, rows, out, tag="one pool" if shared else "a pool per kind", every=args.every)
+        Path(args.out).write_text(json.dumps(out, indent=1))
 
 
 if __name__ == "__main__":
