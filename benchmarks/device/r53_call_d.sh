@@ -14,7 +14,8 @@ log "gpu tests exit $?"; tail -n 3 "$OUT/gpu_tests_d.txt"
 ARGS="--model 8b --lm-head-std 0.2 --lm-head-bias-scale 26.9 --max-num-seqs 1024 --warmup-requests 0"
 # shellcheck disable=SC2086  # ARGS is a list of options
 timeout "${DVR_CAP:-230}" python3 benchmarks/device/dvr_ab.py $ARGS --variants admit_budget,admit_budget_pool_each \
-    --modes nondet --repeats "${REPEATS:-1}" --budget-s 70 --out "$OUT/dvr_ab_8b_pool.json" >"$OUT/dvr_ab_8b_pool.txt" 2>&1
+    --modes nondet --repeats "${REPEATS:-1}" --budget-s 70 --out "$OUT/dvr_ab_8b_pool.json" \
+    >"$OUT/dvr_ab_8b_pool.txt" 2>&1
 log "8b pools exit $?"; grep -E "tok/s|median|note" "$OUT/dvr_ab_8b_pool.txt" | cut -c1-200 | tail -n 12
 # shellcheck disable=SC2086
 timeout "${MEM_CAP:-150}" python3 benchmarks/device/graph_memory.py $ARGS --variant admit_budget --pools shared,each \
