@@ -197,10 +197,10 @@ class FastStep:
     def tune_decode_buckets(self, *, reps: int = 5, rounds: int = 3) -> dict[int, int]:
         """Time every decode bucket's greedy graph on padding rows (CUDA events, ``reps`` replays, the median of
         ``rounds``: 16 replays a bucket, the start-up's cost), then have each bucket replay the fastest graph of a
-        bucket up to 1.25x its size where that one is more than 3 % faster (``cheapest_buckets``); returns that map (``DecodeGraphs.bucket_map``). Captures
-        what is not captured yet. Only between steps, as ``capture_decode``. Timing-based, so the map may differ
-        from run to run: it moves free rows' fast-path rounding, never a committed bit (the canonical pass never
-        reads it)."""
+        bucket up to 1.25x its size where that one is more than 3 % faster (``cheapest_buckets``); returns that map
+        (``DecodeGraphs.bucket_map``). Captures what is not captured yet. Only between steps, as ``capture_decode``.
+        Timing-based, so the map may differ from run to run: it moves free rows' fast-path rounding, never a
+        committed bit (the canonical pass never reads it)."""
         graphs = self.decode_graphs
         if graphs is None:
             return {}
