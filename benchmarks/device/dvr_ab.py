@@ -304,9 +304,6 @@ VARIANTS = {
     # (DVRGenerator(tune_decode_buckets=True)): cuBLAS's time is not monotone in M (docs/benchmarks.md, round 52)
     "tuned_buckets": {"tune_decode_buckets": True},
     "admit_budget_tuned_buckets": {"scheduler_admission": "budget", "tune_decode_buckets": True},
-    # a graph memory pool per kind of fast graph (decode, prefill, mixed), as before round 53: the 8B shape's mixed
-    # graphs then ran out of memory at capture, and its steps with prompt rows ran as two passes
-    "admit_budget_pool_each": {"scheduler_admission": "budget", "shared_graph_pool": False},
     "admit_budget_order_head_longest": {"scheduler_admission": "budget", "decode_order": "head_longest"},
     # round 49: the K/V store at 0.85 of the free memory instead of 0.6 (vLLM takes 0.9 of the card): round 47's
     # profile found the 8B shape's decode batches bound by the store (256-354 rows at 1,024 seats on an H100, where
@@ -353,13 +350,12 @@ class KernelSwitches:
     - ``decode_order``: the fast decode attention's program order, a name of ``kernels.attention.DECODE_ORDERS``;
     - ``fused_sampler``: ``llm42.sampler.FUSED_CUDA_SAMPLER``;
     - ``gumbel_programs``: ``kernels.sampling.GUMBEL_TARGET_PROGRAMS`` (0 for one program per row);
-    - ``gumbel_skip_greedy``: ``kernels.sampling.GUMBEL_SKIP_GREEDY``;
-    - ``shared_graph_pool``: ``llm42.engine.fast_step.SHARED_GRAPH_POOL``.
+    - ``gumbel_skip_greedy``: ``kernels.sampling.GUMBEL_SKIP_GREEDY``.
 
     Set when a generator is built and kept until the next build sets its own (every variant is wrapped: a run
     builds its generator, captures its graphs, then serves with it)."""
 
-    KNOBS = ("decode_order", "fused_sampler", "gumbel_programs", "gumbel_skip_greedy", "shared_graph_pool")
+    KNOBS = ("decode_order", "fused_sampler", "gumbel_programs", "gumbel_skip_greedy")
     _tree = None
 
     def __init__(self, engine, switches: dict):
@@ -375,12 +371,11 @@ class KernelSwitches:
     @staticmethod
     def _attributes():
         from llm42 import sampler
-        from llm42.engine import fast_step
         from llm42.kernels import attention, sampling
 
         return ((attention, "DECODE_HEAD_MAJOR"), (attention, "DECODE_LONGEST_FIRST"),
                 (sampler, "FUSED_CUDA_SAMPLER"), (sampling, "GUMBEL_TARGET_PROGRAMS"),
-                (sampling, "GUMBEL_SKIP_GREEDY"), (fast_step, "SHARED_GRAPH_POOL"))
+                (sampling, "GUMBEL_SKIP_GREEDY"))
 
     def __getattr__(self, name: str):
         return getattr(self._engine, name)
@@ -398,8 +393,6 @@ class KernelSwitches:
             values["GUMBEL_TARGET_PROGRAMS"] = knobs["gumbel_programs"] or None
         if knobs.get("gumbel_skip_greedy") is not None:
             values["GUMBEL_SKIP_GREEDY"] = knobs["gumbel_skip_greedy"]
-        if knobs.get("shared_graph_pool") is not None:
-            values["SHARED_GRAPH_POOL"] = knobs["shared_graph_pool"]
         for module, name in self._attributes():
             setattr(module, name, values[name])
         return self._engine.generator(*args, **kwargs)

@@ -7,8 +7,8 @@ Round 53 found every 8B dvr_ab run since up-front captures (round 40) printing "
 generator ``dvr_ab.py`` builds for ``--variant`` (same model, request set, K/V store) and captures the decode, prefill
 and mixed graphs family by family, recording the memory allocated and reserved after each (and every
 ``--every`` mixed graphs), the graph counts and the capture times; an out-of-memory error is recorded where it
-happens. ``--pools``: once with a memory pool per kind of graph (before round 53), once with one shared pool
-(``SHARED_GRAPH_POOL``), in one process, each generator closed before the next. Not a benchmark.
+happens. Not a benchmark. (Round 53's call D ran it at 160367c with ``--pools shared,each``: one memory pool for
+the three kinds of graph against a pool each, a layout measured and removed.)
 """
 
 from __future__ import annotations
@@ -94,8 +94,6 @@ def main() -> None:
     add_setup_arguments(p)
     p.add_argument("--variant", default="admit_budget")
     p.add_argument("--every", type=int, default=40, help="a memory row every this many mixed graphs")
-    p.add_argument("--pools", default="each,shared", help="the pool layouts, in order: each (a pool per kind of "
-                   "graph, before round 53), shared (one pool, llm42.engine.fast_step.SHARED_GRAPH_POOL)")
     p.add_argument("--out", required=True)
     args = p.parse_args()
     rows: list = []
@@ -103,14 +101,9 @@ def main() -> None:
     _mem("start", rows)
     _, _, _, _, engines = setup(args, [args.variant])
     engine = engines[args.variant]
-    engine = getattr(engine, "_engine", engine)  # not dvr_ab's KernelSwitches: it would set the pool switch back
     _mem("model and workload", rows, kv_cache_tokens=engine.kv_cache_tokens)
-    from llm42.engine import fast_step
-
-    for shared in [{"shared": True, "each": False}[x] for x in args.pools.split(",")]:
-        fast_step.SHARED_GRAPH_POOL = shared
-        capture_families(engine, rows, out, tag="one pool" if shared else "a pool per kind", every=args.every)
-        Path(args.out).write_text(json.dumps(out, indent=1))
+    capture_families(engine, rows, out, tag="the tree's", every=args.every)
+    Path(args.out).write_text(json.dumps(out, indent=1))
 
 
 if __name__ == "__main__":

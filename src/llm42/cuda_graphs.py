@@ -444,16 +444,14 @@ class DecodeGraphs:
     buffers, so they stay valid as requests come and go.
     """
 
-    def __init__(self, state, *, max_batch_size: int, pool=None):
-        """``pool``: a graph memory pool (``torch.cuda.graph_pool_handle()``) shared with graphs that never run
-        beside these (``FastStep.of_config``: the fast path's decode, prefill and mixed graphs); default its own."""
+    def __init__(self, state, *, max_batch_size: int):
         if state.device.type != "cuda":
             raise ValueError(f"decode CUDA graphs need a CUDA device, the model is on {state.device}")
         self.state = state
         self.buckets = decode_buckets(max_batch_size)
         self.bucket_map: dict[int, int] = {}  # a bucket -> the larger one whose graph it replays (set_bucket_map)
         self._graphs: dict[tuple[int, bool, bool], tuple[torch.cuda.CUDAGraph, tuple[torch.Tensor, torch.Tensor]]] = {}
-        self._pool = torch.cuda.graph_pool_handle() if pool is None else pool
+        self._pool = torch.cuda.graph_pool_handle()
 
     @property
     def max_batch_size(self) -> int:
@@ -532,13 +530,13 @@ class PrefillGraphs:
     Like ``DecodeGraphs``: captured lazily into one pool, replayed on the staged static rows.
     """
 
-    def __init__(self, prefill, *, bucket_step: int | None = None, pool=None):
+    def __init__(self, prefill, *, bucket_step: int | None = None):
         # a weak reference: the prefill owns these graphs, and a cycle would keep its K/V store and
         # weights on the device until the garbage collector runs
         self.prefill = weakref.proxy(prefill)
         self.buckets = prefill_buckets(prefill.max_rows, bucket_step)
         self._graphs: dict[tuple[int, bool], tuple[torch.cuda.CUDAGraph, tuple[torch.Tensor, torch.Tensor]]] = {}
-        self._pool = torch.cuda.graph_pool_handle() if pool is None else pool  # ``DecodeGraphs``' pool
+        self._pool = torch.cuda.graph_pool_handle()
 
     @property
     def num_captured(self) -> int:
@@ -567,10 +565,10 @@ class MixedGraphs:
     Like ``DecodeGraphs``: captured lazily into one pool, the decode state put back after each warm-up run.
     """
 
-    def __init__(self, mixed, *, pool=None):
+    def __init__(self, mixed):
         self.mixed = weakref.proxy(mixed)  # the step owns these graphs (see PrefillGraphs)
         self._graphs: dict[tuple[int, int, bool, bool], tuple[torch.cuda.CUDAGraph, tuple[torch.Tensor, ...]]] = {}
-        self._pool = torch.cuda.graph_pool_handle() if pool is None else pool  # ``DecodeGraphs``' pool
+        self._pool = torch.cuda.graph_pool_handle()
 
     @property
     def num_captured(self) -> int:

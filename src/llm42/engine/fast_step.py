@@ -26,10 +26,6 @@ from llm42.sampler import SAMPLING_VARIANTS
 from llm42.scheduler import Plan, PrefillChunk
 from llm42.verify.pass_result import top_dicts
 
-# the fast path's decode, prefill and mixed graphs capture into one memory pool (``FastStep.of_config``); False: a
-# pool per kind, as before round 53 (an A/B switch for benchmarks/device/graph_memory.py and dvr_ab.py)
-SHARED_GRAPH_POOL = True
-
 
 @dataclass
 class FastRecord:
@@ -125,19 +121,15 @@ class FastStep:
         graphs per batch bucket and, with ``mixed_steps``, the mixed step's graphs."""
         cfg = runner.cfg
         is_graphed = use_graphs and getattr(policy, "is_graph_safe", False)
-        # one memory pool for the three kinds of fast graphs: they replay one at a time on one stream, and each
-        # holds its outputs, so a capture only reuses what another's run freed (its activations); a pool each
-        # kept the largest activations three times over (the 8B shape's mixed graphs ran out of memory, round 53)
-        graph_pool = torch.cuda.graph_pool_handle() if is_graphed and SHARED_GRAPH_POOL else None
-        decode_graphs = (DecodeGraphs(decode_state, max_batch_size=min(config.max_num_seqs, config.max_fast_tokens),
-                                      pool=graph_pool) if is_graphed else None)
+        decode_graphs = (DecodeGraphs(decode_state, max_batch_size=min(config.max_num_seqs, config.max_fast_tokens))
+                         if is_graphed else None)
         bucket_step = config.bucket_step(cfg)
         fast_prefill = FastPrefill(runner.weights, cfg, kv, policy, max_rows=config.max_fast_tokens,
                                    max_seqs=min(32, config.max_num_seqs), use_graph=is_graphed,
-                                   max_model_len=max_model_len, bucket_step=bucket_step, graph_pool=graph_pool)
+                                   max_model_len=max_model_len, bucket_step=bucket_step)
         is_mixed = is_graphed if config.mixed_steps is None else config.mixed_steps
-        mixed = (MixedStep(decode_state, fast_prefill, decode_graphs, use_graph=is_graphed, bucket_step=bucket_step,
-                           graph_pool=graph_pool) if is_mixed else None)
+        mixed = (MixedStep(decode_state, fast_prefill, decode_graphs, use_graph=is_graphed, bucket_step=bucket_step)
+                 if is_mixed else None)
         return cls(runner, kv, decode_state, decode_graphs, fast_prefill, policy, pool, device=runner.weights.device,
                    max_rows=config.max_fast_tokens + config.max_num_seqs, mixed=mixed)
 

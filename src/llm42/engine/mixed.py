@@ -33,13 +33,13 @@ class MixedStep:
     MIXED_VARIANTS = ((True, False), (True, True))  # the sampler variants a mixed step runs (``variant``)
 
     def __init__(self, decode_state: DecodeState, prefill: FastPrefill, decode_graphs: DecodeGraphs | None, *,
-                 use_graph: bool, bucket_step: int | None = None, graph_pool=None):
+                 use_graph: bool, bucket_step: int | None = None):
         """``bucket_step``: the decode rows' ladder (``llm42.cuda_graphs.row_buckets``; ``None``: powers of two);
-        the prompt rows take ``prefill``'s. ``graph_pool``: the graphs' memory pool (default their own)."""
+        the prompt rows take ``prefill``'s."""
         self.decode_state = decode_state
         self.prefill = prefill
         self._decode_graphs = decode_graphs
-        self.graphs = MixedGraphs(self, pool=graph_pool) if use_graph else None
+        self.graphs = MixedGraphs(self) if use_graph else None
         self._decode_ladder = (row_buckets(decode_graphs.max_batch_size, bucket_step)
                                if use_graph and decode_graphs is not None else None)
 

@@ -24,10 +24,9 @@ from llm42.sampler import SamplingRows, sample, sampling_variant
 class FastPrefill:
     def __init__(self, weights: Weights, cfg: ModelConfig, kv, policy: ReductionPolicy, *, max_rows: int,
                  max_seqs: int = 32, use_graph: bool, max_model_len: int | None = None,
-                 bucket_step: int | None = None, graph_pool=None):
+                 bucket_step: int | None = None):
         """``max_model_len``: the longest sequence (default: the model's context), as ``DecodeState``'s.
-        ``bucket_step``: the graphs' row ladder (``llm42.cuda_graphs.row_buckets``; ``None``: powers of two).
-        ``graph_pool``: the graphs' memory pool (``PrefillGraphs``; default their own)."""
+        ``bucket_step``: the graphs' row ladder (``llm42.cuda_graphs.row_buckets``; ``None``: powers of two)."""
         self.weights = weights
         self.cfg = cfg
         self.kv = kv
@@ -44,7 +43,7 @@ class FastPrefill:
         packed = self._rows.packed
         self._logits_rows = packed.device("logits_rows")
         self._sampling_ints, self._sampling_floats = packed.device("sampling_ints"), packed.device("sampling_floats")
-        self.graphs = PrefillGraphs(self, bucket_step=bucket_step, pool=graph_pool) if use_graph else None
+        self.graphs = PrefillGraphs(self, bucket_step=bucket_step) if use_graph else None
 
     def can_run(self, num_rows: int, num_seqs: int) -> bool:
         return num_rows <= self.max_rows and num_seqs <= self.max_seqs
