@@ -125,3 +125,37 @@ def test_ordinary_temperatures_keep_their_bits(temperature, seed, top_k, top_p):
     r = rows(6, temperature=temperature, top_k=top_k, top_p=top_p, seeds=list(range(seed, seed + 6)))
     tokens, _ = sample(logits, r)
     assert torch.equal(tokens, _unshifted_draw(logits, r))
+
+
+@given(seed=st.integers(0, 1 << 30), num_rows=st.integers(2, 24), chunk_rows=st.integers(1, 7))
+def test_the_filter_threshold_in_chunks_of_rows_has_the_bits_of_one_call(seed, num_rows, chunk_rows):
+    """``FILTER_CHUNK_ELEMENTS`` (round 53: the mixed step's graphs ran out of memory on the filter's temporaries)
+    cuts the rows into chunks; each row's threshold, and so every top-k / top-p draw, must not move. Rows draw
+    their own top-k / top-p (some unfiltered, some with ties: rounded logits). Control: the same rows with one
+    row's top-p changed move that row's threshold and no other, so equal thresholds are not vacuous."""
+    import llm42.sampler as sampler
+
+    g = torch.Generator().manual_seed(seed)
+    vocab = 97
+    scaled = (torch.randn(num_rows, vocab, generator=g) * 3).round(decimals=1)  # ties within a row
+    top_k = torch.randint(0, 12, (num_rows,), generator=g)
+    top_p = torch.where(torch.rand(num_rows, generator=g) < 0.7, torch.rand(num_rows, generator=g), 1.0)
+    whole = sampler._filter_threshold_rows(scaled, top_k, top_p)
+    saved = sampler.FILTER_CHUNK_ELEMENTS
+    sampler.FILTER_CHUNK_ELEMENTS = chunk_rows * vocab
+    try:
+        chunked = sampler._filter_threshold(scaled, top_k, top_p)
+        r = SamplingRows(temperature=torch.full((num_rows,), 0.9), top_k=top_k, top_p=top_p,
+                         seeds=torch.arange(num_rows), positions=torch.arange(num_rows))
+        chunked_draw = sample(scaled, r)
+    finally:
+        sampler.FILTER_CHUNK_ELEMENTS = saved
+    assert torch.equal(chunked.view(torch.int32), whole.view(torch.int32))  # bit for bit, -inf rows included
+    assert all(torch.equal(a, b) for a, b in zip(chunked_draw, sample(scaled, r)))
+    assert bool(torch.isfinite(whole).any())  # some row filters
+    is_filtered = bool(top_k[0] > 0 or top_p[0] < 1.0)
+    moved_k, moved_p = top_k.clone(), top_p.clone()  # row 0 unfiltered (-inf) if it filtered, else top-1 (finite)
+    moved_k[0], moved_p[0] = (0, 1.0) if is_filtered else (1, 1.0)
+    control = sampler._filter_threshold_rows(scaled, moved_k, moved_p)
+    assert torch.equal(control[1:], whole[1:])
+    assert bool(torch.isfinite(control[0])) != bool(torch.isfinite(whole[0]))

@@ -37,7 +37,8 @@ def _mem(tag: str, rows: list, **extra) -> None:
     print(f"[graph_memory] {json.dumps(row)}", flush=True)
 
 
-def capture_families(engine, rows: list, out: dict, *, tag: str, every: int) -> None:
+def capture_families(engine, rows: list, out: dict, *, tag: str, every: int,
+                     mixed_decode_buckets: tuple[int, ...] | None = None) -> None:
     """Build ``engine``'s nondet generator with its up-front captures off, then capture the decode, prefill and
     mixed graphs family by family, a memory row after each (and every ``every`` mixed graphs)."""
     from llm42.bench import runner
@@ -65,7 +66,7 @@ def capture_families(engine, rows: list, out: dict, *, tag: str, every: int) -> 
         count, t0 = 0, time.perf_counter()
         decode_bucket = prompt_bucket = None
         try:
-            for decode_bucket in sorted(mixed.decode_buckets(), reverse=True):
+            for decode_bucket in sorted(mixed_decode_buckets or mixed.decode_buckets(), reverse=True):
                 for prompt_bucket in sorted(mixed.prefill.graphs.buckets, reverse=True):
                     for variant in mixed.MIXED_VARIANTS:
                         fast._decode_state.stage_batch([], decode_bucket)
@@ -94,6 +95,8 @@ def main() -> None:
     add_setup_arguments(p)
     p.add_argument("--variant", default="admit_budget")
     p.add_argument("--every", type=int, default=40, help="a memory row every this many mixed graphs")
+    p.add_argument("--mixed-decode-buckets", default=None,
+                   help="capture the mixed graphs of these decode buckets only (e.g. 1024: the largest, the peak)")
     p.add_argument("--out", required=True)
     args = p.parse_args()
     rows: list = []
@@ -102,7 +105,8 @@ def main() -> None:
     _, _, _, _, engines = setup(args, [args.variant])
     engine = engines[args.variant]
     _mem("model and workload", rows, kv_cache_tokens=engine.kv_cache_tokens)
-    capture_families(engine, rows, out, tag="the tree's", every=args.every)
+    buckets = tuple(int(b) for b in args.mixed_decode_buckets.split(",")) if args.mixed_decode_buckets else None
+    capture_families(engine, rows, out, tag="the tree's", every=args.every, mixed_decode_buckets=buckets)
     Path(args.out).write_text(json.dumps(out, indent=1))
 
 

@@ -103,12 +103,30 @@ def sampling_variant(params) -> tuple[bool, bool]:
     return is_sampled, is_filtered
 
 
+# ``_filter_threshold`` works through a step's rows in chunks of at most this many [rows, V] elements. Its float64
+# softmax and exact cumulative sum keep about 100 bytes of temporaries per element: at the 8B shape's 128,256-token
+# vocabulary and 1,056 rows (a mixed step's largest bucket), 13 GiB at once, which ran the mixed step's CUDA graphs
+# out of memory at capture (round 53); a chunk of 2^23 elements keeps under 1 GiB. Every value it computes is a
+# function of its own row (a stable sort, exact sums), so the chunks cannot show in the bits.
+FILTER_CHUNK_ELEMENTS = 1 << 23
+
+
 def _filter_threshold(scaled: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor) -> torch.Tensor:
     """The smallest kept value per row [N, 1] of ``scaled`` [N, V] under top-k / top-p; -inf for a row with neither.
 
     A row without a filter gets -inf by definition, not by arithmetic, so its
     draw is the same whether or not another row of the batch asked for one.
+    Rows go through in chunks of ``FILTER_CHUNK_ELEMENTS`` (its memory).
     """
+    rows = max(1, FILTER_CHUNK_ELEMENTS // scaled.shape[-1])
+    if scaled.shape[0] <= rows:
+        return _filter_threshold_rows(scaled, top_k, top_p)
+    return torch.cat([_filter_threshold_rows(scaled[i: i + rows], top_k[i: i + rows], top_p[i: i + rows])
+                      for i in range(0, scaled.shape[0], rows)])
+
+
+def _filter_threshold_rows(scaled: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor) -> torch.Tensor:
+    """``_filter_threshold`` of one chunk of rows, all at once."""
     vocab_size = scaled.shape[-1]
     sorted_vals, _ = torch.sort(scaled, dim=-1, descending=True, stable=True)
     k = torch.where(top_k > 0, top_k.clamp(max=vocab_size), vocab_size)
