@@ -131,6 +131,7 @@ class Engine:
     apply_before_read: bool = True  # DVRGenerator's knob: a pass finished by the fast launch applied before the read
     canonical_slices: int = 1  # DVRGenerator's knob: each canonical pass's layers in slices, one a step
     tune_decode_buckets: bool = False  # DVRGenerator's knob: a batch replays a faster, larger decode bucket's graph
+    mixed_steps: bool | None = None  # DVRGenerator's knob: decode rows and prompt chunks in one pass (None: on CUDA)
     # the scheduler's class: DefaultScheduler or a subclass taking its keywords (an A/B of a scheduling rule)
     scheduler_class: type = DefaultScheduler
 
@@ -164,6 +165,7 @@ class Engine:
             split_pass_steps=self.split_pass_steps, pass_before_read=self.pass_before_read,
             apply_before_read=self.apply_before_read,
             canonical_slices=self.canonical_slices, tune_decode_buckets=self.tune_decode_buckets,
+            mixed_steps=self.mixed_steps,
         )
         notes = []
         if self.use_cuda_graphs and gen.device.type == "cuda":
