@@ -10,6 +10,11 @@ captured in its own graph and replayed interleaved; every variant's tokens, valu
 for bit with the default's.
 The bytes: the fused sampler reads the [N, V] bf16 logits twice (row statistics, then Gumbel-max); its
 ``read_TBps`` is those bytes over its time.
+
+``--filtered`` (round 53) times instead a step with one top-p row (top_p = 0.9) among rows half sampled: the
+top-k / top-p threshold in chunks of ``FILTER_CHUNK_ELEMENTS`` (the tree's) against all rows at once (before round
+53), and the same rows without the top-p row (the fused sampler, which a step without a filtered row runs); with
+each variant's peak memory during its capture (``peak_GiB``: the filter's temporaries) and the bits compared.
 """
 
 from __future__ import annotations
@@ -71,7 +76,10 @@ def main() -> int:
     p = argparse.ArgumentParser()
     p.add_argument("--out", type=Path, required=True)
     p.add_argument("--reps", type=int, default=50)
+    p.add_argument("--filtered", action="store_true", help="time a step with one top-p row (see the docstring)")
     args = p.parse_args()
+    if args.filtered:
+        return filtered(args)
     entries = []
     for shape, vocab in (("8b", 128256), ("smollm2", 49152)):
         for rows in (64, 256, 512):
@@ -105,6 +113,57 @@ def main() -> int:
     out = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "reps": args.reps, "runs": entries}
     args.out.write_text(json.dumps(out, indent=1) + "\n")
     return 0 if all(e["same_bits"] for e in entries) else 1
+
+
+def filtered(args) -> int:
+    """``--filtered``: one top-p row among the rows, the threshold chunked against whole, and the unfiltered step."""
+    chunk = sampler.FILTER_CHUNK_ELEMENTS
+    entries = []
+    for shape, vocab in (("8b", 128256), ("smollm2", 49152)):
+        for rows in (64, 256, 512, 1056):
+            gen = torch.Generator(device="cuda").manual_seed(rows)
+            logits = (torch.randn(rows, vocab, device="cuda", generator=gen) * 3).bfloat16()
+            ints = torch.arange(rows, device="cuda")
+            temps = torch.rand(rows, device="cuda", generator=gen) * 1.5 + 1e-3
+            temps[::2] = 0.0
+            top_p = torch.ones_like(temps)
+            top_p[1] = 0.9  # one sampled row asks for top-p
+            filtered_rows = SamplingRows(temperature=temps, top_k=torch.zeros_like(ints), top_p=top_p,
+                                         seeds=ints * 31 + 7, positions=ints + 100, is_any_sampled=True,
+                                         is_any_filtered=True)
+            plain_rows = SamplingRows(temperature=temps, top_k=torch.zeros_like(ints), top_p=torch.ones_like(temps),
+                                      seeds=ints * 31 + 7, positions=ints + 100, is_any_sampled=True,
+                                      is_any_filtered=False)
+            graphs, outs, peaks = {}, {}, {}
+            for name, elements, sampling_rows in (("chunked", chunk, filtered_rows), ("whole", 1 << 62, filtered_rows),
+                                                  ("unfiltered", chunk, plain_rows)):
+                sampler.FILTER_CHUNK_ELEMENTS = elements  # read when the graph is captured
+                torch.cuda.synchronize()
+                torch.cuda.reset_peak_memory_stats()
+                base = torch.cuda.memory_allocated()
+                graphs[name], outs[name] = graphed(lambda r=sampling_rows: sample_with_margins(logits, r))
+                torch.cuda.synchronize()
+                peaks[name] = (torch.cuda.max_memory_allocated() - base) / 2**30
+            sampler.FILTER_CHUNK_ELEMENTS = chunk
+            ms = interleaved_ms(graphs, args.reps)
+            unfiltered = torch.ones(rows, dtype=torch.bool, device="cuda")
+            unfiltered[1] = False
+            entry = {"shape": shape, "vocab": vocab, "rows": rows, **{f"{n}_ms": round(ms[n], 4) for n in graphs},
+                     "whole_over_chunked": round(ms["whole"] / ms["chunked"], 3),
+                     "chunked_over_unfiltered": round(ms["chunked"] / ms["unfiltered"], 3),
+                     **{f"{n}_peak_GiB": round(peaks[n], 3) for n in graphs},
+                     "same_bits": all(torch.equal(a, b) for a, b in zip(outs["chunked"], outs["whole"])),
+                     # every row but the top-p one draws what it draws in a step without it
+                     "other_rows_as_unfiltered": all(torch.equal(a[unfiltered], b[unfiltered])
+                                                     for a, b in zip(outs["chunked"], outs["unfiltered"]))}
+            entries.append(entry)
+            print(json.dumps(entry), flush=True)
+            del graphs, outs
+            torch.cuda.empty_cache()
+    out = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "reps": args.reps,
+           "filter_chunk_elements": chunk, "runs": entries}
+    args.out.write_text(json.dumps(out, indent=1) + "\n")
+    return 0 if all(e["same_bits"] and e["other_rows_as_unfiltered"] for e in entries) else 1
 
 
 if __name__ == "__main__":
