@@ -196,7 +196,8 @@ class EngineConfig:
     have a batch replay a larger bucket's graph where that one is faster (``FastStep.tune_decode_buckets``): the GEMM
     library's time is not monotone in the rows (round 52, an H100: the 8B shape's decode GEMMs 1.07-1.25x slower at
     288, 336, 352 and 448 rows than at 304, 368 and 512). Timing-based: the fast path's rounding may move from run to
-    run; committed output is unchanged. ``False`` (default): not yet measured in the engine.
+    run; committed output is unchanged. ``False`` (default): measured in round 53 at 1.003x the 8B shape's offline
+    throughput (11,915 against 11,876 tok/s, three repeats ABBA), within the spread.
     """
 
     max_num_seqs: int = 256
