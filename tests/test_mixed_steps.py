@@ -153,3 +153,61 @@ def test_engine_serves_the_same_outputs_with_mixed_steps(seed):
 def test_mixed_steps_must_be_a_bool_or_none():
     with pytest.raises(TypeError, match="mixed_steps"):
         DVRGenerator(WEIGHTS, CFG, mixed_steps=1)
+
+
+def _serve_graph_oom(monkeypatch, *, fail: bool):
+    """``_serve(True, 0)`` with the mixed step's graphs on the CPU (a stand-in capture: the warm-up run, then, with
+    ``fail``, out of memory, as the 8B shape's mixed graphs did in round 53; else the warm-up run's outputs)."""
+    from llm42 import cuda_graphs
+
+    advanced = []
+
+    def capture(fn, pool, **kwargs):
+        before = [t.clone() for t in mixed.decode_state.snapshot()]
+        out = fn()  # the warm-up run a capture starts with
+        advanced.append(any(not torch.equal(a, b) for a, b in zip(before, mixed.decode_state.snapshot())))
+        if fail:
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 1.01 GiB")
+
+        class Replay:  # a "graph" whose replay reruns the step (the decode state was put back after the warm-up)
+            def replay(self):
+                result = fn()
+                for kept, new in zip(out, result):
+                    kept.copy_(new)
+
+        return Replay(), out
+
+    monkeypatch.setattr(cuda_graphs, "capture_graph", capture)
+    monkeypatch.setattr(torch.cuda, "graph_pool_handle", lambda: None)
+    rng = random.Random(0)
+    prompts = [[rng.randrange(CFG.vocab_size) for _ in range(rng.randrange(2, 30))] for _ in range(10)]
+    params = [SamplingParams(max_new_tokens=rng.randrange(1, 12), temperature=(0.0, 0.8)[i % 2],
+                             top_k=(0, 5)[i % 3 == 0], seed=i, deterministic=i % 4 == 0, logprobs=True,
+                             ignore_eos=True) for i in range(10)]
+    gen = DVRGenerator(WEIGHTS, CFG, window=3, group=2, max_num_seqs=4, max_fast_tokens=24, kv_cache_tokens=2048,
+                       mixed_steps=True)
+    mixed = gen.fast_step.mixed
+    mixed.graphs = cuda_graphs.MixedGraphs(mixed)
+    rids = [gen.submit(p, q) for p, q in zip(prompts, params)]
+    while gen.has_unfinished():
+        gen.step()
+    return [gen.result(r) for r in rids], dict(gen.stats), gen.fast_step.mixed, advanced
+
+
+def test_a_mixed_graph_out_of_memory_at_capture_leaves_two_passes_and_the_same_tokens(monkeypatch):
+    """Round 53: the 8B shape's mixed graphs ran out of memory at capture. The engine then warns, drops the mixed
+    step (``FastStep.drop_mixed``) and runs that step and the later ones as two passes; the failed capture's warm-up
+    run had advanced the decode state, which ``MixedGraphs.run`` puts back, so every request gets the tokens of
+    an engine without mixed steps. Control: the stand-in's warm-up does advance the state (the put-back is needed),
+    and the same stand-in without the failure serves mixed steps."""
+    with pytest.warns(RuntimeWarning, match="two passes"):
+        done, stats, mixed, advanced = _serve_graph_oom(monkeypatch, fail=True)
+    reference, ref_stats = _serve(False, 0)[0], _serve(False, 0)[2]
+    assert stats["mixed_dropped"] == 1 and stats["mixed_steps"] == 0 and mixed is None
+    assert advanced == [True]  # one capture tried, and its warm-up run had advanced the decode state
+    assert stats["fast_steps"] == ref_stats["fast_steps"]
+    assert [c.token_ids for c in done] == [c.token_ids for c in reference]
+    monkeypatch.undo()
+    kept, kept_stats, kept_mixed, _ = _serve_graph_oom(monkeypatch, fail=False)
+    assert kept_stats["mixed_steps"] >= 3 and kept_stats["mixed_dropped"] == 0 and kept_mixed is not None
+    assert [c.token_ids for c in kept] == [c.token_ids for c in reference]

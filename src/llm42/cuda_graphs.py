@@ -580,11 +580,13 @@ class MixedGraphs:
             mixed = self.mixed
             state = mixed.decode_state
             saved = state.snapshot()  # the warm-up run executes the step: the replay below runs it once
-            self._graphs[key] = capture_graph(
-                lambda: mixed.forward_sample(decode_bucket, prompt_bucket, variant=variant, max_context_len=None),
-                self._pool,
-            )
-            state.restore(saved)
+            try:
+                self._graphs[key] = capture_graph(
+                    lambda: mixed.forward_sample(decode_bucket, prompt_bucket, variant=variant, max_context_len=None),
+                    self._pool,
+                )
+            finally:  # a failed capture (out of memory) leaves the decode state as it found it: the caller may
+                state.restore(saved)  # run the step another way (``FastStep``: two passes)
         graph, outputs = self._graphs[key]
         graph.replay()
         return outputs

@@ -861,7 +861,9 @@ class DVRGenerator:
         bucket, prompt bucket, variant), and the canonical pass all of its buckets at its first pass: each capture
         synchronises the device and stalls every running request for tens of milliseconds, which a server would see
         in its latency tail for as long as new shapes keep coming. With ``tune_decode_buckets`` it then times the
-        decode buckets (``FastStep.tune_decode_buckets``). ``llm42 serve`` calls this at start-up, as a
+        decode buckets (``FastStep.tune_decode_buckets``). Where the mixed step's graphs do not fit in the memory
+        the K/V store left, it warns and drops them (``FastStep.drop_mixed``: steps with decode rows and prompt
+        chunks then run as two passes; ``stats["mixed_dropped"]``). ``llm42 serve`` calls this at start-up, as a
         serving engine captures its graphs before it takes requests. Only on an idle generator (no request running,
         nothing in flight): the captures run on padding rows, whose K/V goes to the scratch block, never a
         request's; ``RuntimeError`` otherwise. Committed bits are unchanged (a graph replays what it captured).
@@ -870,7 +872,12 @@ class DVRGenerator:
             raise RuntimeError("capture_graphs needs an idle generator: call it before submitting requests, or "
                                "once every request has finished")
         fast = self.fast_step
-        counts = {"decode": fast.capture_decode(), "prefill": fast.capture_prefill(), "mixed": fast.capture_mixed()}
+        counts = {"decode": fast.capture_decode(), "prefill": fast.capture_prefill()}
+        try:
+            counts["mixed"] = fast.capture_mixed()
+        except torch.OutOfMemoryError as exc:  # the engine serves on with two passes (``FastStep.drop_mixed``)
+            fast.drop_mixed(exc)
+            counts["mixed"] = 0
         if self.config.tune_decode_buckets:
             fast.tune_decode_buckets()
         canonical_pass = getattr(self.verifier, "canonical_pass", None)

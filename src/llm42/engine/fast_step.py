@@ -8,6 +8,7 @@ at most one step is in flight while the one before it is read, so two buffers su
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -221,6 +222,18 @@ class FastStep:
         self.decode_graphs = None
         self.mixed = None
 
+    def drop_mixed(self, exc: BaseException) -> None:
+        """Run steps with decode rows and prompt chunks as two passes from now on: a mixed graph's capture ran out
+        of memory (``exc``). Warns once; ``stats["mixed_dropped"]`` counts it. The decode and prompt graphs stay."""
+        self.mixed = None
+        self._pool.stats["mixed_dropped"] += 1
+        if self._device.type == "cuda":
+            torch.cuda.empty_cache()  # what the failed capture and the dropped graphs held
+        warnings.warn(f"a mixed step's CUDA graph ran out of memory at capture ({type(exc).__name__}: "
+                      f"{str(exc)[:200]}); steps with decode rows and prompt chunks run as two passes from now on. "
+                      "A smaller kv_cache_tokens or max_num_seqs leaves the graphs room.", RuntimeWarning,
+                      stacklevel=3)
+
     def launch(self, plan: Plan, prompt_drafts: Sequence[PrefillChunk] = ()) -> None:
         """Queue the plan's fast step on the device (``in_flight``); nothing is read back here.
 
@@ -298,8 +311,18 @@ class FastStep:
                       record: FastRecord) -> None:
         mixed, state = self.mixed, self._decode_state
         variant = state.stage_batch([r.slot for r in decode], mixed.decode_bucket(len(decode)))
-        tokens, logprobs, prompt_tokens, prompt_logprobs = mixed.run(len(decode), variant, max_context_len,
-                                                                     segments, self._kv)
+        try:
+            tokens, logprobs, prompt_tokens, prompt_logprobs = mixed.run(len(decode), variant, max_context_len,
+                                                                         segments, self._kv)
+        except torch.OutOfMemoryError as exc:
+            if mixed.graphs is None:  # eagerly, the step may have run in part: nothing to fall back on
+                raise
+            # a capture that failed left the decode state as it was (``MixedGraphs.run``) and wrote only K/V the
+            # two passes write again: this step and every later one run as two passes
+            self.drop_mixed(exc)
+            self._launch_decode(decode, max_context_len, None, record)
+            self._launch_prefill(segments, record)
+            return
         self._pool.stats["mixed_steps"] += 1
         record.add(decode, tokens, logprobs)
         self._prefilled(segments, prompt_tokens, prompt_logprobs, None, record)
