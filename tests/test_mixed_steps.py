@@ -122,7 +122,8 @@ def test_join_refuses_a_joined_part():
         StepInputs.join([StepInputs.join([part]), part])
 
 
-def _serve(mixed_steps: bool, seed: int):
+def _serve(mixed_steps: bool, seed: int, prepare=None):
+    """Ten requests of every kind served to the end; ``prepare(gen)`` runs first (e.g. to give it graphs)."""
     rng = random.Random(seed)
     prompts = [[rng.randrange(CFG.vocab_size) for _ in range(rng.randrange(2, 30))] for _ in range(10)]
     params = [SamplingParams(max_new_tokens=rng.randrange(1, 12), temperature=(0.0, 0.8)[i % 2],
@@ -130,6 +131,8 @@ def _serve(mixed_steps: bool, seed: int):
                              ignore_eos=True) for i in range(10)]
     gen = DVRGenerator(WEIGHTS, CFG, window=3, group=2, max_num_seqs=4, max_fast_tokens=24, kv_cache_tokens=2048,
                        mixed_steps=mixed_steps)
+    if prepare is not None:
+        prepare(gen)
     rids = [gen.submit(p, q) for p, q in zip(prompts, params)]
     while gen.has_unfinished():
         gen.step()
@@ -163,9 +166,10 @@ def _serve_graph_oom(monkeypatch, *, fail: bool):
     advanced = []
 
     def capture(fn, pool, **kwargs):
-        before = [t.clone() for t in mixed.decode_state.snapshot()]
+        state = built[0].fast_step.mixed.decode_state
+        before = [t.clone() for t in state.snapshot()]
         out = fn()  # the warm-up run a capture starts with
-        advanced.append(any(not torch.equal(a, b) for a, b in zip(before, mixed.decode_state.snapshot())))
+        advanced.append(any(not torch.equal(a, b) for a, b in zip(before, state.snapshot())))
         if fail:
             raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 1.01 GiB")
 
@@ -179,19 +183,14 @@ def _serve_graph_oom(monkeypatch, *, fail: bool):
 
     monkeypatch.setattr(cuda_graphs, "capture_graph", capture)
     monkeypatch.setattr(torch.cuda, "graph_pool_handle", lambda: None)
-    rng = random.Random(0)
-    prompts = [[rng.randrange(CFG.vocab_size) for _ in range(rng.randrange(2, 30))] for _ in range(10)]
-    params = [SamplingParams(max_new_tokens=rng.randrange(1, 12), temperature=(0.0, 0.8)[i % 2],
-                             top_k=(0, 5)[i % 3 == 0], seed=i, deterministic=i % 4 == 0, logprobs=True,
-                             ignore_eos=True) for i in range(10)]
-    gen = DVRGenerator(WEIGHTS, CFG, window=3, group=2, max_num_seqs=4, max_fast_tokens=24, kv_cache_tokens=2048,
-                       mixed_steps=True)
-    mixed = gen.fast_step.mixed
-    mixed.graphs = cuda_graphs.MixedGraphs(mixed)
-    rids = [gen.submit(p, q) for p, q in zip(prompts, params)]
-    while gen.has_unfinished():
-        gen.step()
-    return [gen.result(r) for r in rids], dict(gen.stats), gen.fast_step.mixed, advanced
+    built = []
+
+    def with_graphs(gen):
+        gen.fast_step.mixed.graphs = cuda_graphs.MixedGraphs(gen.fast_step.mixed)
+        built.append(gen)
+
+    done, _, stats = _serve(True, 0, with_graphs)
+    return done, dict(stats), built[0].fast_step.mixed, advanced
 
 
 def test_a_mixed_graph_out_of_memory_at_capture_leaves_two_passes_and_the_same_tokens(monkeypatch):
@@ -202,7 +201,7 @@ def test_a_mixed_graph_out_of_memory_at_capture_leaves_two_passes_and_the_same_t
     and the same stand-in without the failure serves mixed steps."""
     with pytest.warns(RuntimeWarning, match="two passes"):
         done, stats, mixed, advanced = _serve_graph_oom(monkeypatch, fail=True)
-    reference, ref_stats = _serve(False, 0)[0], _serve(False, 0)[2]
+    reference, _, ref_stats = _serve(False, 0)
     assert stats["mixed_dropped"] == 1 and stats["mixed_steps"] == 0 and mixed is None
     assert advanced == [True]  # one capture tried, and its warm-up run had advanced the decode state
     assert stats["fast_steps"] == ref_stats["fast_steps"]
