@@ -103,10 +103,11 @@ def sampling_variant(params) -> tuple[bool, bool]:
     return is_sampled, is_filtered
 
 
-# ``_filter_threshold`` works through a step's rows in chunks of at most this many [rows, V] elements. Its float64
-# softmax and exact cumulative sum keep about 100 bytes of temporaries per element: at the 8B shape's 128,256-token
-# vocabulary and 1,056 rows (a mixed step's largest bucket), 13 GiB at once, which ran the mixed step's CUDA graphs
-# out of memory at capture (round 53); a chunk of 2^23 elements keeps under 1 GiB. Every value it computes is a
+# ``_filter_threshold`` works through a step's rows in chunks of at most this many [rows, V] elements. Its sort, float64
+# softmax and exact cumulative sum keep, by the code's count, some 100 bytes of temporaries per element: at the 8B
+# shape's 128,256-token vocabulary and 1,056 rows (a mixed step's largest bucket) about 13 GiB at once. The mixed
+# step's CUDA graphs ran out of memory at capture there, asking for 1.01 GiB, the size of 1,056 rows' int64 sort
+# indices (round 53). A chunk of 2^23 elements keeps about 1 GiB by the same count. Every value it computes is a
 # function of its own row (a stable sort, exact sums), so the chunks cannot show in the bits.
 FILTER_CHUNK_ELEMENTS = 1 << 23
 
