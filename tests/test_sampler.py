@@ -131,8 +131,8 @@ def test_ordinary_temperatures_keep_their_bits(temperature, seed, top_k, top_p):
 def test_the_filter_threshold_in_chunks_of_rows_has_the_bits_of_one_call(seed, num_rows, chunk_rows):
     """``FILTER_CHUNK_ELEMENTS`` (round 53: the mixed step's graphs ran out of memory on the filter's temporaries)
     cuts the rows into chunks; each row's threshold, and so every top-k / top-p draw, must not move. Rows draw
-    their own top-k / top-p (some unfiltered, some with ties: rounded logits). Control: the same rows with one
-    row's top-p changed move that row's threshold and no other, so equal thresholds are not vacuous."""
+    their own top-k / top-p (some unfiltered, some with ties: rounded logits). Control: the same rows with row 0's
+    filter switched (off, or to top-1) move that row's threshold and no other, so equal thresholds are not vacuous."""
     import llm42.sampler as sampler
 
     g = torch.Generator().manual_seed(seed)
@@ -140,6 +140,7 @@ def test_the_filter_threshold_in_chunks_of_rows_has_the_bits_of_one_call(seed, n
     scaled = (torch.randn(num_rows, vocab, generator=g) * 3).round(decimals=1)  # ties within a row
     top_k = torch.randint(0, 12, (num_rows,), generator=g)
     top_p = torch.where(torch.rand(num_rows, generator=g) < 0.7, torch.rand(num_rows, generator=g), 1.0)
+    top_k[-1] = 5  # at least one row filters
     whole = sampler._filter_threshold_rows(scaled, top_k, top_p)
     saved = sampler.FILTER_CHUNK_ELEMENTS
     sampler.FILTER_CHUNK_ELEMENTS = chunk_rows * vocab
