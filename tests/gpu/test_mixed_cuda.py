@@ -126,3 +126,47 @@ def test_the_engine_serves_through_mixed_steps_by_default_on_cuda(llama8b):
     assert _serve(llama8b, None)["mixed_steps"] >= 5
     off = _serve(llama8b, False)
     assert off["mixed_steps"] == 0 and off["fast_steps"] > 0
+
+
+def test_a_mixed_capture_out_of_memory_serves_on_with_two_passes_and_the_same_bits(llama8b, monkeypatch):
+    """Round 53: the 8B shape's mixed graphs ran out of memory at capture. Here the first mixed capture runs its
+    warm-up on the device and then raises ``torch.OutOfMemoryError``; the engine warns, drops the mixed step and
+    serves every request to its end, the deterministic ones with the bits of an engine without mixed steps. The
+    decode state the warm-up advanced is put back (``MixedGraphs.run``): without that, tokens would move.
+    Control: the same requests with the capture left alone run mixed steps."""
+    from llm42 import cuda_graphs
+
+    cfg, weights = llama8b
+    rng = random.Random(3)
+    prompts = [[rng.randrange(cfg.vocab_size) for _ in range(rng.randint(4, 300))] for _ in range(16)]
+    params = [SamplingParams(max_new_tokens=rng.randint(4, 24), temperature=(0.0, 0.8)[i % 2], seed=i,
+                             deterministic=i % 3 == 0, logprobs=True, ignore_eos=True) for i in range(16)]
+
+    def serve(mixed_steps, fail):
+        gen = DVRGenerator(weights, cfg, max_num_seqs=8, max_fast_tokens=256, kv_cache_tokens=32 * 1024,
+                           mixed_steps=mixed_steps)
+        if fail:
+            pool, real = gen.fast_step.mixed.graphs._pool, cuda_graphs.capture_graph
+
+            def failing(fn, graph_pool, **kwargs):
+                if graph_pool is not pool:
+                    return real(fn, graph_pool, **kwargs)
+                fn()  # the warm-up run, on the device, advancing the decode state
+                raise torch.OutOfMemoryError("CUDA out of memory (a test's stand-in)")
+
+            monkeypatch.setattr(cuda_graphs, "capture_graph", failing)
+        out = gen.generate(prompts, params)
+        stats = dict(gen.stats)
+        gen.close()
+        monkeypatch.undo()
+        assert [len(o.token_ids) for o in out] == [p.max_new_tokens for p in params]
+        return [(tuple(o.token_ids), tuple(o.logprobs)) for o, p in zip(out, params) if p.deterministic], stats
+
+    reference, _ = serve(False, False)
+    with pytest.warns(RuntimeWarning, match="two passes"):
+        dropped, stats = serve(None, True)
+    assert stats["mixed_dropped"] == 1 and stats["mixed_steps"] == 0, stats
+    assert dropped == reference
+    kept, kept_stats = serve(None, False)
+    assert kept_stats["mixed_steps"] > 0 and kept_stats["mixed_dropped"] == 0, kept_stats
+    assert kept == reference
