@@ -18,7 +18,7 @@ import torch
 
 pytest.importorskip("triton")
 
-from llm42 import DVRGenerator, KVStore, SamplingParams  # noqa: E402
+from llm42 import DVRGenerator, KVStore, SamplingParams, cuda_graphs  # noqa: E402
 from llm42.cuda_graphs import DecodeGraphs  # noqa: E402
 from llm42.engine.decode_state import DecodeState  # noqa: E402
 from llm42.engine.mixed import MixedStep  # noqa: E402
@@ -134,8 +134,6 @@ def test_a_mixed_capture_out_of_memory_serves_on_with_two_passes_and_the_same_bi
     serves every request to its end, the deterministic ones with the bits of an engine without mixed steps. The
     decode state the warm-up advanced is put back (``MixedGraphs.run``): without that, tokens would move.
     Control: the same requests with the capture left alone run mixed steps."""
-    from llm42 import cuda_graphs
-
     cfg, weights = llama8b
     rng = random.Random(3)
     prompts = [[rng.randrange(cfg.vocab_size) for _ in range(rng.randint(4, 300))] for _ in range(16)]
