@@ -304,8 +304,9 @@ VARIANTS = {
     # (DVRGenerator(tune_decode_buckets=True)): cuBLAS's time is not monotone in M (docs/benchmarks.md, round 52)
     "tuned_buckets": {"tune_decode_buckets": True},
     "admit_budget_tuned_buckets": {"scheduler_admission": "budget", "tune_decode_buckets": True},
-    # a step's decode rows and prompt chunks as two passes: what every 8B run did from round 40 to round 53, whose
-    # mixed graphs ran out of memory at capture (the top-k / top-p filter's temporaries, chunked since round 53)
+    # a step's decode rows and prompt chunks as two passes: what round 53's 8B runs did (and very likely earlier
+    # ones at 1,024 sequences): their mixed graphs ran out of memory at capture (the top-k / top-p filter's
+    # temporaries, chunked since round 53)
     "admit_budget_no_mixed": {"scheduler_admission": "budget", "mixed_steps": False},
     "admit_budget_order_head_longest": {"scheduler_admission": "budget", "decode_order": "head_longest"},
     # round 49: the K/V store at 0.85 of the free memory instead of 0.6 (vLLM takes 0.9 of the card): round 47's

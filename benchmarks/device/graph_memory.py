@@ -2,11 +2,11 @@
 
     PYTHONPATH=src python3 benchmarks/device/graph_memory.py --model 8b --variant admit_budget --out mem.json
 
-Round 53 found every 8B dvr_ab run since up-front captures (round 40) printing "mixed-step CUDA graphs failed
-(OutOfMemoryError)": the benchmark's generator then runs a step with prompt rows as two passes. This builds the
+Round 53 found every 8B dvr_ab run at 1,024 sequences printing "mixed-step CUDA graphs failed (OutOfMemoryError)":
+the benchmark's generator then runs a step with prompt rows as two passes. This builds the
 generator ``dvr_ab.py`` builds for ``--variant`` (same model, request set, K/V store) and captures the decode, prefill
-and mixed graphs family by family, recording the memory allocated and reserved after each (and every
-``--every`` mixed graphs), the graph counts and the capture times; an out-of-memory error is recorded where it
+and mixed graphs family by family, recording the memory allocated and reserved after each (the mixed graphs after
+each decode bucket's), the graph counts and the capture times; an out-of-memory error is recorded where it
 happens. Not a benchmark. (Round 53's call D ran it at 160367c with ``--pools shared,each``: one memory pool for
 the three kinds of graph against a pool each, a layout measured and removed.)
 """
@@ -37,10 +37,10 @@ def _mem(tag: str, rows: list, **extra) -> None:
     print(f"[graph_memory] {json.dumps(row)}", flush=True)
 
 
-def capture_families(engine, rows: list, out: dict, *, tag: str, every: int,
+def capture_families(engine, rows: list, out: dict, *, tag: str,
                      mixed_decode_buckets: tuple[int, ...] | None = None) -> None:
     """Build ``engine``'s nondet generator with its up-front captures off, then capture the decode, prefill and
-    mixed graphs family by family, a memory row after each (and every ``every`` mixed graphs)."""
+    mixed graphs family by family, a memory row after each (the mixed graphs: after each decode bucket's)."""
     from llm42.bench import runner
 
     originals = (runner.capture_prefill_graphs, runner.capture_decode_graphs, runner.capture_mixed_graphs)
@@ -63,25 +63,17 @@ def capture_families(engine, rows: list, out: dict, *, tag: str, every: int,
     if mixed is not None and mixed.graphs is not None:
         out["mixed_decode_buckets"] = list(mixed.decode_buckets())
         out["prompt_buckets"] = list(mixed.prefill.graphs.buckets)
-        count, t0 = 0, time.perf_counter()
-        decode_bucket = prompt_bucket = None
-        try:
-            for decode_bucket in sorted(mixed_decode_buckets or mixed.decode_buckets(), reverse=True):
-                for prompt_bucket in sorted(mixed.prefill.graphs.buckets, reverse=True):
-                    for variant in mixed.MIXED_VARIANTS:
-                        fast._decode_state.stage_batch([], decode_bucket)
-                        mixed.prefill.stage([], fast._kv, bucket=prompt_bucket)
-                        mixed.graphs.run(decode_bucket, prompt_bucket, variant)
-                        count += 1
-                        if count % every == 0:
-                            torch.cuda.synchronize()
-                            _mem(f"{tag}: mixed", rows, graphs=count, decode_bucket=decode_bucket,
-                                 prompt_bucket=prompt_bucket, seconds=round(time.perf_counter() - t0, 2))
+        t0 = time.perf_counter()
+        for decode_bucket in sorted(mixed_decode_buckets or mixed.decode_buckets(), reverse=True):
+            try:  # FastStep.capture_mixed: every prompt bucket and variant of this decode bucket
+                fast.capture_mixed([decode_bucket])
+            except torch.OutOfMemoryError as exc:
+                _mem(f"{tag}: mixed OOM", rows, graphs=mixed.graphs.num_captured, decode_bucket=decode_bucket,
+                     error=str(exc)[:300])
+                break
             torch.cuda.synchronize()
-            _mem(f"{tag}: mixed captured", rows, graphs=count, seconds=round(time.perf_counter() - t0, 2))
-        except torch.OutOfMemoryError as exc:
-            _mem(f"{tag}: mixed OOM", rows, graphs=count, decode_bucket=decode_bucket, prompt_bucket=prompt_bucket,
-                 error=str(exc)[:300])
+            _mem(f"{tag}: mixed", rows, graphs=mixed.graphs.num_captured, decode_bucket=decode_bucket,
+                 seconds=round(time.perf_counter() - t0, 2))
     out.setdefault("memory_summary", {})[tag] = torch.cuda.memory_summary(abbreviated=True)
     gen.close()
     del gen, fast, mixed
@@ -94,7 +86,6 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     add_setup_arguments(p)
     p.add_argument("--variant", default="admit_budget")
-    p.add_argument("--every", type=int, default=40, help="a memory row every this many mixed graphs")
     p.add_argument("--mixed-decode-buckets", default=None,
                    help="capture the mixed graphs of these decode buckets only (e.g. 1024: the largest, the peak)")
     p.add_argument("--out", required=True)
@@ -106,7 +97,7 @@ def main() -> None:
     engine = engines[args.variant]
     _mem("model and workload", rows, kv_cache_tokens=engine.kv_cache_tokens)
     buckets = tuple(int(b) for b in args.mixed_decode_buckets.split(",")) if args.mixed_decode_buckets else None
-    capture_families(engine, rows, out, tag="the tree's", every=args.every, mixed_decode_buckets=buckets)
+    capture_families(engine, rows, out, tag="the tree's", mixed_decode_buckets=buckets)
     Path(args.out).write_text(json.dumps(out, indent=1))
 
 

@@ -16,7 +16,7 @@ timeout "${SAMPLER_CAP:-90}" python3 benchmarks/device/sampler_ab.py --filtered 
 log "sampler filtered exit $?"; cut -c1-330 "$OUT/sampler_filtered.txt" | tail -n 8
 ARGS="--model 8b --lm-head-std 0.2 --lm-head-bias-scale 26.9 --max-num-seqs 1024 --warmup-requests 0"
 # shellcheck disable=SC2086  # ARGS is a list of options
-timeout "${MEM_CAP:-200}" python3 benchmarks/device/graph_memory.py $ARGS --variant admit_budget --every 40 \
+timeout "${MEM_CAP:-200}" python3 benchmarks/device/graph_memory.py $ARGS --variant admit_budget \
     --out "$OUT/graph_memory_8b.json" >"$OUT/graph_memory_8b.txt" 2>&1
 log "graph memory exit $?"; grep -E "captured|OOM" "$OUT/graph_memory_8b.txt" | cut -c1-250
 log "done"

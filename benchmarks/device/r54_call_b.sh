@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Next device call B (no carry; after r54_call_a.sh). The 8B shape's nondet with mixed steps (decode rows and prompt
 # chunks in one pass, now that their graphs fit: r54_call_a.sh) against two passes (admit_budget_no_mixed: what
-# every 8B dvr_ab run did from round 40 to round 53), admission by budget, REPEATS times (ABBA) in one process,
+# round 53's 8B dvr_ab runs did, and very likely earlier ones), admission by budget, REPEATS times (ABBA) in one
+# process,
 # without warm-up runs (each build captures every graph). Each run's notes say whether a capture failed; the JSON
 # has each run's mixed_steps.
 #
