@@ -240,3 +240,46 @@ def test_the_fused_sampler_keeps_the_bits_on_cuda(monkeypatch):
         nudged[3] = torch.nextafter(nudged[3], torch.tensor(2.0, device="cuda"))
         moved = sample_with_margins(logits, rows(no_filter, t=nudged))[2]
         assert not torch.equal(moved[3], results[True][0][2][3]) and torch.equal(moved[4:], results[True][0][2][4:])
+
+
+@pytest.mark.gpu
+def test_the_filter_over_listed_rows_keeps_the_bits_on_cuda():
+    """``SamplingRows.filter_rows`` on CUDA, eagerly and replayed from a graph (a static index, padded): a step
+    that sorts only its top-k / top-p rows draws every row as the filter over all rows does. Control: an index
+    without one filtered row draws that row unfiltered (it moves), the others stay."""
+    if not torch.cuda.is_available():
+        pytest.skip("needs CUDA")
+    import dataclasses
+
+    from llm42.sampler import FILTER_SLOTS, SamplingRows, sample_with_margins
+
+    gen = torch.Generator().manual_seed(5)
+    n, vocab = 200, 128256
+    logits = (torch.randn(n, vocab, generator=gen) * 3).to("cuda", torch.bfloat16)
+    temps = (torch.rand(n, generator=gen) * 1.5 + 0.05).cuda()
+    temps[::4] = 0.0
+    ints = torch.arange(n, device="cuda")
+    top_k, top_p = torch.zeros(n, dtype=torch.int64, device="cuda"), torch.ones(n, device="cuda")
+    top_k[[5, 150]] = 3
+    top_p[[7, 199]] = 0.5
+    rows = SamplingRows(temperature=temps, top_k=top_k, top_p=top_p, seeds=ints * 31 + 7, positions=ints + 100,
+                        is_any_sampled=True, is_any_filtered=True)
+    every_row = sample_with_margins(logits, rows)
+    index = torch.full((FILTER_SLOTS,), n, dtype=torch.int64, device="cuda")
+    index[:4] = torch.tensor([199, 5, 150, 7])
+    listed = dataclasses.replace(rows, filter_rows=index)
+    assert all(torch.equal(a, b) for a, b in zip(sample_with_margins(logits, listed), every_row))
+    graph = torch.cuda.CUDAGraph()
+    sample_with_margins(logits, listed)  # warm-up (Triton compiles) outside the capture
+    torch.cuda.synchronize()
+    with torch.cuda.graph(graph):
+        replayed = sample_with_margins(logits, listed)
+    graph.replay()
+    torch.cuda.synchronize()
+    assert all(torch.equal(a, b) for a, b in zip(replayed, every_row))
+    index[0] = n  # control: row 199 no longer listed
+    graph.replay()
+    torch.cuda.synchronize()
+    keep = ints != 199
+    assert all(torch.equal(a[keep], b[keep]) for a, b in zip(replayed, every_row))
+    assert not all(torch.equal(a[199], b[199]) for a, b in zip(replayed, every_row))

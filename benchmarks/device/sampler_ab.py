@@ -15,11 +15,14 @@ The bytes: the fused sampler reads the [N, V] bf16 logits twice (row statistics,
 top-k / top-p threshold in chunks of ``FILTER_CHUNK_ELEMENTS`` (the tree's) against all rows at once (before round
 53), and the same rows without the top-p row (the fused sampler, which a step without a filtered row runs); with
 each variant's peak memory during its capture (``peak_GiB``: the filter's temporaries) and the bits compared.
+Round 54 adds ``listed``: the threshold of the listed rows only (``SamplingRows.filter_rows``, a static index of
+``llm42.sampler.FILTER_SLOTS`` entries: the top-p row, then padding).
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import statistics
 import sys
@@ -131,12 +134,17 @@ def filtered(args) -> int:
             filtered_rows = SamplingRows(temperature=temps, top_k=torch.zeros_like(ints), top_p=top_p,
                                          seeds=ints * 31 + 7, positions=ints + 100, is_any_sampled=True,
                                          is_any_filtered=True)
+            # round 54: the filter over the listed rows only (``SamplingRows.filter_rows``), a static index of
+            # sampler.FILTER_SLOTS entries as a graph holds it, the top-p row and padding
+            index = torch.full((sampler.FILTER_SLOTS,), rows, dtype=torch.int64, device="cuda")
+            index[0] = 1
+            listed_rows = dataclasses.replace(filtered_rows, filter_rows=index)
             plain_rows = SamplingRows(temperature=temps, top_k=torch.zeros_like(ints), top_p=torch.ones_like(temps),
                                       seeds=ints * 31 + 7, positions=ints + 100, is_any_sampled=True,
                                       is_any_filtered=False)
             graphs, outs, peaks = {}, {}, {}
             for name, elements, sampling_rows in (("chunked", chunk, filtered_rows), ("whole", 1 << 62, filtered_rows),
-                                                  ("unfiltered", chunk, plain_rows)):
+                                                  ("listed", chunk, listed_rows), ("unfiltered", chunk, plain_rows)):
                 sampler.FILTER_CHUNK_ELEMENTS = elements  # read when the graph is captured
                 torch.cuda.synchronize()
                 torch.cuda.reset_peak_memory_stats()
@@ -151,8 +159,10 @@ def filtered(args) -> int:
             entry = {"shape": shape, "vocab": vocab, "rows": rows, **{f"{n}_ms": round(ms[n], 4) for n in graphs},
                      "whole_over_chunked": round(ms["whole"] / ms["chunked"], 3),
                      "chunked_over_unfiltered": round(ms["chunked"] / ms["unfiltered"], 3),
+                     "listed_over_unfiltered": round(ms["listed"] / ms["unfiltered"], 3),
                      **{f"{n}_peak_GiB": round(peaks[n], 3) for n in graphs},
-                     "same_bits": all(torch.equal(a, b) for a, b in zip(outs["chunked"], outs["whole"])),
+                     "same_bits": all(torch.equal(a, b) for name in ("whole", "listed")
+                                      for a, b in zip(outs["chunked"], outs[name])),
                      # every row but the top-p one draws what it draws in a step without it
                      "other_rows_as_unfiltered": all(torch.equal(a[unfiltered], b[unfiltered])
                                                      for a, b in zip(outs["chunked"], outs["unfiltered"]))}

@@ -85,6 +85,10 @@ class SamplingRows:
     positions: torch.Tensor  # int64: the position of the token being sampled
     is_any_sampled: bool | None = None
     is_any_filtered: bool | None = None  # any row with top_k > 0 or top_p < 1; None: read it off the rows
+    # int64 [F]: the rows whose top-k / top-p threshold is computed, every row with a filter among them; an entry
+    # >= N is padding (a static index inside a CUDA graph). None: every row on CUDA (no host sync to find them), the
+    # rows with a filter on the CPU. A row's threshold is its own either way: the same bits.
+    filter_rows: torch.Tensor | None = None
 
 
 SAMPLING_VARIANTS = ((False, False), (True, False), (True, True))  # greedy; sampled; sampled with a filter
@@ -111,14 +115,43 @@ def sampling_variant(params) -> tuple[bool, bool]:
 # function of its own row (a stable sort, exact sums), so the chunks cannot show in the bits.
 FILTER_CHUNK_ELEMENTS = 1 << 23
 
+# A CUDA graph of a step whose top-k / top-p rows are few lists them in a static index of this many entries
+# (``SamplingRows.filter_rows``), so the step sorts those rows only; a step with more filters every row.
+FILTER_SLOTS = 64
 
-def _filter_threshold(scaled: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor) -> torch.Tensor:
+
+def _filter_threshold(scaled: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor,
+                      filter_rows: torch.Tensor | None = None) -> torch.Tensor:
     """The smallest kept value per row [N, 1] of ``scaled`` [N, V] under top-k / top-p; -inf for a row with neither.
 
     A row without a filter gets -inf by definition, not by arithmetic, so its
     draw is the same whether or not another row of the batch asked for one.
-    Rows go through in chunks of ``FILTER_CHUNK_ELEMENTS`` (its memory).
+    ``filter_rows`` (``SamplingRows.filter_rows``): only those rows are sorted,
+    the others get -inf; a step with one top-p row among a thousand sorts one
+    row, not a thousand. Rows go through in chunks of ``FILTER_CHUNK_ELEMENTS``
+    (its memory).
     """
+    num_rows = scaled.shape[0]
+    if filter_rows is None and not scaled.is_cuda:  # the CPU: finding the rows waits for no device
+        filter_rows = ((top_k > 0) | (top_p < 1.0)).nonzero().squeeze(1)
+        if len(filter_rows) == num_rows:
+            filter_rows = None
+        elif len(filter_rows) == 0:
+            return scaled.new_full((num_rows, 1), float("-inf"))
+    if filter_rows is None:
+        return _filter_threshold_chunks(scaled, top_k, top_p)
+    rows = filter_rows.clamp(max=num_rows - 1)
+    is_row = filter_rows < num_rows
+    picked = _filter_threshold_chunks(scaled[rows], torch.where(is_row, top_k[rows], 0),
+                                      torch.where(is_row, top_p[rows], 1.0))
+    threshold = scaled.new_full((num_rows + 1, 1), float("-inf"))
+    # padding entries all write -inf into the extra row: which of them lands last cannot matter
+    threshold.index_copy_(0, filter_rows.clamp(max=num_rows), picked)
+    return threshold[:num_rows]
+
+
+def _filter_threshold_chunks(scaled: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor) -> torch.Tensor:
+    """``_filter_threshold`` of every row of ``scaled``, ``FILTER_CHUNK_ELEMENTS`` at a time."""
     rows = max(1, FILTER_CHUNK_ELEMENTS // scaled.shape[-1])
     if scaled.shape[0] <= rows:
         return _filter_threshold_rows(scaled, top_k, top_p)
@@ -213,7 +246,8 @@ def processed_scores(logits: torch.Tensor, rows: SamplingRows) -> torch.Tensor:
     Greedy rows are scaled by 1; the sampler never reads them from here.
     """
     scaled = _scaled(logits, rows, logits.amax(-1))
-    return torch.where(scaled >= _filter_threshold(scaled, rows.top_k, rows.top_p), scaled, float("-inf"))
+    return torch.where(scaled >= _filter_threshold(scaled, rows.top_k, rows.top_p, rows.filter_rows), scaled,
+                       float("-inf"))
 
 
 def sample(logits: torch.Tensor, rows: SamplingRows) -> tuple[torch.Tensor, torch.Tensor]:
@@ -262,7 +296,8 @@ def _sample(logits: torch.Tensor, rows: SamplingRows, *, with_margins: bool):
             scaled, threshold, scale = logits, None, (row_max, parts[-1])
         else:
             scaled, scale = _scaled(logits.float(), rows, row_max), None
-            threshold = _filter_threshold(scaled, rows.top_k, rows.top_p) if is_any_filtered else None
+            threshold = (_filter_threshold(scaled, rows.top_k, rows.top_p, rows.filter_rows) if is_any_filtered
+                         else None)
         if with_margins:
             drawn, best, second = _draw(scaled, threshold, rows, runner_up=True, scale=scale)
             margins = torch.where(is_sampled, (best - second) * rows.temperature, margins)
