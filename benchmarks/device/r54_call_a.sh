@@ -9,7 +9,7 @@
 #   [MEM_CAP=0 (no graph_memory.py)] bash benchmarks/device/r54_call_a.sh
 export RUN_TESTS=1 TEST_CAP=${TEST_CAP:-200}
 export GPU_TESTS="tests/test_sampling_kernels.py tests/gpu/test_engine_cuda.py tests/gpu/test_mixed_cuda.py
-tests/gpu/test_capture_graphs_cuda.py"
+tests/gpu/test_capture_graphs_cuda.py tests/gpu/test_filter_rows_cuda.py"
 source "$(dirname "$0")/stage_a.sh"
 timeout "${SAMPLER_CAP:-90}" python3 benchmarks/device/sampler_ab.py --filtered --out "$OUT/sampler_filtered.json" \
     >"$OUT/sampler_filtered.txt" 2>&1

@@ -118,6 +118,9 @@ FILTER_CHUNK_ELEMENTS = 1 << 23
 # A CUDA graph of a step whose top-k / top-p rows are few lists them in a static index of this many entries
 # (``SamplingRows.filter_rows``), so the step sorts those rows only; a step with more filters every row.
 FILTER_SLOTS = 64
+# A step's sampling variant (``SAMPLING_VARIANTS``' second element) when its top-k / top-p rows are listed in
+# ``SamplingRows.filter_rows`` (the decode state's static index): filtered, over those rows only.
+FILTER_LISTED = "listed"
 
 
 def _filter_threshold(scaled: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor,

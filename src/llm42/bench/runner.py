@@ -220,7 +220,7 @@ def capture_prefill_graphs(gen: DVRGenerator) -> list[str]:
 
 
 def capture_mixed_graphs(gen: DVRGenerator, *, decode_rows: tuple[int, ...] | None = None) -> list[str]:
-    """Capture every mixed-step graph (decode bucket x prompt bucket x the two mixed sampler variants) of a fresh
+    """Capture every mixed-step graph (decode bucket x prompt bucket x the mixed sampler variants) of a fresh
     ``gen`` before timing, on padding rows only, like ``capture_prefill_graphs``; ``decode_rows``: only the
     decode buckets of these batch sizes. A failure sends the steps that would have been mixed down two passes,
     and the notes say so."""

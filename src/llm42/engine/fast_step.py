@@ -23,7 +23,7 @@ from llm42.engine.requests import Request, RequestPool
 from llm42.kv import KVStoreProtocol
 from llm42.policies.base import ReductionPolicy
 from llm42.runner import ModelRunner, Segment
-from llm42.sampler import SAMPLING_VARIANTS
+from llm42.sampler import FILTER_LISTED, SAMPLING_VARIANTS
 from llm42.scheduler import Plan, PrefillChunk
 from llm42.verify.pass_result import top_dicts
 
@@ -141,9 +141,9 @@ class FastStep:
 
     # -- graphs captured up front (``DVRGenerator.capture_graphs``) ----------------------------------------------
     def capture_decode(self, buckets: Sequence[int] | None = None) -> int:
-        """Capture the decode graphs of ``buckets`` (default every bucket), each sampling variant, on padding rows
-        only (no request's slot is staged: their K/V goes to the scratch block); the number newly captured. Only
-        between steps: no fast step in flight (its rows are staged)."""
+        """Capture the decode graphs of ``buckets`` (default every bucket), each sampling variant
+        (``decode_variants``), on padding rows only (no request's slot is staged: their K/V goes to the scratch
+        block); the number newly captured. Only between steps: no fast step in flight (its rows are staged)."""
         graphs = self.decode_graphs
         if graphs is None:
             return 0
@@ -151,7 +151,7 @@ class FastStep:
         # the largest first, as the canonical pass does: the graphs share a pool, so the smaller ones' activations
         # can take the memory the larger ones left (replayed one at a time)
         for bucket in sorted(graphs.buckets if buckets is None else buckets, reverse=True):
-            for variant in SAMPLING_VARIANTS:
+            for variant in self.decode_variants(bucket):
                 self._decode_state.stage_batch([], bucket)
                 graphs.run(bucket, variant)
         return graphs.num_captured - before
@@ -172,7 +172,7 @@ class FastStep:
 
     def capture_mixed(self, decode_buckets: Sequence[int] | None = None) -> int:
         """Capture the mixed step's graphs (each decode bucket of ``decode_buckets``, default all, x each prompt
-        bucket x its two sampler variants) on padding rows; the number newly captured."""
+        bucket x its sampler variants, ``decode_variants``) on padding rows; the number newly captured."""
         mixed = self.mixed
         graphs = getattr(mixed, "graphs", None)
         if graphs is None:
@@ -181,11 +181,21 @@ class FastStep:
         for decode_bucket in sorted(mixed.decode_buckets() if decode_buckets is None else decode_buckets,
                                     reverse=True):  # the largest first (``capture_decode``)
             for prompt_bucket in sorted(mixed.prefill.graphs.buckets, reverse=True):
-                for variant in mixed.MIXED_VARIANTS:
+                for variant in self.decode_variants(decode_bucket, mixed.MIXED_VARIANTS):
                     self._decode_state.stage_batch([], decode_bucket)
                     mixed.prefill.stage([], self._kv, bucket=prompt_bucket)
                     graphs.run(decode_bucket, prompt_bucket, variant)
         return graphs.num_captured - before
+
+    def decode_variants(self, bucket: int, variants: Sequence[tuple[bool, bool | str]] = SAMPLING_VARIANTS
+                        ) -> list[tuple[bool, bool | str]]:
+        """The sampler variants a step of ``bucket`` decode rows may run (of ``variants``, with the listed filter's
+        where ``DecodeState.stage_batch`` lists a bucket's top-k / top-p rows: buckets above ``filter_slots``)."""
+        listed = (True, FILTER_LISTED)
+        out = [v for v in variants if v != listed]
+        if bucket > self._decode_state.filter_slots:
+            out.append(listed)
+        return out
 
     def tune_decode_buckets(self, *, reps: int = 5, rounds: int = 3) -> dict[int, int]:
         """Time every decode bucket's greedy graph on padding rows (CUDA events, ``reps`` replays, the median of
