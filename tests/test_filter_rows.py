@@ -9,16 +9,18 @@ tests/test_sampling_kernels.py (GPU) the same on CUDA, replayed from a graph.
 
 from __future__ import annotations
 
+import dataclasses
 import random
 
 import numpy as np
 import pytest
 
 import llm42.engine.decode_state as decode_state
+import llm42.verify.canonical_pass as canonical_pass
 from llm42 import DVRGenerator, SamplingParams
 from llm42.engine.decode_state import DecodeState
 from llm42.model.weights import random_weights
-from llm42.sampler import FILTER_LISTED
+from llm42.sampler import FILTER_LISTED, FILTER_PADDING
 from tests.helpers import tiny_config
 
 CFG = tiny_config()
@@ -92,7 +94,47 @@ def test_a_bucket_no_larger_than_the_slots_filters_every_row():
     assert list(state.listed_rows(batch, state.filter_slots + 1)) == [0, 2, 4]
     assert state.listed_rows(np.array([1, 2, 3]), 80) is None
     assert state.stage_batch([70, 1, 4, 2, 9], 80) == (True, FILTER_LISTED)
-    assert state.filter_rows[:4].tolist() == [0, 2, 4, decode_state._NO_ROW]
+    assert state.filter_rows[:4].tolist() == [0, 2, 4, FILTER_PADDING]
     assert state.stage_batch([70, 1, 4, 2, 9], 5) == (True, True)
     state.filter_slots = 2
     assert state.listed_rows(batch, 80) is None  # three filtered rows: more than the slots
+
+
+def _verify(monkeypatch, filter_slots: int, *, drop_first: bool = False):
+    """Eight deterministic requests through canonical passes of R = 8 rows, three with top-k / top-p (one with
+    processed log-probs); the outputs and the filtered counts of the passes that listed their rows."""
+    monkeypatch.setattr(canonical_pass, "FILTER_SLOTS", filter_slots)
+    listed = []
+    original = canonical_pass.CanonicalPass._stage_sampling
+
+    def spy(self, runs, num_results):
+        original(self, runs, num_results)
+        if self._variant[1] == FILTER_LISTED:
+            rows = self._rows.packed.host("filter_rows")
+            listed.append(int((rows < num_results).sum()))
+            if drop_first:  # the negative control: the first filtered result row goes unlisted
+                rows[0] = FILTER_PADDING
+
+    monkeypatch.setattr(canonical_pass.CanonicalPass, "_stage_sampling", spy)
+    rng = random.Random(5)
+    prompts = [[rng.randrange(3, CFG.vocab_size) for _ in range(rng.randrange(2, 12))] for _ in range(8)]
+    params = [SamplingParams(max_new_tokens=12, temperature=0.9, seed=i, ignore_eos=True, deterministic=True,
+                             logprobs=2) for i in range(8)]
+    params[1] = dataclasses.replace(params[1], top_p=0.5, logprobs_mode="processed")
+    params[4] = dataclasses.replace(params[4], top_k=3)
+    params[6] = dataclasses.replace(params[6], top_k=5, top_p=0.8)
+    gen = DVRGenerator(WEIGHTS, CFG, window=4, group=2, max_num_seqs=8, max_fast_tokens=64, kv_cache_tokens=4096)
+    return [(c.token_ids, c.logprobs, c.top_logprobs) for c in gen.generate(prompts, params)], listed
+
+
+def test_canonical_passes_that_list_their_filtered_rows_commit_the_same_bits(monkeypatch):
+    """The canonical pass lists its few top-k / top-p result rows too (``CanonicalPass._stage_sampling``): the
+    same committed tokens, log-probs (processed ones included) and alternatives. Control: a listing that misses
+    a filtered row commits another token for it, so the pass really reads the list."""
+    reference, never = _verify(monkeypatch, 0)
+    assert never == []
+    served, listed = _verify(monkeypatch, 4)  # a window's rows are 4 of a pass's 8: one filtered request
+    assert listed and max(listed) >= 2
+    assert served == reference
+    wrong, _ = _verify(monkeypatch, 4, drop_first=True)
+    assert wrong != reference

@@ -450,7 +450,8 @@ class DecodeGraphs:
         self.state = state
         self.buckets = decode_buckets(max_batch_size)
         self.bucket_map: dict[int, int] = {}  # a bucket -> the larger one whose graph it replays (set_bucket_map)
-        self._graphs: dict[tuple[int, bool, bool | str], tuple[torch.cuda.CUDAGraph, tuple[torch.Tensor, torch.Tensor]]] = {}
+        self._graphs: dict[tuple[int, bool, bool | str],
+                           tuple[torch.cuda.CUDAGraph, tuple[torch.Tensor, torch.Tensor]]] = {}
         self._pool = torch.cuda.graph_pool_handle()
 
     @property
@@ -567,7 +568,8 @@ class MixedGraphs:
 
     def __init__(self, mixed):
         self.mixed = weakref.proxy(mixed)  # the step owns these graphs (see PrefillGraphs)
-        self._graphs: dict[tuple[int, int, bool, bool | str], tuple[torch.cuda.CUDAGraph, tuple[torch.Tensor, ...]]] = {}
+        self._graphs: dict[tuple[int, int, bool, bool | str],
+                           tuple[torch.cuda.CUDAGraph, tuple[torch.Tensor, ...]]] = {}
         self._pool = torch.cuda.graph_pool_handle()
 
     @property

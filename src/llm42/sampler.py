@@ -121,6 +121,7 @@ FILTER_SLOTS = 64
 # A step's sampling variant (``SAMPLING_VARIANTS``' second element) when its top-k / top-p rows are listed in
 # ``SamplingRows.filter_rows`` (the decode state's static index): filtered, over those rows only.
 FILTER_LISTED = "listed"
+FILTER_PADDING = 1 << 40  # a padding entry of a static ``filter_rows`` index: past every row of any step
 
 
 def _filter_threshold(scaled: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor,

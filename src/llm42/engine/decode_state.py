@@ -24,11 +24,8 @@ from llm42.model.config import ModelConfig
 from llm42.model.forward import forward
 from llm42.model.weights import Weights
 from llm42.policies.base import ReductionPolicy
-from llm42.sampler import (FILTER_LISTED, FILTER_SLOTS, SamplingRows, logprob_details, sample_with_margins,
-                           sampling_variant)
-
-
-_NO_ROW = 1 << 40  # a padding entry of ``DecodeState.filter_rows``: past every row of any step
+from llm42.sampler import (FILTER_LISTED, FILTER_PADDING, FILTER_SLOTS, SamplingRows, logprob_details,
+                           sample_with_margins, sampling_variant)
 
 
 class DecodeState:
@@ -77,8 +74,9 @@ class DecodeState:
         # the batch rows (not slots) of a step's top-k / top-p rows when they are few (``stage_batch``): the sampler
         # sorts those only (``SamplingRows.filter_rows``); padding entries hold a row index past every batch
         self.filter_slots = FILTER_SLOTS
-        self.filter_rows = torch.full((self.filter_slots,), _NO_ROW, dtype=torch.int64, device=dev)
-        self._pinned_filter = torch.full((self.filter_slots,), _NO_ROW, dtype=torch.int64, pin_memory=self._is_cuda)
+        self.filter_rows = torch.full((self.filter_slots,), FILTER_PADDING, dtype=torch.int64, device=dev)
+        self._pinned_filter = torch.full((self.filter_slots,), FILTER_PADDING, dtype=torch.int64,
+                                         pin_memory=self._is_cuda)
         self._updates = _UpdateStaging(dev)
         self._batch_copied = torch.cuda.Event() if self._is_cuda else None
 
@@ -206,7 +204,7 @@ class DecodeState:
         if filtered is not None:
             listed = self._pinned_filter.numpy()
             listed[:len(filtered)] = filtered
-            listed[len(filtered):] = _NO_ROW
+            listed[len(filtered):] = FILTER_PADDING
             self.filter_rows.copy_(self._pinned_filter, non_blocking=True)
         if self._batch_copied is not None:
             self._batch_copied.record()
@@ -285,7 +283,8 @@ class DecodeState:
         )
         return idx, positions, inputs
 
-    def sampling_rows(self, idx: torch.Tensor, positions: torch.Tensor, variant: tuple[bool, bool | str]) -> SamplingRows:
+    def sampling_rows(self, idx: torch.Tensor, positions: torch.Tensor, variant: tuple[bool, bool | str]
+                      ) -> SamplingRows:
         """The sampling parameters of the decode rows of slots ``idx`` at ``positions``."""
         return SamplingRows(temperature=self.temperature[idx], top_k=self.top_k[idx], top_p=self.top_p[idx],
                             seeds=self.seeds[idx], positions=positions + 1,
