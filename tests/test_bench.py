@@ -181,6 +181,23 @@ def test_workloads_are_pure_functions_of_their_arguments():
     assert a.head(5).requests == a.requests[:5]
 
 
+def test_with_top_p_gives_the_asked_sampled_requests_top_p_and_their_params_carry_it():
+    from llm42.bench.modes import sampling_params
+
+    base = sharegpt_like(40, length_scale=0.5, vocab_size=300, seed=4)
+    workload = base.with_top_p(5, 0.9, seed=1)
+    changed = [r for r, b in zip(workload.requests, base.requests) if r != b]
+    assert len(changed) == 5 and all(r.top_p == 0.9 and not r.is_greedy for r in changed)
+    assert workload == base.with_top_p(5, 0.9, seed=1) and workload != base.with_top_p(5, 0.9, seed=2)
+    assert workload.summary()["num_top_p"] == 5 and base.summary()["num_top_p"] == 0
+    assert sampling_params(changed[0], is_deterministic=False).top_p == pytest.approx(0.9)
+    assert sampling_params(base.requests[0], is_deterministic=False).top_p == 1.0
+    with pytest.raises(ValueError, match="num_requests"):
+        base.with_top_p(41, 0.9)
+    with pytest.raises(ValueError, match="top_p"):
+        base.with_top_p(1, 1.0)
+
+
 def test_fixed_shape_scales_the_paper_shape():
     workload = fixed_shape(4096, 1024, 3, length_scale=1 / 32, vocab_size=100)
     assert {(len(r.prompt), r.max_new_tokens) for r in workload.requests} == {(128, 32)}

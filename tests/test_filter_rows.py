@@ -15,8 +15,8 @@ import random
 import numpy as np
 import pytest
 
-import llm42.engine.decode_state as decode_state
 import llm42.verify.canonical_pass as canonical_pass
+from llm42 import sampler
 from llm42 import DVRGenerator, SamplingParams
 from llm42.engine.decode_state import DecodeState
 from llm42.model.weights import random_weights
@@ -30,7 +30,7 @@ WEIGHTS = random_weights(CFG, seed=9)
 def _serve(monkeypatch, filter_slots: int, mixed_steps: bool, *, drop_first: bool = False, model=(CFG, WEIGHTS)):
     """Sixteen requests, two free ones with top-p / top-k and one deterministic with top-k, the rest plain; the
     outputs and how many steps listed their filtered rows."""
-    monkeypatch.setattr(decode_state, "FILTER_SLOTS", filter_slots)
+    monkeypatch.setattr(sampler, "FILTER_SLOTS", filter_slots)
     listed = []
     original = DecodeState.listed_rows
 
@@ -103,7 +103,7 @@ def test_a_bucket_no_larger_than_the_slots_filters_every_row():
 def _verify(monkeypatch, filter_slots: int, *, drop_first: bool = False):
     """Eight deterministic requests through canonical passes of R = 8 rows, three with top-k / top-p (one with
     processed log-probs); the outputs and the filtered counts of the passes that listed their rows."""
-    monkeypatch.setattr(canonical_pass, "FILTER_SLOTS", filter_slots)
+    monkeypatch.setattr(sampler, "FILTER_SLOTS", filter_slots)
     listed = []
     original = canonical_pass.CanonicalPass._stage_sampling
 

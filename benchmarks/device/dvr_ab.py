@@ -308,6 +308,9 @@ VARIANTS = {
     # ones at 1,024 sequences): their mixed graphs ran out of memory at capture (the top-k / top-p filter's
     # temporaries, chunked since round 53)
     "admit_budget_no_mixed": {"scheduler_admission": "budget", "mixed_steps": False},
+    # round 54: a step's few top-k / top-p rows listed for the filter (llm42.sampler.FILTER_SLOTS, the default 64)
+    # against every row filtered, as before round 54 (filter_slots 0: nothing listed); with --top-p-requests
+    "admit_budget_unlisted": {"scheduler_admission": "budget", "filter_slots": 0},
     "admit_budget_order_head_longest": {"scheduler_admission": "budget", "decode_order": "head_longest"},
     # round 49: the K/V store at 0.85 of the free memory instead of 0.6 (vLLM takes 0.9 of the card): round 47's
     # profile found the 8B shape's decode batches bound by the store (256-354 rows at 1,024 seats on an H100, where
@@ -354,12 +357,13 @@ class KernelSwitches:
     - ``decode_order``: the fast decode attention's program order, a name of ``kernels.attention.DECODE_ORDERS``;
     - ``fused_sampler``: ``llm42.sampler.FUSED_CUDA_SAMPLER``;
     - ``gumbel_programs``: ``kernels.sampling.GUMBEL_TARGET_PROGRAMS`` (0 for one program per row);
-    - ``gumbel_skip_greedy``: ``kernels.sampling.GUMBEL_SKIP_GREEDY``.
+    - ``gumbel_skip_greedy``: ``kernels.sampling.GUMBEL_SKIP_GREEDY``;
+    - ``filter_slots``: ``llm42.sampler.FILTER_SLOTS`` (0: no step lists its top-k / top-p rows).
 
     Set when a generator is built and kept until the next build sets its own (every variant is wrapped: a run
     builds its generator, captures its graphs, then serves with it)."""
 
-    KNOBS = ("decode_order", "fused_sampler", "gumbel_programs", "gumbel_skip_greedy")
+    KNOBS = ("decode_order", "fused_sampler", "gumbel_programs", "gumbel_skip_greedy", "filter_slots")
     _tree = None
 
     def __init__(self, engine, switches: dict):
@@ -379,7 +383,7 @@ class KernelSwitches:
 
         return ((attention, "DECODE_HEAD_MAJOR"), (attention, "DECODE_LONGEST_FIRST"),
                 (sampler, "FUSED_CUDA_SAMPLER"), (sampling, "GUMBEL_TARGET_PROGRAMS"),
-                (sampling, "GUMBEL_SKIP_GREEDY"))
+                (sampling, "GUMBEL_SKIP_GREEDY"), (sampler, "FILTER_SLOTS"))
 
     def __getattr__(self, name: str):
         return getattr(self._engine, name)
@@ -397,6 +401,8 @@ class KernelSwitches:
             values["GUMBEL_TARGET_PROGRAMS"] = knobs["gumbel_programs"] or None
         if knobs.get("gumbel_skip_greedy") is not None:
             values["GUMBEL_SKIP_GREEDY"] = knobs["gumbel_skip_greedy"]
+        if knobs.get("filter_slots") is not None:
+            values["FILTER_SLOTS"] = knobs["filter_slots"]
         for module, name in self._attributes():
             setattr(module, name, values[name])
         return self._engine.generator(*args, **kwargs)
@@ -530,6 +536,9 @@ def add_setup_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--lm-head-bias-scale", type=float, default=None)
     p.add_argument("--warmup-requests", type=int, default=16, help="untimed warm-up requests per variant and mode")
     p.add_argument("--warmup-s", type=float, default=60.0, help="deadline of each warm-up run")
+    p.add_argument("--top-p-requests", type=int, default=0,
+                   help="this many sampled requests (a seeded choice) ask for --top-p (round 54: the listed filter)")
+    p.add_argument("--top-p", type=float, default=0.9)
 
 
 def device_name() -> str:
@@ -551,6 +560,8 @@ def setup(args, variants: list[str]):
         model = with_head(model, HeadBasis.draw(model.cfg, device, std=std, seed=config.seed),
                           args.lm_head_bias_scale)
     workload = build_workload(model, config, config.num_requests)
+    if getattr(args, "top_p_requests", 0):
+        workload = workload.with_top_p(args.top_p_requests, args.top_p, seed=config.seed)
     det_order = deterministic_order(workload.num_requests, seed=config.seed)
     base = _engine(model, config, workload)
 

@@ -8,7 +8,7 @@ import torch
 
 pytest.importorskip("triton")
 
-import llm42.engine.decode_state as decode_state  # noqa: E402,F401  (monkeypatched by the CPU test's _serve)
+from llm42 import sampler  # noqa: E402,F401  (monkeypatched by the CPU test's _serve)
 from tests import test_filter_rows as cpu  # noqa: E402
 
 pytestmark = pytest.mark.gpu

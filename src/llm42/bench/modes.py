@@ -86,10 +86,11 @@ def deterministic_indices(mode: Mode, order: list[int]) -> frozenset[int]:
 
 
 def sampling_params(request: BenchRequest, *, is_deterministic: bool) -> SamplingParams:
-    """Exactly ``max_new_tokens`` outputs (EOS ignored), the request's own temperature and seed."""
+    """Exactly ``max_new_tokens`` outputs (EOS ignored), the request's own temperature, top-p and seed."""
     return SamplingParams(
         max_new_tokens=request.max_new_tokens,
         temperature=request.temperature,
+        top_p=request.top_p,
         seed=request.seed,
         deterministic=is_deterministic,
         ignore_eos=True,

@@ -23,6 +23,7 @@ arguments, so every mode of a run sees the same request set.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import random
 from dataclasses import dataclass
@@ -65,6 +66,7 @@ class BenchRequest:
     max_new_tokens: int
     temperature: float  # 0 = greedy
     seed: int
+    top_p: float = 1.0  # 1 = off (``Workload.with_top_p``)
 
     @property
     def is_greedy(self) -> bool:
@@ -99,6 +101,20 @@ class Workload:
         return Workload(f"{self.name}[:{num_requests}]", self.requests[:num_requests], self.description,
                         self.parameters)
 
+    def with_top_p(self, num_requests: int, top_p: float, *, seed: int = 0) -> "Workload":
+        """The same requests, ``num_requests`` of the sampled ones (a seeded choice) with ``top_p``: a step that
+        carries one samples it through the top-k / top-p filter. Raises where fewer requests sample."""
+        if not 0.0 < top_p < 1.0:
+            raise ValueError(f"with_top_p: top_p must be in (0, 1), got {top_p}")
+        sampled = [r.index for r in self.requests if not r.is_greedy]
+        if not 0 <= num_requests <= len(sampled):
+            raise ValueError(f"with_top_p: num_requests must be in [0, {len(sampled)}] (the sampled requests), "
+                             f"got {num_requests}")
+        chosen = set(random.Random(seed).sample(sampled, num_requests))
+        requests = tuple(dataclasses.replace(r, top_p=top_p) if r.index in chosen else r for r in self.requests)
+        return Workload(f"{self.name}+top_p", requests, self.description,
+                        {**self.parameters, "top_p_requests": num_requests, "top_p": top_p})
+
     def summary(self) -> dict:
         inputs = [len(r.prompt) for r in self.requests]
         outputs = [r.max_new_tokens for r in self.requests]
@@ -108,6 +124,7 @@ class Workload:
             "parameters": self.parameters,
             "num_requests": self.num_requests,
             "num_greedy": sum(r.is_greedy for r in self.requests),
+            "num_top_p": sum(r.top_p < 1.0 for r in self.requests),
             "input_tokens": {"total": sum(inputs), "mean": sum(inputs) / len(inputs), "max": max(inputs)},
             "output_tokens": {"total": sum(outputs), "mean": sum(outputs) / len(outputs), "max": max(outputs)},
         }
@@ -250,7 +267,7 @@ def chat_like(num_requests: int, *, tokenizer, length_scale: float, vocab_size: 
         if max(prompt) >= vocab_size:
             raise ValueError(f"the tokenizer produced id {max(prompt)}, outside the model's vocabulary {vocab_size}")
         requests.append(BenchRequest(request.index, prompt, request.max_new_tokens, request.temperature,
-                                     request.seed))
+                                     request.seed, request.top_p))
     return Workload(
         name="chat",
         requests=tuple(requests),

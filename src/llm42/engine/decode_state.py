@@ -24,8 +24,9 @@ from llm42.model.config import ModelConfig
 from llm42.model.forward import forward
 from llm42.model.weights import Weights
 from llm42.policies.base import ReductionPolicy
-from llm42.sampler import (FILTER_LISTED, FILTER_PADDING, FILTER_SLOTS, SamplingRows, logprob_details,
-                           sample_with_margins, sampling_variant)
+from llm42 import sampler
+from llm42.sampler import (FILTER_LISTED, FILTER_PADDING, SamplingRows, logprob_details, sample_with_margins,
+                           sampling_variant)
 
 
 class DecodeState:
@@ -73,7 +74,7 @@ class DecodeState:
         self._pinned_batch = torch.zeros(max_num_seqs, dtype=torch.int64, pin_memory=self._is_cuda)
         # the batch rows (not slots) of a step's top-k / top-p rows when they are few (``stage_batch``): the sampler
         # sorts those only (``SamplingRows.filter_rows``); padding entries hold a row index past every batch
-        self.filter_slots = FILTER_SLOTS
+        self.filter_slots = sampler.FILTER_SLOTS  # read once, here
         self.filter_rows = torch.full((self.filter_slots,), FILTER_PADDING, dtype=torch.int64, device=dev)
         self._pinned_filter = torch.full((self.filter_slots,), FILTER_PADDING, dtype=torch.int64,
                                          pin_memory=self._is_cuda)

@@ -193,7 +193,7 @@ class FastStep:
         where ``DecodeState.stage_batch`` lists a bucket's top-k / top-p rows: buckets above ``filter_slots``)."""
         listed = (True, FILTER_LISTED)
         out = [v for v in variants if v != listed]
-        if bucket > self._decode_state.filter_slots:
+        if 0 < self._decode_state.filter_slots < bucket:
             out.append(listed)
         return out
 

@@ -59,8 +59,8 @@ from llm42.model.weights import Weights
 from llm42.policies.base import ReductionPolicy
 from llm42.engine.config import positive_int
 from llm42.engine.decode_state import to_device
-from llm42.sampler import (FILTER_LISTED, FILTER_PADDING, FILTER_SLOTS, SamplingRows, logprob_details, sample,
-                           sampling_variant)
+from llm42 import sampler
+from llm42.sampler import FILTER_LISTED, FILTER_PADDING, SamplingRows, logprob_details, sample, sampling_variant
 from llm42.verify.pass_result import PassResult
 from llm42.verify.pass_shapes import (GemmRowBlocks, bucket_gemm_rows, confined_buckets, pass_buckets, result_sizes,
                                       slice_bounds)
@@ -182,6 +182,7 @@ class CanonicalPass:
                              tuple[torch.cuda.CUDAGraph, tuple[torch.Tensor, torch.Tensor]]] = {}
         self._pool = None
         self._variant: tuple[bool, bool | str] = (False, False)  # (any row sampled, filtered: ``sampler_variants``)
+        self.filter_slots = sampler.FILTER_SLOTS  # the most result rows a pass lists for the filter (read once)
         self._bucket = num_rows  # the bucket staged last
         self._results = num_rows  # the result rows of the pass staged last (head and sampler)
         self._wanted: np.ndarray | None = None  # the pass rows a wide staged pass computes results for
@@ -303,7 +304,7 @@ class CanonicalPass:
                  ("select", (max_rows,), torch.int64),
                  # the result rows with a top-k / top-p filter when they are few (``_stage_sampling``): the sampler
                  # sorts those only (``SamplingRows.filter_rows``)
-                 ("filter_rows", (FILTER_SLOTS,), torch.int64))
+                 ("filter_rows", (self.filter_slots,), torch.int64))
         self._rows = StaticRows(max_rows, self.max_model_len, kv, device, max_seqs=num_rows, tile_rows=tile_rows,
                                 extra=extra)
         packed = self._rows.packed
@@ -339,10 +340,10 @@ class CanonicalPass:
 
     def sampler_variants(self, num_results: int) -> list[tuple[bool, bool | str]]:
         """The sampler variants of a pass with ``num_results`` result rows: greedy, sampled, filtered, and filtered
-        over the listed rows (``FILTER_LISTED``) where ``_stage_sampling`` lists them: more than ``FILTER_SLOTS``
+        over the listed rows (``FILTER_LISTED``) where ``_stage_sampling`` lists them: more than ``filter_slots``
         result rows, in one sampler call (at most R)."""
         variants: list[tuple[bool, bool | str]] = [(False, False), (True, False), (True, True)]
-        if FILTER_SLOTS < num_results <= self.num_rows:
+        if 0 < self.filter_slots < num_results <= self.num_rows:
             variants.append((True, FILTER_LISTED))
         return variants
 
@@ -485,10 +486,10 @@ class CanonicalPass:
             floats[0, :n] = runs.per_run([float(p.temperature) for p in params])
             floats[1, :n] = runs.per_run([float(p.top_p) for p in params])
         self._variant = sampling_variant(runs.params)
-        if self._variant[1] and FILTER_SLOTS < num_results <= self.num_rows:
+        if self._variant[1] and self.filter_slots < num_results <= self.num_rows:
             # few filtered result rows in one sampler call: list them (padding: a row past every pass's results)
             filtered = np.flatnonzero((floats[0, :n] > 0) & ((ints[0, :n] > 0) | (floats[1, :n] < 1.0)))
-            if len(filtered) <= FILTER_SLOTS:
+            if len(filtered) <= self.filter_slots:
                 listed = self._rows.packed.host("filter_rows")
                 listed[:len(filtered)] = filtered
                 listed[len(filtered):] = FILTER_PADDING
