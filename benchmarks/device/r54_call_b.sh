@@ -9,7 +9,7 @@
 source "$(dirname "$0")/session_preamble.sh"
 ARGS="--model 8b --lm-head-std 0.2 --lm-head-bias-scale 26.9 --max-num-seqs 1024 --warmup-requests 0"
 # shellcheck disable=SC2086  # ARGS is a list of options
-timeout "${DVR_CAP:-480}" python3 benchmarks/device/dvr_ab.py $ARGS --variants admit_budget,admit_budget_no_mixed \
+timeout "${DVR_CAP:-540}" python3 benchmarks/device/dvr_ab.py $ARGS --variants admit_budget,admit_budget_no_mixed \
     --modes nondet --repeats "${REPEATS:-2}" --budget-s 140 --out "$OUT/dvr_ab_8b_mixed.json" \
     >"$OUT/dvr_ab_8b_mixed.txt" 2>&1
 log "8b mixed exit $?"; grep -E "tok/s|median|note" "$OUT/dvr_ab_8b_mixed.txt" | cut -c1-200 | tail -n 12
