@@ -201,7 +201,8 @@ class DecodeState:
         host[:n] = batch
         host[n:num_rows] = self.pad_slot
         self.batch[:num_rows].copy_(self._pinned_batch[:num_rows], non_blocking=True)
-        filtered = self.listed_rows(batch, num_rows)
+        is_filtered = bool(self._is_filtered[batch].any())
+        filtered = self.listed_rows(batch, num_rows) if is_filtered else None
         if filtered is not None:
             listed = self._pinned_filter.numpy()
             listed[:len(filtered)] = filtered
@@ -211,7 +212,7 @@ class DecodeState:
             self._batch_copied.record()
         if filtered is not None:
             return True, FILTER_LISTED
-        return bool(self._is_sampled[batch].any()), bool(self._is_filtered[batch].any())
+        return bool(self._is_sampled[batch].any()), is_filtered
 
     def listed_rows(self, batch: np.ndarray, num_rows: int) -> np.ndarray | None:
         """The rows of ``batch`` (slots) with a top-k / top-p filter, when a step of ``num_rows`` lists them
