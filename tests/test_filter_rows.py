@@ -138,3 +138,23 @@ def test_canonical_passes_that_list_their_filtered_rows_commit_the_same_bits(mon
     assert served == reference
     wrong, _ = _verify(monkeypatch, 4, drop_first=True)
     assert wrong != reference
+
+
+def test_the_listed_variant_is_captured_only_where_a_step_lists(monkeypatch):
+    """The graphs captured up front (``FastStep.decode_variants``, ``CanonicalPass.sampler_variants``) include the
+    listed filter's variant exactly for the shapes ``stage_batch`` / ``_stage_sampling`` list at: more rows than
+    ``filter_slots`` (the canonical pass: at most R result rows); none at all with ``filter_slots`` 0."""
+    from llm42.engine.mixed import MixedStep
+
+    listed = (True, FILTER_LISTED)
+    for slots in (4, 0):
+        monkeypatch.setattr(sampler, "FILTER_SLOTS", slots)
+        gen = DVRGenerator(WEIGHTS, CFG, window=4, group=2, max_num_seqs=16, kv_cache_tokens=1024)
+        step, cp = gen.fast_step, gen.verifier.canonical_pass
+        for bucket in (2, 4, 5, 16):
+            assert (listed in step.decode_variants(bucket)) == (0 < slots < bucket)
+            mixed = step.decode_variants(bucket, MixedStep.MIXED_VARIANTS)
+            assert (True, True) in mixed and (listed in mixed) == (0 < slots < bucket)
+            assert len(step.decode_variants(bucket)) == 3 + (0 < slots < bucket)
+        for results in (3, 5, 8, 16):  # R = 8
+            assert (listed in cp.sampler_variants(results)) == (0 < slots < results <= 8)
