@@ -63,10 +63,11 @@ def _serve(monkeypatch, filter_slots: int, mixed_steps: bool, *, drop_first: boo
 @pytest.mark.parametrize("mixed_steps", [False, True])
 def test_listed_filter_rows_serve_what_filtering_every_row_serves(monkeypatch, mixed_steps, model=(CFG, WEIGHTS)):
     """tests/gpu/test_filter_rows_cuda.py runs this on CUDA (``model`` there: the 8B shape), from graphs."""
-    reference, never, _ = _serve(monkeypatch, 0, mixed_steps, model=model)  # slots 0: no step lists its rows
-    assert never == []
+    reference, never, unlisted = _serve(monkeypatch, 0, mixed_steps, model=model)  # slots 0: none lists its rows
+    assert never == [] and unlisted["listed_filter_steps"] == 0 and unlisted["filtered_steps"] > 0
     served, listed, stats = _serve(monkeypatch, 3, mixed_steps, model=model)
     assert listed and max(listed) >= 2  # steps did list their filtered rows, several at once
+    assert 0 < stats["listed_filter_steps"] <= stats["filtered_steps"] == unlisted["filtered_steps"]
     if mixed_steps:
         assert stats["mixed_steps"] >= 1
     for a, b in zip(reference, served):

@@ -761,6 +761,7 @@ def _record_run(out: dict, v: str, mode_name: str, result, nondet, workload) -> 
         "ratio_to_nondet": summary["ratio_to_nondet"],
         "steps": stats.get("steps"), "ms_per_step": summary["engine"].get("ms_per_step"),
         "fast_steps": stats.get("fast_steps"), "mixed_steps": stats.get("mixed_steps"),
+        "filtered_steps": stats.get("filtered_steps"), "listed_filter_steps": stats.get("listed_filter_steps"),
         "canonical_passes": stats.get("canonical_passes"), "prompt_passes": stats.get("prompt_passes"),
         "canonical_rows": stats.get("canonical_rows"),
         "canonical_rows_used": stats.get("canonical_rows_used"),

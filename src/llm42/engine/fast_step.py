@@ -297,6 +297,7 @@ class FastStep:
         use_graph = graphs is not None and num <= graphs.max_batch_size and details is None
         variant = state.stage_batch([r.slot for r in decode], graphs.bucket_for(num) if use_graph else num)
         top = None
+        self._count_filter(variant)
         if use_graph:
             tokens, logprobs = graphs.run(num, variant)
         elif details is not None:
@@ -306,6 +307,13 @@ class FastStep:
         else:
             tokens, logprobs = state.decode(num, variant=variant, max_context_len=max_context_len)
         record.add(decode, tokens, logprobs, top)
+
+    def _count_filter(self, variant: tuple[bool, bool | str]) -> None:
+        """``stats["filtered_steps"]``: a step with decode rows whose sampler runs the top-k / top-p filter;
+        ``stats["listed_filter_steps"]``: of those, one that sorts only its listed rows (``FILTER_LISTED``)."""
+        if variant[1]:
+            self._pool.stats["filtered_steps"] += 1
+            self._pool.stats["listed_filter_steps"] += variant[1] == FILTER_LISTED
 
     def _can_mix(self, decode: list[Request], segments: list[Segment]) -> bool:
         """Whether decode rows that ask for no details and the prompt chunks run as one pass (``MixedStep``):
@@ -334,6 +342,7 @@ class FastStep:
             self._launch_prefill(segments, record)
             return
         self._pool.stats["mixed_steps"] += 1
+        self._count_filter(mixed.last_variant)
         record.add(decode, tokens, logprobs)
         self._prefilled(segments, prompt_tokens, prompt_logprobs, None, record)
 

@@ -42,6 +42,7 @@ class MixedStep:
         self.prefill = prefill
         self._decode_graphs = decode_graphs
         self.graphs = MixedGraphs(self) if use_graph else None
+        self.last_variant: tuple[bool, bool | str] = (True, False)
         self._decode_ladder = (row_buckets(decode_graphs.max_batch_size, bucket_step)
                                if use_graph and decode_graphs is not None else None)
 
@@ -86,6 +87,7 @@ class MixedStep:
         """
         bucket, prompt_variant, prompt_max_context_len = self.prefill.stage(segments, kv)
         variant = self.variant(decode_variant, prompt_variant)
+        self.last_variant = variant  # the sampler variant of the step run last (``stats["filtered_steps"]``)
         if self.graphs is not None:
             outputs = self.graphs.run(self.decode_bucket(num_decode), bucket, variant)
         else:
