@@ -19,12 +19,12 @@ import itertools
 import numpy as np
 import torch
 
+from llm42 import sampler
 from llm42.inputs import StepInputs
 from llm42.model.config import ModelConfig
 from llm42.model.forward import forward
 from llm42.model.weights import Weights
 from llm42.policies.base import ReductionPolicy
-from llm42 import sampler
 from llm42.sampler import (FILTER_LISTED, FILTER_PADDING, SamplingRows, logprob_details, sample_with_margins,
                            sampling_variant)
 

@@ -51,6 +51,7 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 import torch
 
+from llm42 import sampler
 from llm42.cuda_graphs import StaticRows, capture_graph, lend_streams, resolve_use_graph
 from llm42.inputs import StepInputs
 from llm42.model.config import ModelConfig
@@ -59,7 +60,6 @@ from llm42.model.weights import Weights
 from llm42.policies.base import ReductionPolicy
 from llm42.engine.config import positive_int
 from llm42.engine.decode_state import to_device
-from llm42 import sampler
 from llm42.sampler import FILTER_LISTED, FILTER_PADDING, SamplingRows, logprob_details, sample, sampling_variant
 from llm42.verify.pass_result import PassResult
 from llm42.verify.pass_shapes import (GemmRowBlocks, bucket_gemm_rows, confined_buckets, pass_buckets, result_sizes,
