@@ -304,7 +304,7 @@ class CanonicalPass:
                  ("select", (max_rows,), torch.int64),
                  # the result rows with a top-k / top-p filter when they are few (``_stage_sampling``): the sampler
                  # sorts those only (``SamplingRows.filter_rows``)
-                 ("filter_rows", (self.filter_slots,), torch.int64))
+                 ("filter_rows", (max(1, self.filter_slots),), torch.int64))
         self._rows = StaticRows(max_rows, self.max_model_len, kv, device, max_seqs=num_rows, tile_rows=tile_rows,
                                 extra=extra)
         packed = self._rows.packed
