@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 
 from llm42.ops import exact
@@ -122,6 +123,22 @@ FILTER_SLOTS = 64
 # ``SamplingRows.filter_rows`` (the decode state's static index): filtered, over those rows only.
 FILTER_LISTED = "listed"
 FILTER_PADDING = 1 << 40  # a padding entry of a static ``filter_rows`` index: past every row of any step
+
+
+def rows_to_list(is_filtered: np.ndarray, num_rows: int, slots: int) -> np.ndarray | None:
+    """The rows (indices into ``is_filtered``, a step's per-row bool on the host) a step of ``num_rows`` rows lists in
+    a static index of ``slots`` entries: its filtered rows when there are some, at most ``slots``, and the step has
+    more than ``slots`` rows (at most, filtering every row costs no more); else None (every row is filtered)."""
+    if num_rows <= slots:
+        return None
+    rows = np.flatnonzero(is_filtered)
+    return rows if 0 < len(rows) <= slots else None
+
+
+def write_listed(index: np.ndarray, rows: np.ndarray) -> None:
+    """Write ``rows`` into the host side of a static ``filter_rows`` index, padded with ``FILTER_PADDING``."""
+    index[:len(rows)] = rows
+    index[len(rows):] = FILTER_PADDING
 
 
 def _filter_threshold(scaled: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor,

@@ -25,8 +25,8 @@ from llm42.model.config import ModelConfig
 from llm42.model.forward import forward
 from llm42.model.weights import Weights
 from llm42.policies.base import ReductionPolicy
-from llm42.sampler import (FILTER_LISTED, FILTER_PADDING, SamplingRows, logprob_details, sample_with_margins,
-                           sampling_variant)
+from llm42.sampler import (FILTER_LISTED, FILTER_PADDING, SamplingRows, logprob_details, rows_to_list,
+                           sample_with_margins, sampling_variant, write_listed)
 
 
 class DecodeState:
@@ -204,9 +204,7 @@ class DecodeState:
         is_filtered = bool(self._is_filtered[batch].any())
         filtered = self.listed_rows(batch, num_rows) if is_filtered else None
         if filtered is not None:
-            listed = self._pinned_filter.numpy()
-            listed[:len(filtered)] = filtered
-            listed[len(filtered):] = FILTER_PADDING
+            write_listed(self._pinned_filter.numpy(), filtered)
             self.filter_rows.copy_(self._pinned_filter, non_blocking=True)
         if self._batch_copied is not None:
             self._batch_copied.record()
@@ -217,10 +215,7 @@ class DecodeState:
     def listed_rows(self, batch: np.ndarray, num_rows: int) -> np.ndarray | None:
         """The rows of ``batch`` (slots) with a top-k / top-p filter, when a step of ``num_rows`` lists them
         (``stage_batch``): some, no more than ``filter_slots``, of fewer than ``num_rows``; else None."""
-        if num_rows <= self.filter_slots:
-            return None
-        rows = np.flatnonzero(self._is_filtered[batch])
-        return rows if 0 < len(rows) <= self.filter_slots else None
+        return rows_to_list(self._is_filtered[batch], num_rows, self.filter_slots)
 
     def table_lengths(self) -> list[int]:
         """Per slot, the block-table entries the device has (``ensure_blocks`` appends past them)."""

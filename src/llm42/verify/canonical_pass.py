@@ -60,7 +60,8 @@ from llm42.model.weights import Weights
 from llm42.policies.base import ReductionPolicy
 from llm42.engine.config import positive_int
 from llm42.engine.decode_state import to_device
-from llm42.sampler import FILTER_LISTED, FILTER_PADDING, SamplingRows, logprob_details, sample, sampling_variant
+from llm42.sampler import (FILTER_LISTED, SamplingRows, logprob_details, rows_to_list, sample, sampling_variant,
+                           write_listed)
 from llm42.verify.pass_result import PassResult
 from llm42.verify.pass_shapes import (GemmRowBlocks, bucket_gemm_rows, confined_buckets, pass_buckets, result_sizes,
                                       slice_bounds)
@@ -486,13 +487,11 @@ class CanonicalPass:
             floats[0, :n] = runs.per_run([float(p.temperature) for p in params])
             floats[1, :n] = runs.per_run([float(p.top_p) for p in params])
         self._variant = sampling_variant(runs.params)
-        if self._variant[1] and self.filter_slots < num_results <= self.num_rows:
-            # few filtered result rows in one sampler call: list them (padding: a row past every pass's results)
-            filtered = np.flatnonzero((floats[0, :n] > 0) & ((ints[0, :n] > 0) | (floats[1, :n] < 1.0)))
-            if len(filtered) <= self.filter_slots:
-                listed = self._rows.packed.host("filter_rows")
-                listed[:len(filtered)] = filtered
-                listed[len(filtered):] = FILTER_PADDING
+        if self._variant[1] and num_results <= self.num_rows:  # one sampler call: its few filtered rows listed
+            filtered = rows_to_list((floats[0, :n] > 0) & ((ints[0, :n] > 0) | (floats[1, :n] < 1.0)), num_results,
+                                    self.filter_slots)
+            if filtered is not None:
+                write_listed(self._rows.packed.host("filter_rows"), filtered)
                 self._variant = (True, FILTER_LISTED)
 
     def _sampling_host(self) -> tuple[np.ndarray, np.ndarray]:
