@@ -165,6 +165,93 @@ def check_split(logits: torch.Tensor, threshold: torch.Tensor, keys: torch.Tenso
         sampling.GUMBEL_TARGET_PROGRAMS = old
 
 
+def _reference_threshold(scaled: torch.Tensor, top_k: int, top_p: float) -> tuple[float, float]:
+    """``filter_threshold``'s definition in float64 on one scaled row (CPU): (threshold, how close the row's
+    top-p mass came to deciding between two values, relative: where tiny, float32 sums may decide otherwise)."""
+    s = scaled.double()
+    vocab = len(s)
+    k = top_k if 0 < top_k < vocab else vocab
+    ordered = s.sort(descending=True).values
+    kth = float(ordered[k - 1])
+    weight = torch.exp(s - s.max())
+    above = s > kth
+    total = float(weight[above].sum()) + (k - int(above.sum())) * float(torch.exp(torch.tensor(kth) - s.max()))
+    if top_p >= 1.0:
+        return kth, float("inf")
+    threshold, margin = kth, float("inf")
+    for v in sorted({float(x) for x in ordered[:k]}):  # ascending: the largest value that holds wins
+        if v == kth:
+            continue
+        mass = float(weight[s >= v].sum())
+        margin = min(margin, abs(mass - top_p * total) / total)
+        if mass >= top_p * total:
+            threshold = v
+    return threshold, margin
+
+
+def check_filter(device: str, vocab: int = 1500, num_rows: int = 12) -> None:
+    """``filter_threshold`` (the top-k / top-p threshold's search): the float64 definition's value wherever the
+    row's mass is not at the edge, from bf16 logits scaled in the kernel and from a scaled float32 copy (the same
+    bits), a row's value the same alone, listed in a padded index, among other rows; greedy and unfiltered rows
+    -inf; and controls (another top-p or top-k moves its row's threshold, no other)."""
+    from llm42.kernels.sampling import filter_threshold, row_stats
+    from llm42.sampler import SamplingRows, _scaled
+
+    gen = torch.Generator().manual_seed(3)
+    logits = torch.randn(num_rows, vocab, generator=gen) * 3
+    logits[4, :] = 1.0  # one value
+    logits[5, 100:] = float("-inf")  # a masked vocabulary
+    logits[6, :10] = 9.0  # a tie at the top
+    logits = logits.to(device, torch.bfloat16)
+    temps = (torch.rand(num_rows, generator=gen) * 1.5 + 0.3).to(device)
+    temps[0], temps[9] = 0.0, 1e-40  # greedy (never filtered); |max| / T overflows
+    top_k = torch.tensor([5, 0, 40, 0, 3, 0, 4, 1, 0, 7, vocab, 0], device=device)
+    top_p = torch.tensor([0.9, 0.9, 1.0, 0.5, 0.8, 0.95, 1.0, 0.3, 0.99, 0.6, 0.7, 1.0], device=device)
+    rows = SamplingRows(temperature=temps, top_k=top_k, top_p=top_p, seeds=top_k, positions=top_k)
+    _, row_max, _, row_min = row_stats(logits, row_min=True)
+    got = filter_threshold(logits, temps, row_max, row_min, top_k, top_p)
+    scaled = _scaled(logits.float(), rows, row_max)
+    ones = torch.ones_like(temps)
+    from_copy = filter_threshold(scaled, ones, scaled.amax(-1), scaled.amin(-1), top_k, top_p)
+    sampled_rows = temps > 0
+    assert torch.equal(got[sampled_rows], from_copy[sampled_rows]), (got, from_copy)
+    assert float(got[0]) == float("-inf") and float(got[11]) == float("-inf")  # greedy; no filter
+    checked = 0
+    for i in range(1, num_rows - 1):
+        want, margin = _reference_threshold(scaled[i].cpu(), int(top_k[i]), float(top_p[i]))
+        assert float(got[i]) in set(scaled[i].cpu().tolist()), i  # one of the row's own values
+        if margin > 1e-4:
+            assert float(got[i]) == want, (i, float(got[i]), want)
+            checked += 1
+    assert checked >= 8, checked
+    assert float(got[4]) == 1.0 / float(temps[4]) or float(got[4]) == float(scaled[4, 0])  # one value: that value
+    assert int((scaled[7] >= got[7]).sum()) == 1  # top-k 1
+
+    # a row's threshold is its own: alone, listed (any order, padded), among other rows
+    index = torch.tensor([9, 2, num_rows + 5, 7, 1 << 40], device=device)
+    listed = filter_threshold(logits, temps, row_max, row_min, top_k, top_p, index)
+    on_list = torch.zeros(num_rows, dtype=torch.bool, device=device)
+    on_list[[9, 2, 7]] = True
+    assert torch.equal(listed[on_list], got[on_list])
+    assert bool((listed[~on_list] == float("-inf")).all())
+    other = (torch.randn(num_rows, vocab, generator=gen) * 5).to(device, torch.bfloat16)
+    for i in (1, 3, 7):
+        alone = filter_threshold(logits[i:i + 1], temps[i:i + 1], row_max[i:i + 1], row_min[i:i + 1],
+                                 top_k[i:i + 1], top_p[i:i + 1])
+        assert torch.equal(alone, got[i:i + 1]), i
+        mixed = torch.cat([other[:i], logits[i:i + 1], other[i + 1:]])
+        _, mixed_max, _, mixed_min = row_stats(mixed, row_min=True)
+        assert torch.equal(filter_threshold(mixed, temps, mixed_max, mixed_min, top_k, top_p)[i], got[i]), i
+    # controls: a smaller top-p or top-k moves its row's threshold up, and no other row's
+    moved_p, moved_k = top_p.clone(), top_k.clone()
+    moved_p[3], moved_k[2] = 0.05, 2
+    moved = filter_threshold(logits, temps, row_max, row_min, moved_k, moved_p)
+    assert float(moved[3]) > float(got[3]) and float(moved[2]) > float(got[2])
+    keep = torch.ones(num_rows, dtype=torch.bool, device=device)
+    keep[[2, 3]] = False
+    assert torch.equal(moved[keep], got[keep])
+
+
 def _uniforms(keys: torch.Tensor, vocab: int) -> torch.Tensor:
     """The kernel's u per (row, vocab id), in float32 as the kernel computes it (a torch mirror of its hash)."""
     from llm42.sampler import _mix32
@@ -179,13 +266,22 @@ def test_sampling_kernels_on_cuda():
     run_checks("cuda", vocab=128256, num_rows=24)
 
 
-def test_sampling_kernels_under_the_triton_interpreter():
+@pytest.mark.parametrize("checks", ["run_checks", "check_filter"])
+def test_sampling_kernels_under_the_triton_interpreter(checks):
     if importlib.util.find_spec("triton") is None:
         pytest.skip("Triton is not installed (CPU torch does not ship it); the CUDA run covers these kernels")
     env = dict(os.environ, TRITON_INTERPRET="1", PYTHONPATH=os.pathsep.join([str(ROOT / "src"), str(ROOT)]))
-    proc = subprocess.run([sys.executable, "-c", "from tests.test_sampling_kernels import run_checks; run_checks('cpu')"],
+    proc = subprocess.run([sys.executable, "-c", f"from tests.test_sampling_kernels import {checks}; {checks}('cpu')"],
                           cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+
+
+@pytest.mark.gpu
+def test_the_filter_threshold_kernel_on_cuda():
+    if not torch.cuda.is_available():
+        pytest.skip("needs CUDA")
+    check_filter("cuda", vocab=128256, num_rows=12)
+    check_filter("cuda", vocab=49152, num_rows=12)
 
 
 @pytest.mark.gpu

@@ -15,14 +15,14 @@ The bytes: the fused sampler reads the [N, V] bf16 logits twice (row statistics,
 top-k / top-p threshold in chunks of ``FILTER_CHUNK_ELEMENTS`` (the tree's) against all rows at once (before round
 53), and the same rows without the top-p row (the fused sampler, which a step without a filtered row runs); with
 each variant's peak memory during its capture (``peak_GiB``: the filter's temporaries) and the bits compared.
-Round 54 adds ``listed``: the threshold of the listed rows only (``SamplingRows.filter_rows``, a static index of
-``llm42.sampler.FILTER_SLOTS`` entries: the top-p row, then padding).
+Round 55 times the threshold's kernel (``llm42.sampler.FILTER_KERNEL``, ``kernels.sampling.filter_threshold``)
+against the torch filter in chunks, with one top-p row and with every row filtered (top-p 0.9, every fourth row also
+top-k 50), and records how many sampled rows' tokens the two agree on (the same threshold in other arithmetic).
 """
 
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import statistics
 import sys
@@ -119,53 +119,58 @@ def main() -> int:
 
 
 def filtered(args) -> int:
-    """``--filtered``: one top-p row among the rows, the threshold chunked against whole, and the unfiltered step."""
+    """``--filtered``: the top-k / top-p threshold's kernel against the torch filter, one top-p row and every sampled
+    row filtered, and the unfiltered step."""
     chunk = sampler.FILTER_CHUNK_ELEMENTS
     entries = []
     for shape, vocab in (("8b", 128256), ("smollm2", 49152)):
-        for rows in (64, 256, 512, 1056):
+        for rows in (64, 256, 1056):
             gen = torch.Generator(device="cuda").manual_seed(rows)
             logits = (torch.randn(rows, vocab, device="cuda", generator=gen) * 3).bfloat16()
             ints = torch.arange(rows, device="cuda")
             temps = torch.rand(rows, device="cuda", generator=gen) * 1.5 + 1e-3
             temps[::2] = 0.0
-            top_p = torch.ones_like(temps)
-            top_p[1] = 0.9  # one sampled row asks for top-p
-            filtered_rows = SamplingRows(temperature=temps, top_k=torch.zeros_like(ints), top_p=top_p,
-                                         seeds=ints * 31 + 7, positions=ints + 100, is_any_sampled=True,
-                                         is_any_filtered=True)
-            # round 54: the filter over the listed rows only (``SamplingRows.filter_rows``), a static index of
-            # sampler.FILTER_SLOTS entries as a graph holds it, the top-p row and padding
-            index = torch.full((sampler.FILTER_SLOTS,), rows, dtype=torch.int64, device="cuda")
-            index[0] = 1
-            listed_rows = dataclasses.replace(filtered_rows, filter_rows=index)
-            plain_rows = SamplingRows(temperature=temps, top_k=torch.zeros_like(ints), top_p=torch.ones_like(temps),
-                                      seeds=ints * 31 + 7, positions=ints + 100, is_any_sampled=True,
-                                      is_any_filtered=False)
+
+            def sampling_rows(top_k, top_p, is_filtered):
+                return SamplingRows(temperature=temps, top_k=top_k, top_p=top_p, seeds=ints * 31 + 7,
+                                    positions=ints + 100, is_any_sampled=True, is_any_filtered=is_filtered)
+
+            one_p = torch.ones_like(temps)
+            one_p[1] = 0.9  # one sampled row asks for top-p
+            every_p = torch.full_like(temps, 0.9)  # every row (top-p 0.9; every fourth also top-k 50)
+            every_k = torch.where(ints % 4 == 1, 50, 0)
+            cases = {"kernel_one": (True, sampling_rows(torch.zeros_like(ints), one_p, True)),
+                     "torch_one": (False, sampling_rows(torch.zeros_like(ints), one_p, True)),
+                     "kernel_every": (True, sampling_rows(every_k, every_p, True)),
+                     "torch_every": (False, sampling_rows(every_k, every_p, True)),
+                     "unfiltered": (True, sampling_rows(torch.zeros_like(ints), torch.ones_like(temps), False))}
             graphs, outs, peaks = {}, {}, {}
-            for name, elements, sampling_rows in (("chunked", chunk, filtered_rows), ("whole", 1 << 62, filtered_rows),
-                                                  ("listed", chunk, listed_rows), ("unfiltered", chunk, plain_rows)):
-                sampler.FILTER_CHUNK_ELEMENTS = elements  # read when the graph is captured
+            for name, (kernel, sampling_rows_) in cases.items():
+                sampler.FILTER_KERNEL = kernel  # read when the graph is captured
                 torch.cuda.synchronize()
                 torch.cuda.reset_peak_memory_stats()
                 base = torch.cuda.memory_allocated()
-                graphs[name], outs[name] = graphed(lambda r=sampling_rows: sample_with_margins(logits, r))
+                graphs[name], outs[name] = graphed(lambda r=sampling_rows_: sample_with_margins(logits, r))
                 torch.cuda.synchronize()
                 peaks[name] = (torch.cuda.max_memory_allocated() - base) / 2**30
-            sampler.FILTER_CHUNK_ELEMENTS = chunk
+            sampler.FILTER_KERNEL = True
             ms = interleaved_ms(graphs, args.reps)
             unfiltered = torch.ones(rows, dtype=torch.bool, device="cuda")
             unfiltered[1] = False
+            sampled = temps > 0
             entry = {"shape": shape, "vocab": vocab, "rows": rows, **{f"{n}_ms": round(ms[n], 4) for n in graphs},
-                     "whole_over_chunked": round(ms["whole"] / ms["chunked"], 3),
-                     "chunked_over_unfiltered": round(ms["chunked"] / ms["unfiltered"], 3),
-                     "listed_over_unfiltered": round(ms["listed"] / ms["unfiltered"], 3),
+                     "torch_over_kernel_one": round(ms["torch_one"] / ms["kernel_one"], 3),
+                     "torch_over_kernel_every": round(ms["torch_every"] / ms["kernel_every"], 3),
+                     "kernel_every_over_unfiltered": round(ms["kernel_every"] / ms["unfiltered"], 3),
                      **{f"{n}_peak_GiB": round(peaks[n], 3) for n in graphs},
-                     "same_bits": all(torch.equal(a, b) for name in ("whole", "listed")
-                                      for a, b in zip(outs["chunked"], outs[name])),
+                     # the two define the same threshold in other arithmetic: the sampled rows' tokens that agree
+                     "same_tokens_one": float((outs["kernel_one"][0] == outs["torch_one"][0])[sampled].float().mean()),
+                     "same_tokens_every": float((outs["kernel_every"][0] == outs["torch_every"][0])[sampled]
+                                                .float().mean()),
                      # every row but the top-p one draws what it draws in a step without it
                      "other_rows_as_unfiltered": all(torch.equal(a[unfiltered], b[unfiltered])
-                                                     for a, b in zip(outs["chunked"], outs["unfiltered"]))}
+                                                     for name in ("kernel_one", "torch_one")
+                                                     for a, b in zip(outs[name], outs["unfiltered"]))}
             entries.append(entry)
             print(json.dumps(entry), flush=True)
             del graphs, outs
@@ -173,7 +178,7 @@ def filtered(args) -> int:
     out = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "reps": args.reps,
            "filter_chunk_elements": chunk, "runs": entries}
     args.out.write_text(json.dumps(out, indent=1) + "\n")
-    return 0 if all(e["same_bits"] and e["other_rows_as_unfiltered"] for e in entries) else 1
+    return 0 if all(e["other_rows_as_unfiltered"] for e in entries) else 1
 
 
 if __name__ == "__main__":

@@ -33,12 +33,20 @@ from llm42.ops import exact
 _MASK32 = 0xFFFFFFFF
 _GOLDEN = 0x9E3779B1
 
-# On CUDA, a step without top-k / top-p rows reads the head's logits as they are (bf16) and the Gumbel kernel
-# scales them itself (``gumbel_argmax(scale=...)``): two reads of [N, V] instead of a float32 copy and about a
-# dozen float32 passes. The same bits either way (tests/test_sampling_kernels.py); False scales a float32 copy
-# with torch ops in every sampled step, as a top-k / top-p step does (for A/B benchmarks; before round 50 every
-# step did, and read its row statistics off the copy too). Read when the sampler runs (a graph: when captured).
+# On CUDA, a sampled step reads the head's logits as they are (bf16) and the Gumbel kernel scales them itself
+# (``gumbel_argmax(scale=...)``): two reads of [N, V] instead of a float32 copy and about a dozen float32 passes.
+# The same bits either way (tests/test_sampling_kernels.py); False scales a float32 copy with torch ops in every
+# sampled step (for A/B benchmarks; before round 50 every step did, and read its row statistics off the copy too).
+# Before round 55 a step with a top-k / top-p row always took the copy. Read when the sampler runs (a graph: when
+# captured).
 FUSED_CUDA_SAMPLER = True
+# On CUDA the top-k / top-p threshold is ``kernels.sampling.filter_threshold``: a search over each row's values,
+# a few reads of the row and no temporaries. False: the torch ops the CPU runs (a stable sort, a float64 softmax and
+# an exact cumulative sum over [N, V], about 40 passes and some 100 bytes of temporaries per element; every step
+# before round 55), for A/B benchmarks. The two define the same threshold in different arithmetic (float32 sums in
+# the kernel, exact float64 ones in the torch ops), so a row at the edge of its top-p mass can keep a token more or
+# less; each is a function of the row alone. Read when the sampler runs (a graph: when captured).
+FILTER_KERNEL = True
 
 
 def _mix32(x: torch.Tensor) -> torch.Tensor:
@@ -153,6 +161,11 @@ def _filter_threshold(scaled: torch.Tensor, top_k: torch.Tensor, top_p: torch.Te
     (its memory).
     """
     num_rows = scaled.shape[0]
+    if scaled.is_cuda and FILTER_KERNEL:
+        from llm42.kernels.sampling import filter_threshold
+
+        ones = torch.ones_like(top_p, dtype=torch.float32)
+        return filter_threshold(scaled, ones, scaled.amax(-1), scaled.amin(-1), top_k, top_p, filter_rows)[:, None]
     if filter_rows is None and not scaled.is_cuda:  # the CPU: finding the rows waits for no device
         filter_rows = ((top_k > 0) | (top_p < 1.0)).nonzero().squeeze(1)
         if len(filter_rows) == num_rows:
@@ -306,15 +319,21 @@ def _sample(logits: torch.Tensor, rows: SamplingRows, *, with_margins: bool):
             is_any_filtered = bool(((rows.top_k > 0) | (rows.top_p < 1.0)).any())
     # The row statistics read the logits as the head wrote them, on every path: on CUDA the sum of exponentials is
     # a reduction whose order follows the kernel's load layout, which follows the dtype (a float32 copy would give
-    # other bits). The fused CUDA sampler (FUSED_CUDA_SAMPLER) scales them in the Gumbel kernel too; a step with a
-    # top-k / top-p row sorts scaled values, so it makes them from a float32 copy (the same values, exactly).
-    fused = logits.is_cuda and FUSED_CUDA_SAMPLER and not is_any_filtered
+    # other bits). The fused CUDA sampler (FUSED_CUDA_SAMPLER) scales them in the Gumbel kernel too, and in the
+    # top-k / top-p threshold's kernel (FILTER_KERNEL); the torch filter sorts scaled values, so without that kernel
+    # a step with a top-k / top-p row makes them from a float32 copy (the same values, exactly).
+    fused = logits.is_cuda and FUSED_CUDA_SAMPLER and (FILTER_KERNEL or not is_any_filtered)
     parts = _greedy_and_logprob_parts(logits, runner_up=with_margins, row_min=fused and is_any_sampled)
     greedy, row_max, log_sum = parts[:3]
     margins = (row_max.float() - parts[3]) if with_margins else None
     if is_any_sampled:
         if fused:
             scaled, threshold, scale = logits, None, (row_max, parts[-1])
+            if is_any_filtered:
+                from llm42.kernels.sampling import filter_threshold
+
+                threshold = filter_threshold(logits, rows.temperature, row_max, parts[-1], rows.top_k, rows.top_p,
+                                             rows.filter_rows)
         else:
             scaled, scale = _scaled(logits.float(), rows, row_max), None
             threshold = (_filter_threshold(scaled, rows.top_k, rows.top_p, rows.filter_rows) if is_any_filtered

@@ -61,6 +61,10 @@ GUMBEL_TARGET_PROGRAMS: int | None = 1024
 # benchmarks' requests are half greedy). The same bits for every sampled row. Alone it measured 1.0-1.1x slower on an
 # H100 (round 51: a row's one program still runs); with the split above it is what makes half-greedy steps cheap.
 GUMBEL_SKIP_GREEDY = True
+# The top-k / top-p threshold's search (``filter_threshold``): pivots per pass over a row, and the block a pass reads
+# at a time. Pinned, like BLOCK_V: a row's sums follow them.
+FILTER_FAN = 16
+FILTER_BLOCK = 512
 
 
 @triton.jit
@@ -103,6 +107,16 @@ def _row_stats_kernel(x_ptr, stride_x, vocab: tl.constexpr, argmax_ptr, max_ptr,
         tl.store(second_ptr + row, second)
     if ROW_MIN:
         tl.store(min_ptr + row, lo)
+
+
+@triton.jit
+def _row_scale(temperature, row_max, row_min):
+    """(T, shift) of a row, ``llm42.sampler._scaled``'s: an element is scaled as div_rn(x - shift, T); a greedy row
+    (T <= 0) by 1; shift is the row's max where |max| / T overflows, else 0 (x - 0.0 is x, bit for bit)."""
+    temperature = tl.where(temperature > 0, temperature, 1.0)
+    abs_max = tl.maximum(row_max, -row_min, propagate_nan=tl.PropagateNan.ALL)
+    overflows = (tl.abs(tl.math.div_rn(abs_max, temperature)) == float("inf")) & (tl.abs(abs_max) < float("inf"))
+    return temperature, tl.where(overflows, row_max, 0.0)
 
 
 @triton.jit
@@ -156,11 +170,7 @@ def _gumbel_argmax_kernel(x_ptr, stride_x, vocab: tl.constexpr, threshold_ptr, k
         temperature = tl.load(temperature_ptr + row)
         if SAMPLED_ONLY:  # a greedy row draws nothing (the sampler takes its greedy token)
             end = tl.where(temperature > 0, vocab, 0)
-        temperature = tl.where(temperature > 0, temperature, 1.0)
-        row_max = tl.load(max_ptr + row)
-        abs_max = tl.maximum(row_max, -tl.load(min_ptr + row), propagate_nan=tl.PropagateNan.ALL)
-        overflows = (tl.abs(tl.math.div_rn(abs_max, temperature)) == float("inf")) & (tl.abs(abs_max) < float("inf"))
-        shift = tl.where(overflows, row_max, 0.0)  # x - 0.0 is x, bit for bit
+        temperature, shift = _row_scale(temperature, tl.load(max_ptr + row), tl.load(min_ptr + row))
     best_val = tl.full((), float("-inf"), tl.float32)
     second = tl.full((), float("-inf"), tl.float32)
     best = tl.zeros((), tl.int32)
@@ -205,6 +215,99 @@ def _gumbel_merge_kernel(idx_ptr, val_ptr, second_ptr, num_chunks, out_ptr, best
         others = tl.max(tl.where(offs == winner, float("-inf"), vals), 0)
         tl.store(best_ptr + row, best_val)
         tl.store(second_out_ptr + row, tl.maximum(own, others))
+
+
+@triton.jit
+def _key(x, GRAIN: tl.constexpr):
+    """An int64 key of float32 ``x`` in the floats' order (-0 as +0), without the low ``GRAIN`` bits (zero in every
+    value of the input's dtype: 16 for bf16, 13 for fp16), so that a search over keys takes fewer passes."""
+    bits = tl.where(x == 0.0, 0.0, x).to(tl.int32, bitcast=True)
+    return (tl.where(bits < 0, bits ^ 0x7FFFFFFF, bits) >> GRAIN).to(tl.int64)
+
+
+@triton.jit
+def _unkey(key, GRAIN: tl.constexpr):
+    """The float32 whose ``_key`` is ``key``."""
+    full = ((key << GRAIN) | tl.where(key < 0, (1 << GRAIN) - 1, 0)).to(tl.int32)
+    return tl.where(full < 0, full ^ 0x7FFFFFFF, full).to(tl.float32, bitcast=True)
+
+
+@triton.jit
+def _filter_threshold_kernel(x_ptr, stride_x, vocab: tl.constexpr, rows_ptr, num_rows, out_ptr, temperature_ptr,
+                             max_ptr, min_ptr, top_k_ptr, top_p_ptr, LISTED: tl.constexpr, GRAIN: tl.constexpr,
+                             FAN: tl.constexpr, BLOCK: tl.constexpr):
+    # One program per row (or per entry of a static index of rows). A row's threshold is found by searching the
+    # keys of its values, FAN pivots a pass: every pass reads the row once and needs no temporaries.
+    if LISTED:
+        row = tl.load(rows_ptr + tl.program_id(0))
+    else:
+        row = tl.program_id(0).to(tl.int64)
+    is_row = row < num_rows  # a padding entry of the index writes nothing
+    row = tl.minimum(row, num_rows - 1)
+    base = x_ptr + row * stride_x
+    offs = tl.arange(0, BLOCK)
+    fan = tl.arange(0, FAN).to(tl.int64)
+    raw_temperature = tl.load(temperature_ptr + row)
+    row_max = tl.load(max_ptr + row)
+    row_min = tl.load(min_ptr + row)
+    top_k = tl.load(top_k_ptr + row)
+    top_p = tl.load(top_p_ptr + row)
+    temperature, shift = _row_scale(raw_temperature, row_max, row_min)
+    active = (raw_temperature > 0) & ((top_k > 0) | (top_p < 1.0)) & (row_max > float("-inf"))
+    scaled_max = tl.math.div_rn(row_max - shift, temperature)
+    has_k = active & (top_k > 0) & (top_k < vocab)
+
+    # top-k: the largest key with at least k values at or above it (the k-th largest value)
+    lo = _key(row_min, GRAIN)
+    hi = tl.where(has_k, _key(row_max, GRAIN), lo)
+    while lo < hi:
+        step = (hi - lo) // FAN + 1
+        pivots = lo + step * fan
+        count = tl.zeros([FAN], tl.int32)
+        for start in range(0, vocab, BLOCK):
+            idx = start + offs
+            in_vocab = idx < vocab
+            key = _key(tl.load(base + idx, mask=in_vocab, other=float("-inf")).to(tl.float32), GRAIN)
+            count += tl.sum(((key[:, None] >= pivots[None, :]) & in_vocab[:, None]).to(tl.int32), 0)
+        holds = (count >= top_k) & (pivots <= hi)  # pivot 0 (lo) always holds
+        lo = lo + tl.max(tl.where(holds, fan, 0), 0) * step
+        hi = tl.minimum(hi, lo + step - 1)
+    kth = tl.math.div_rn(_unkey(lo, GRAIN) - shift, temperature)
+
+    # the mass the top-p search measures against: with top-k, that of the k largest values (ties at the k-th
+    # counted up to k); without, the whole row's (read off the search's first pass, whose pivot 0 is the minimum)
+    mass_above = tl.zeros((), tl.float32)
+    count_above = tl.zeros((), tl.int32)
+    for start in range(0, tl.where(has_k & (top_p < 1.0), vocab, 0), BLOCK):
+        idx = start + offs
+        in_vocab = idx < vocab
+        x = tl.load(base + idx, mask=in_vocab, other=float("-inf")).to(tl.float32)
+        scaled = tl.math.div_rn(x - shift, temperature)
+        above = (scaled > kth) & in_vocab
+        mass_above += tl.sum(tl.where(above, tl.exp2((scaled - scaled_max) * 1.4426950408889634), 0.0), 0)
+        count_above += tl.sum(above.to(tl.int32), 0)
+    kth_weight = tl.exp2((kth - scaled_max) * 1.4426950408889634)
+    total = tl.where(has_k, mass_above + (top_k - count_above).to(tl.float32) * kth_weight, -1.0)
+
+    # top-p: the largest key at or above the k-th value whose values at or above it hold at least p of the mass
+    hi = tl.where(active & (top_p < 1.0), _key(row_max, GRAIN), lo)
+    while lo < hi:
+        step = (hi - lo) // FAN + 1
+        pivots = lo + step * fan
+        mass = tl.zeros([FAN], tl.float32)
+        for start in range(0, vocab, BLOCK):
+            idx = start + offs
+            in_vocab = idx < vocab
+            x = tl.load(base + idx, mask=in_vocab, other=float("-inf")).to(tl.float32)
+            weight = tl.exp2((tl.math.div_rn(x - shift, temperature) - scaled_max) * 1.4426950408889634)
+            at_or_above = (_key(x, GRAIN)[:, None] >= pivots[None, :]) & in_vocab[:, None]
+            mass += tl.sum(tl.where(at_or_above, weight[:, None], 0.0), 0)
+        total = tl.where(total < 0, tl.sum(tl.where(fan == 0, mass, 0.0), 0), total)
+        holds = ((mass >= top_p * total) | (fan == 0)) & (pivots <= hi)
+        lo = lo + tl.max(tl.where(holds, fan, 0), 0) * step
+        hi = tl.minimum(hi, lo + step - 1)
+    threshold = tl.math.div_rn(_unkey(lo, GRAIN) - shift, temperature)
+    tl.store(out_ptr + row, tl.where(active, threshold, float("-inf")), mask=is_row)
 
 
 def _rows(logits: torch.Tensor) -> torch.Tensor:
@@ -271,6 +374,35 @@ def gumbel_argmax(scaled: torch.Tensor, threshold: torch.Tensor | None, keys: to
                                               num_warps=1)
         out, best, second = merged, merged_best, merged_second
     return (out, best, second) if runner_up else out
+
+
+def filter_threshold(logits: torch.Tensor, temperature: torch.Tensor, row_max: torch.Tensor, row_min: torch.Tensor,
+                     top_k: torch.Tensor, top_p: torch.Tensor, rows: torch.Tensor | None = None) -> torch.Tensor:
+    """Each row's top-k / top-p threshold (float32 [N]) on the scaled logits ``div_rn(x - shift, T)`` (the values
+    ``gumbel_argmax(scale=...)`` compares it with); -inf for a greedy row (T <= 0), a row with neither filter, and a
+    row not in ``rows`` (``SamplingRows.filter_rows``: a static index, entries >= N are padding).
+
+    ``logits`` [N, V] raw (any float dtype, read as float32); ``row_max`` / ``row_min`` their rows' max and min
+    (``row_stats``). A value's weight is ``exp2((s - s_max) log2 e)`` in float32, s its scaled value. The threshold
+    is the k-th largest scaled value (k = top_k, or V without one), raised to the largest value t at which the
+    values >= t hold at least ``top_p`` of the k largest values' weight (ties at the k-th value counted up to k):
+    the smallest set of the most likely tokens holding p of the mass, and every token tied with its last. Found by
+    searching the keys of the row's values, ``FILTER_FAN`` pivots a pass, each pass one read of the row (a bf16
+    row: 16-bit keys, four passes for top-p): no sort and no temporaries. One program per row, its sums in a
+    fixed order: a function of the row alone. The same thresholds from scaled float32 values with T = 1."""
+    x = _rows(logits)
+    num_rows, vocab = x.shape
+    out = torch.full((num_rows,), float("-inf"), dtype=torch.float32, device=x.device)
+    grain = {torch.bfloat16: 16, torch.float16: 13}.get(x.dtype, 0)
+    index = rows.contiguous() if rows is not None else None
+    programs = len(index) if index is not None else num_rows
+    if num_rows and programs:
+        as_rows = [t.reshape(num_rows).contiguous() for t in (temperature.float(), row_max.float(), row_min.float(),
+                                                             top_k.long(), top_p.float())]
+        _filter_threshold_kernel[(programs,)](x, x.stride(0), vocab, out if index is None else index, num_rows, out,
+                                              *as_rows, LISTED=index is not None, GRAIN=grain, FAN=FILTER_FAN,
+                                              BLOCK=FILTER_BLOCK, num_warps=NUM_WARPS)
+    return out
 
 
 def gumbel_chunks(num_rows: int, vocab: int) -> tuple[int, int]:
