@@ -192,8 +192,8 @@ def _reference_threshold(scaled: torch.Tensor, top_k: int, top_p: float) -> tupl
 def check_filter(device: str, vocab: int = 1500, num_rows: int = 12) -> None:
     """``filter_threshold`` (the top-k / top-p threshold's search): the float64 definition's value wherever the
     row's mass is not at the edge, from bf16 logits scaled in the kernel and from a scaled float32 copy (the same
-    bits), a row's value the same alone, listed in a padded index, among other rows; greedy and unfiltered rows
-    -inf; and controls (another top-p or top-k moves its row's threshold, no other)."""
+    bits), a row's value the same alone and among other rows; greedy and unfiltered rows -inf; and controls
+    (another top-p or top-k moves its row's threshold, no other)."""
     from llm42.kernels.sampling import filter_threshold, row_stats
     from llm42.sampler import SamplingRows, _scaled
 
@@ -227,13 +227,7 @@ def check_filter(device: str, vocab: int = 1500, num_rows: int = 12) -> None:
     assert float(got[4]) == 1.0 / float(temps[4]) or float(got[4]) == float(scaled[4, 0])  # one value: that value
     assert int((scaled[7] >= got[7]).sum()) == 1  # top-k 1
 
-    # a row's threshold is its own: alone, listed (any order, padded), among other rows
-    index = torch.tensor([9, 2, num_rows + 5, 7, 1 << 40], device=device)
-    listed = filter_threshold(logits, temps, row_max, row_min, top_k, top_p, index)
-    on_list = torch.zeros(num_rows, dtype=torch.bool, device=device)
-    on_list[[9, 2, 7]] = True
-    assert torch.equal(listed[on_list], got[on_list])
-    assert bool((listed[~on_list] == float("-inf")).all())
+    # a row's threshold is its own: alone, among other rows
     other = (torch.randn(num_rows, vocab, generator=gen) * 5).to(device, torch.bfloat16)
     for i in (1, 3, 7):
         alone = filter_threshold(logits[i:i + 1], temps[i:i + 1], row_max[i:i + 1], row_min[i:i + 1],
@@ -289,7 +283,8 @@ def test_the_fused_sampler_keeps_the_bits_on_cuda(monkeypatch):
     """``llm42.sampler.FUSED_CUDA_SAMPLER`` (bf16 logits read as they are, the temperature applied in the Gumbel
     kernel) against the torch ops on a float32 copy, and with greedy rows skipping the sweep and the sweep split
     (``kernels.sampling``): the same tokens, log-probs and margins, greedy and sampled; a step with a top-k row
-    (which takes the copy) gives every other row the fused step's bits; a control."""
+    (the threshold's kernel, round 55; before, the float32 copy) gives every other row the fused step's bits; a
+    control."""
     if not torch.cuda.is_available():
         pytest.skip("needs CUDA")
     from llm42 import sampler
@@ -339,43 +334,56 @@ def test_the_fused_sampler_keeps_the_bits_on_cuda(monkeypatch):
 
 
 @pytest.mark.gpu
-def test_the_filter_over_listed_rows_keeps_the_bits_on_cuda():
-    """``SamplingRows.filter_rows`` on CUDA, eagerly and replayed from a graph (a static index, padded): a step
-    that sorts only its top-k / top-p rows draws every row as the filter over all rows does. Control: an index
-    without one filtered row draws that row unfiltered (it moves), the others stay."""
+def test_the_filter_kernel_keeps_its_bits_in_the_sampler_and_a_graph_on_cuda(monkeypatch):
+    """The threshold's kernel in the sampler (``FILTER_KERNEL``): the fused step (bf16 logits scaled in the kernels)
+    against the float32 copy's (``FUSED_CUDA_SAMPLER=False``: the kernel on scaled values at T = 1), eagerly and
+    replayed from a graph: the same tokens, log-probs and margins; every row without a filter draws what a step
+    without any filtered row draws; the torch filter (``FILTER_KERNEL=False``) agrees on the tokens of nearly every
+    row. Control: a top-p changed in place moves that row's draw in the replay, and no other row's."""
     if not torch.cuda.is_available():
         pytest.skip("needs CUDA")
-    import dataclasses
-
-    from llm42.sampler import FILTER_SLOTS, SamplingRows, sample_with_margins
+    from llm42 import sampler
+    from llm42.sampler import SamplingRows, sample_with_margins
 
     gen = torch.Generator().manual_seed(5)
     n, vocab = 200, 128256
     logits = (torch.randn(n, vocab, generator=gen) * 3).to("cuda", torch.bfloat16)
     temps = (torch.rand(n, generator=gen) * 1.5 + 0.05).cuda()
     temps[::4] = 0.0
+    temps[7] = 1.0  # the control's row: its top-p of 0.7 keeps many tokens
     ints = torch.arange(n, device="cuda")
-    top_k, top_p = torch.zeros(n, dtype=torch.int64, device="cuda"), torch.ones(n, device="cuda")
-    top_k[[5, 150]] = 3
-    top_p[[7, 199]] = 0.5
-    rows = SamplingRows(temperature=temps, top_k=top_k, top_p=top_p, seeds=ints * 31 + 7, positions=ints + 100,
-                        is_any_sampled=True, is_any_filtered=True)
-    every_row = sample_with_margins(logits, rows)
-    index = torch.full((FILTER_SLOTS,), n, dtype=torch.int64, device="cuda")
-    index[:4] = torch.tensor([199, 5, 150, 7])
-    listed = dataclasses.replace(rows, filter_rows=index)
-    assert all(torch.equal(a, b) for a, b in zip(sample_with_margins(logits, listed), every_row))
+    top_k = torch.where(ints % 7 == 1, 20, 0)
+    top_p = torch.where(ints % 3 == 1, 0.7, 1.0)
+    top_p[[5, 9]] = 0.05  # almost greedy: a top-p of 0.05 keeps the largest value or few more
+
+    def rows(p=top_p, k=top_k, filtered=True):
+        return SamplingRows(temperature=temps, top_k=k, top_p=p, seeds=ints * 31 + 7, positions=ints + 100,
+                            is_any_sampled=True, is_any_filtered=filtered)
+
+    fused = sample_with_margins(logits, rows())
+    monkeypatch.setattr(sampler, "FUSED_CUDA_SAMPLER", False)
+    copied = sample_with_margins(logits, rows())
+    monkeypatch.setattr(sampler, "FUSED_CUDA_SAMPLER", True)
+    assert all(torch.equal(a, b) for a, b in zip(fused, copied))
+    plain = sample_with_margins(logits, rows(torch.ones_like(top_p), torch.zeros_like(top_k), filtered=False))
+    no_filter = (top_k == 0) & (top_p == 1.0)
+    assert all(torch.equal(a[no_filter], b[no_filter]) for a, b in zip(fused, plain))
+    monkeypatch.setattr(sampler, "FILTER_KERNEL", False)
+    torch_filter = sample_with_margins(logits, rows())
+    monkeypatch.setattr(sampler, "FILTER_KERNEL", True)
+    assert float((torch_filter[0] == fused[0]).float().mean()) > 0.97
+    static_p = top_p.clone()
+    sample_with_margins(logits, rows(static_p))  # warm-up outside the capture
+    torch.cuda.synchronize()
     graph = torch.cuda.CUDAGraph()
-    sample_with_margins(logits, listed)  # warm-up (Triton compiles) outside the capture
-    torch.cuda.synchronize()
     with torch.cuda.graph(graph):
-        replayed = sample_with_margins(logits, listed)
+        replayed = sample_with_margins(logits, rows(static_p))
     graph.replay()
     torch.cuda.synchronize()
-    assert all(torch.equal(a, b) for a, b in zip(replayed, every_row))
-    index[0] = n  # control: row 199 no longer listed
+    assert all(torch.equal(a, b) for a, b in zip(replayed, fused))
+    static_p[7] = 0.01  # control: row 7 (sampled, top-p 0.7) now keeps its most likely token or few more
     graph.replay()
     torch.cuda.synchronize()
-    keep = ints != 199
-    assert all(torch.equal(a[keep], b[keep]) for a, b in zip(replayed, every_row))
-    assert not all(torch.equal(a[199], b[199]) for a, b in zip(replayed, every_row))
+    keep = ints != 7
+    assert all(torch.equal(a[keep], b[keep]) for a, b in zip(replayed, fused))
+    assert not all(torch.equal(a[7], b[7]) for a, b in zip(replayed, fused))

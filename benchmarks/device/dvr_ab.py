@@ -308,9 +308,9 @@ VARIANTS = {
     # ones at 1,024 sequences): their mixed graphs ran out of memory at capture (the top-k / top-p filter's
     # temporaries, chunked since round 53)
     "admit_budget_no_mixed": {"scheduler_admission": "budget", "mixed_steps": False},
-    # round 54: a step's few top-k / top-p rows listed for the filter (llm42.sampler.FILTER_SLOTS, the default 64)
-    # against every row filtered, as before round 54 (filter_slots 0: nothing listed); with --top-p-requests
-    "admit_budget_unlisted": {"scheduler_admission": "budget", "filter_slots": 0},
+    # round 55: the top-k / top-p threshold by the torch ops (a sort, float64 sums over every row of a step with a
+    # filtered row), as before round 55, against the threshold's kernel (the default); with --top-p-requests
+    "admit_budget_torch_filter": {"scheduler_admission": "budget", "filter_kernel": False},
     "admit_budget_order_head_longest": {"scheduler_admission": "budget", "decode_order": "head_longest"},
     # round 49: the K/V store at 0.85 of the free memory instead of 0.6 (vLLM takes 0.9 of the card): round 47's
     # profile found the 8B shape's decode batches bound by the store (256-354 rows at 1,024 seats on an H100, where
@@ -358,12 +358,12 @@ class KernelSwitches:
     - ``fused_sampler``: ``llm42.sampler.FUSED_CUDA_SAMPLER``;
     - ``gumbel_programs``: ``kernels.sampling.GUMBEL_TARGET_PROGRAMS`` (0 for one program per row);
     - ``gumbel_skip_greedy``: ``kernels.sampling.GUMBEL_SKIP_GREEDY``;
-    - ``filter_slots``: ``llm42.sampler.FILTER_SLOTS`` (0: no step lists its top-k / top-p rows).
+    - ``filter_kernel``: ``llm42.sampler.FILTER_KERNEL`` (False: the torch ops' top-k / top-p threshold).
 
     Set when a generator is built and kept until the next build sets its own (every variant is wrapped: a run
     builds its generator, captures its graphs, then serves with it)."""
 
-    KNOBS = ("decode_order", "fused_sampler", "gumbel_programs", "gumbel_skip_greedy", "filter_slots")
+    KNOBS = ("decode_order", "fused_sampler", "gumbel_programs", "gumbel_skip_greedy", "filter_kernel")
     _tree = None
 
     def __init__(self, engine, switches: dict):
@@ -383,7 +383,7 @@ class KernelSwitches:
 
         return ((attention, "DECODE_HEAD_MAJOR"), (attention, "DECODE_LONGEST_FIRST"),
                 (sampler, "FUSED_CUDA_SAMPLER"), (sampling, "GUMBEL_TARGET_PROGRAMS"),
-                (sampling, "GUMBEL_SKIP_GREEDY"), (sampler, "FILTER_SLOTS"))
+                (sampling, "GUMBEL_SKIP_GREEDY"), (sampler, "FILTER_KERNEL"))
 
     def __getattr__(self, name: str):
         return getattr(self._engine, name)
@@ -401,8 +401,8 @@ class KernelSwitches:
             values["GUMBEL_TARGET_PROGRAMS"] = knobs["gumbel_programs"] or None
         if knobs.get("gumbel_skip_greedy") is not None:
             values["GUMBEL_SKIP_GREEDY"] = knobs["gumbel_skip_greedy"]
-        if knobs.get("filter_slots") is not None:
-            values["FILTER_SLOTS"] = knobs["filter_slots"]
+        if knobs.get("filter_kernel") is not None:
+            values["FILTER_KERNEL"] = knobs["filter_kernel"]
         for module, name in self._attributes():
             setattr(module, name, values[name])
         return self._engine.generator(*args, **kwargs)
@@ -761,7 +761,7 @@ def _record_run(out: dict, v: str, mode_name: str, result, nondet, workload) -> 
         "ratio_to_nondet": summary["ratio_to_nondet"],
         "steps": stats.get("steps"), "ms_per_step": summary["engine"].get("ms_per_step"),
         "fast_steps": stats.get("fast_steps"), "mixed_steps": stats.get("mixed_steps"),
-        "filtered_steps": stats.get("filtered_steps"), "listed_filter_steps": stats.get("listed_filter_steps"),
+        "filtered_steps": stats.get("filtered_steps"),
         "canonical_passes": stats.get("canonical_passes"), "prompt_passes": stats.get("prompt_passes"),
         "canonical_rows": stats.get("canonical_rows"),
         "canonical_rows_used": stats.get("canonical_rows_used"),

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# Next device call B (no carry; after r54_call_a.sh). The 8B shape's nondet, admission by budget, without warm-up runs
+# Device call B (no carry). The 8B shape's nondet, admission by budget, without warm-up runs
 # (each build captures every graph; each run's notes say whether a capture failed, the JSON has its mixed_steps):
 # mixed steps (decode rows and prompt chunks in one pass, now that their graphs fit) against two passes
 # (admit_budget_no_mixed: what round 53's 8B runs did, and very likely earlier ones), REPEATS times (ABBA);
-# r54_call_c.sh may follow at once (round 54's listed filter).
+# (round 55: r55_call_one.sh runs one repeat of the same after its tests.)
 #
 #   [REPEATS=2] bash benchmarks/device/r54_call_b.sh
 source "$(dirname "$0")/session_preamble.sh"

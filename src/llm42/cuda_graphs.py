@@ -450,8 +450,7 @@ class DecodeGraphs:
         self.state = state
         self.buckets = decode_buckets(max_batch_size)
         self.bucket_map: dict[int, int] = {}  # a bucket -> the larger one whose graph it replays (set_bucket_map)
-        self._graphs: dict[tuple[int, bool, bool | str],
-                           tuple[torch.cuda.CUDAGraph, tuple[torch.Tensor, torch.Tensor]]] = {}
+        self._graphs: dict[tuple[int, bool, bool], tuple[torch.cuda.CUDAGraph, tuple[torch.Tensor, torch.Tensor]]] = {}
         self._pool = torch.cuda.graph_pool_handle()
 
     @property
@@ -478,10 +477,10 @@ class DecodeGraphs:
                                  f"{self.buckets[-1]}, got {bucket} -> {target}")
         self.bucket_map = dict(bucket_map)
 
-    def run(self, num_seqs: int, variant: tuple[bool, bool | str]) -> tuple[torch.Tensor, torch.Tensor]:
+    def run(self, num_seqs: int, variant: tuple[bool, bool]) -> tuple[torch.Tensor, torch.Tensor]:
         """Replay the step for the ``num_seqs`` slots staged in ``state.batch``; returns static (tokens, log-probs).
 
-        ``variant``: (any row sampled, filtered: False, True or ``FILTER_LISTED``), as ``stage_batch`` returns it.
+        ``variant``: (any row sampled, any sampled row with top-k / top-p), as ``stage_batch`` returns it.
         """
         bucket = self.bucket_for(num_seqs)
         key = (bucket, *variant)
@@ -546,7 +545,7 @@ class PrefillGraphs:
     def bucket_for(self, num_rows: int) -> int:
         return next(b for b in self.buckets if b >= num_rows)
 
-    def run(self, bucket: int, variant: tuple[bool, bool | str]) -> tuple[torch.Tensor, torch.Tensor]:
+    def run(self, bucket: int, variant: tuple[bool, bool]) -> tuple[torch.Tensor, torch.Tensor]:
         key = (bucket, *variant)
         if key not in self._graphs:
             prefill = self.prefill  # its warm-up run only rewrites K/V the replay writes again
@@ -568,15 +567,14 @@ class MixedGraphs:
 
     def __init__(self, mixed):
         self.mixed = weakref.proxy(mixed)  # the step owns these graphs (see PrefillGraphs)
-        self._graphs: dict[tuple[int, int, bool, bool | str],
-                           tuple[torch.cuda.CUDAGraph, tuple[torch.Tensor, ...]]] = {}
+        self._graphs: dict[tuple[int, int, bool, bool], tuple[torch.cuda.CUDAGraph, tuple[torch.Tensor, ...]]] = {}
         self._pool = torch.cuda.graph_pool_handle()
 
     @property
     def num_captured(self) -> int:
         return len(self._graphs)
 
-    def run(self, decode_bucket: int, prompt_bucket: int, variant: tuple[bool, bool | str]) -> tuple[torch.Tensor, ...]:
+    def run(self, decode_bucket: int, prompt_bucket: int, variant: tuple[bool, bool]) -> tuple[torch.Tensor, ...]:
         key = (decode_bucket, prompt_bucket, *variant)
         if key not in self._graphs:
             mixed = self.mixed

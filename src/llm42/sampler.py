@@ -25,7 +25,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import numpy as np
 import torch
 
 from llm42.ops import exact
@@ -94,10 +93,6 @@ class SamplingRows:
     positions: torch.Tensor  # int64: the position of the token being sampled
     is_any_sampled: bool | None = None
     is_any_filtered: bool | None = None  # any row with top_k > 0 or top_p < 1; None: read it off the rows
-    # int64 [F]: the rows whose top-k / top-p threshold is computed, every row with a filter among them; an entry
-    # >= N is padding (a static index inside a CUDA graph). None: every row on CUDA (no host sync to find them), the
-    # rows with a filter on the CPU. A row's threshold is its own either way: the same bits.
-    filter_rows: torch.Tensor | None = None
 
 
 SAMPLING_VARIANTS = ((False, False), (True, False), (True, True))  # greedy; sampled; sampled with a filter
@@ -124,64 +119,33 @@ def sampling_variant(params) -> tuple[bool, bool]:
 # function of its own row (a stable sort, exact sums), so the chunks cannot show in the bits.
 FILTER_CHUNK_ELEMENTS = 1 << 23
 
-# A CUDA graph of a step whose top-k / top-p rows are few lists them in a static index of this many entries
-# (``SamplingRows.filter_rows``), so the step sorts those rows only; a step with more filters every row.
-FILTER_SLOTS = 64
-# A step's sampling variant (``SAMPLING_VARIANTS``' second element) when its top-k / top-p rows are listed in
-# ``SamplingRows.filter_rows`` (the decode state's static index): filtered, over those rows only.
-FILTER_LISTED = "listed"
-FILTER_PADDING = 1 << 40  # a padding entry of a static ``filter_rows`` index: past every row of any step
 
-
-def rows_to_list(is_filtered: np.ndarray, num_rows: int, slots: int) -> np.ndarray | None:
-    """The rows (indices into ``is_filtered``, a step's per-row bool on the host) a step of ``num_rows`` rows lists in
-    a static index of ``slots`` entries: its filtered rows when there are some, at most ``slots``, and the step has
-    more than ``slots`` rows (at most, filtering every row costs no more); else None (every row is filtered)."""
-    if num_rows <= slots:
-        return None
-    rows = np.flatnonzero(is_filtered)
-    return rows if 0 < len(rows) <= slots else None
-
-
-def write_listed(index: np.ndarray, rows: np.ndarray) -> None:
-    """Write ``rows`` into the host side of a static ``filter_rows`` index, padded with ``FILTER_PADDING``."""
-    index[:len(rows)] = rows
-    index[len(rows):] = FILTER_PADDING
-
-
-def _filter_threshold(scaled: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor,
-                      filter_rows: torch.Tensor | None = None) -> torch.Tensor:
+def _filter_threshold(scaled: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor) -> torch.Tensor:
     """The smallest kept value per row [N, 1] of ``scaled`` [N, V] under top-k / top-p; -inf for a row with neither.
 
     A row without a filter gets -inf by definition, not by arithmetic, so its
     draw is the same whether or not another row of the batch asked for one.
-    ``filter_rows`` (``SamplingRows.filter_rows``): only those rows are sorted,
-    the others get -inf; a step with one top-p row among a thousand sorts one
-    row, not a thousand. Rows go through in chunks of ``FILTER_CHUNK_ELEMENTS``
-    (its memory).
+    On CUDA (``FILTER_KERNEL``) the threshold's kernel, from these values at
+    T = 1 (the bits of the fused sampler's, which scales the logits itself).
+    On the CPU only the rows with a filter are sorted (a step with one top-p
+    row among a thousand sorts one row), in chunks of ``FILTER_CHUNK_ELEMENTS``
+    (its memory); a row's threshold is its own either way.
     """
     num_rows = scaled.shape[0]
     if scaled.is_cuda and FILTER_KERNEL:
         from llm42.kernels.sampling import filter_threshold
 
         ones = torch.ones_like(top_p, dtype=torch.float32)
-        return filter_threshold(scaled, ones, scaled.amax(-1), scaled.amin(-1), top_k, top_p, filter_rows)[:, None]
-    if filter_rows is None and not scaled.is_cuda:  # the CPU: finding the rows waits for no device
-        filter_rows = ((top_k > 0) | (top_p < 1.0)).nonzero().squeeze(1)
-        if len(filter_rows) == num_rows:
-            filter_rows = None
-        elif len(filter_rows) == 0:
-            return scaled.new_full((num_rows, 1), float("-inf"))
-    if filter_rows is None:
+        return filter_threshold(scaled, ones, scaled.amax(-1), scaled.amin(-1), top_k, top_p)[:, None]
+    if scaled.is_cuda:  # finding the rows would wait for the device
         return _filter_threshold_chunks(scaled, top_k, top_p)
-    rows = filter_rows.clamp(max=num_rows - 1)
-    is_row = filter_rows < num_rows
-    picked = _filter_threshold_chunks(scaled[rows], torch.where(is_row, top_k[rows], 0),
-                                      torch.where(is_row, top_p[rows], 1.0))
-    threshold = scaled.new_full((num_rows + 1, 1), float("-inf"))
-    # padding entries all write -inf into the extra row: which of them lands last cannot matter
-    threshold.index_copy_(0, filter_rows.clamp(max=num_rows), picked)
-    return threshold[:num_rows]
+    rows = ((top_k > 0) | (top_p < 1.0)).nonzero().squeeze(1)
+    if len(rows) == num_rows:
+        return _filter_threshold_chunks(scaled, top_k, top_p)
+    threshold = scaled.new_full((num_rows, 1), float("-inf"))
+    if len(rows):
+        threshold[rows] = _filter_threshold_chunks(scaled[rows], top_k[rows], top_p[rows])
+    return threshold
 
 
 def _filter_threshold_chunks(scaled: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor) -> torch.Tensor:
@@ -280,8 +244,7 @@ def processed_scores(logits: torch.Tensor, rows: SamplingRows) -> torch.Tensor:
     Greedy rows are scaled by 1; the sampler never reads them from here.
     """
     scaled = _scaled(logits, rows, logits.amax(-1))
-    return torch.where(scaled >= _filter_threshold(scaled, rows.top_k, rows.top_p, rows.filter_rows), scaled,
-                       float("-inf"))
+    return torch.where(scaled >= _filter_threshold(scaled, rows.top_k, rows.top_p), scaled, float("-inf"))
 
 
 def sample(logits: torch.Tensor, rows: SamplingRows) -> tuple[torch.Tensor, torch.Tensor]:
@@ -332,12 +295,10 @@ def _sample(logits: torch.Tensor, rows: SamplingRows, *, with_margins: bool):
             if is_any_filtered:
                 from llm42.kernels.sampling import filter_threshold
 
-                threshold = filter_threshold(logits, rows.temperature, row_max, parts[-1], rows.top_k, rows.top_p,
-                                             rows.filter_rows)
+                threshold = filter_threshold(logits, rows.temperature, row_max, parts[-1], rows.top_k, rows.top_p)
         else:
             scaled, scale = _scaled(logits.float(), rows, row_max), None
-            threshold = (_filter_threshold(scaled, rows.top_k, rows.top_p, rows.filter_rows) if is_any_filtered
-                         else None)
+            threshold = _filter_threshold(scaled, rows.top_k, rows.top_p) if is_any_filtered else None
         if with_margins:
             drawn, best, second = _draw(scaled, threshold, rows, runner_up=True, scale=scale)
             margins = torch.where(is_sampled, (best - second) * rows.temperature, margins)

@@ -19,14 +19,12 @@ import itertools
 import numpy as np
 import torch
 
-from llm42 import sampler
 from llm42.inputs import StepInputs
 from llm42.model.config import ModelConfig
 from llm42.model.forward import forward
 from llm42.model.weights import Weights
 from llm42.policies.base import ReductionPolicy
-from llm42.sampler import (FILTER_LISTED, FILTER_PADDING, SamplingRows, logprob_details, rows_to_list,
-                           sample_with_margins, sampling_variant, write_listed)
+from llm42.sampler import SamplingRows, logprob_details, sample_with_margins, sampling_variant
 
 
 class DecodeState:
@@ -72,12 +70,6 @@ class DecodeState:
         self._is_sampled = np.zeros(num_slots, dtype=bool)
         self._is_filtered = np.zeros(num_slots, dtype=bool)
         self._pinned_batch = torch.zeros(max_num_seqs, dtype=torch.int64, pin_memory=self._is_cuda)
-        # the batch rows (not slots) of a step's top-k / top-p rows when they are few (``stage_batch``): the sampler
-        # sorts those only (``SamplingRows.filter_rows``); padding entries hold a row index past every batch
-        self.filter_slots = sampler.FILTER_SLOTS  # read once, here
-        self.filter_rows = torch.full((self.filter_slots,), FILTER_PADDING, dtype=torch.int64, device=dev)
-        self._pinned_filter = torch.full((self.filter_slots,), FILTER_PADDING, dtype=torch.int64,
-                                         pin_memory=self._is_cuda)
         self._updates = _UpdateStaging(dev)
         self._batch_copied = torch.cuda.Event() if self._is_cuda else None
 
@@ -188,41 +180,26 @@ class DecodeState:
             self.tables.index_put_((dev[ends[11]: ends[12]], dev[ends[12]: ends[13]]), dev[ends[13]: ends[14]])
             writes.clear()
 
-    def stage_batch(self, slots: list[int], num_rows: int) -> tuple[bool, bool | str]:
-        """Put ``slots`` (padded with the padding slot to ``num_rows``) into the batch buffer; returns the step's
-        sampling variant: (any row sampled, filtered), filtered being False, True (every row goes through the
-        top-k / top-p filter) or ``FILTER_LISTED``: at most ``filter_slots`` of more rows filter, and their batch rows
-        are staged in ``filter_rows`` (the sampler sorts only those)."""
+    def stage_batch(self, slots: list[int], num_rows: int) -> tuple[bool, bool]:
+        """Put ``slots`` (padded with the padding slot to ``num_rows``) into the batch buffer; True if any samples."""
         if self._batch_copied is not None:
-            self._batch_copied.synchronize()  # the previous step's copies have left the pinned buffers
+            self._batch_copied.synchronize()  # the previous step's copy has left the pinned buffer
         host = self._pinned_batch.numpy()
         n = len(slots)
         batch = np.array(slots, dtype=np.int64)
         host[:n] = batch
         host[n:num_rows] = self.pad_slot
         self.batch[:num_rows].copy_(self._pinned_batch[:num_rows], non_blocking=True)
-        is_filtered = bool(self._is_filtered[batch].any())
-        filtered = self.listed_rows(batch, num_rows) if is_filtered else None
-        if filtered is not None:
-            write_listed(self._pinned_filter.numpy(), filtered)
-            self.filter_rows.copy_(self._pinned_filter, non_blocking=True)
         if self._batch_copied is not None:
             self._batch_copied.record()
-        if filtered is not None:
-            return True, FILTER_LISTED
-        return bool(self._is_sampled[batch].any()), is_filtered
-
-    def listed_rows(self, batch: np.ndarray, num_rows: int) -> np.ndarray | None:
-        """The rows of ``batch`` (slots) with a top-k / top-p filter, when a step of ``num_rows`` lists them
-        (``stage_batch``): some, no more than ``filter_slots``, of fewer than ``num_rows``; else None."""
-        return rows_to_list(self._is_filtered[batch], num_rows, self.filter_slots)
+        return bool(self._is_sampled[batch].any()), bool(self._is_filtered[batch].any())
 
     def table_lengths(self) -> list[int]:
         """Per slot, the block-table entries the device has (``ensure_blocks`` appends past them)."""
         return self._table_len
 
     # -- the decode step (graph-capturable: no host syncs) -----------------------------------------
-    def decode(self, num_rows: int, *, variant: tuple[bool, bool | str], max_context_len: int | None
+    def decode(self, num_rows: int, *, variant: tuple[bool, bool], max_context_len: int | None
                ) -> tuple[torch.Tensor, torch.Tensor]:
         """One decode row per staged slot; returns (tokens [num_rows], values [num_rows]): a free row's value is
         its log-prob, a deterministic row's its draft margin (``draft_values``)."""
@@ -237,7 +214,7 @@ class DecodeState:
         committed, the canonical pass's is). The host closes a window early at a draft of small margin."""
         return torch.where(self.is_deterministic[idx].bool(), margins, logprobs)
 
-    def decode_with_details(self, num_rows: int, *, variant: tuple[bool, bool | str], max_context_len: int | None,
+    def decode_with_details(self, num_rows: int, *, variant: tuple[bool, bool], max_context_len: int | None,
                             is_processed: torch.Tensor, num_top: int
                             ) -> tuple[torch.Tensor, torch.Tensor, tuple[torch.Tensor, torch.Tensor] | None]:
         """``decode`` with log-probs in each row's mode (``is_processed`` [num_rows] bool) and the top
@@ -248,7 +225,7 @@ class DecodeState:
         self.advance(idx, positions, new_tokens)
         return new_tokens, self.draft_values(idx, logprobs, margins), (top_ids, top_logprobs) if num_top else None
 
-    def _forward(self, num_rows: int, variant: tuple[bool, bool | str], max_context_len: int | None):
+    def _forward(self, num_rows: int, variant: tuple[bool, bool], max_context_len: int | None):
         idx, positions, inputs = self.decode_inputs(num_rows, max_context_len)
         logits = forward(self.weights, self.cfg, inputs, self.kv.layers(), self.policy)
         return idx, positions, logits, self.sampling_rows(idx, positions, variant)
@@ -280,13 +257,11 @@ class DecodeState:
         )
         return idx, positions, inputs
 
-    def sampling_rows(self, idx: torch.Tensor, positions: torch.Tensor, variant: tuple[bool, bool | str]
-                      ) -> SamplingRows:
+    def sampling_rows(self, idx: torch.Tensor, positions: torch.Tensor, variant: tuple[bool, bool]) -> SamplingRows:
         """The sampling parameters of the decode rows of slots ``idx`` at ``positions``."""
         return SamplingRows(temperature=self.temperature[idx], top_k=self.top_k[idx], top_p=self.top_p[idx],
                             seeds=self.seeds[idx], positions=positions + 1,
-                            is_any_sampled=variant[0], is_any_filtered=bool(variant[1]),
-                            filter_rows=self.filter_rows if variant[1] == FILTER_LISTED else None)
+                            is_any_sampled=variant[0], is_any_filtered=variant[1])
 
     def advance(self, idx: torch.Tensor, positions: torch.Tensor, new_tokens: torch.Tensor) -> None:
         """Feed each slot's sampled token into its next decode step, one position on."""

@@ -23,7 +23,7 @@ from llm42.engine.requests import Request, RequestPool
 from llm42.kv import KVStoreProtocol
 from llm42.policies.base import ReductionPolicy
 from llm42.runner import ModelRunner, Segment
-from llm42.sampler import FILTER_LISTED, SAMPLING_VARIANTS
+from llm42.sampler import SAMPLING_VARIANTS
 from llm42.scheduler import Plan, PrefillChunk
 from llm42.verify.pass_result import top_dicts
 
@@ -141,9 +141,9 @@ class FastStep:
 
     # -- graphs captured up front (``DVRGenerator.capture_graphs``) ----------------------------------------------
     def capture_decode(self, buckets: Sequence[int] | None = None) -> int:
-        """Capture the decode graphs of ``buckets`` (default every bucket), each sampling variant
-        (``decode_variants``), on padding rows only (no request's slot is staged: their K/V goes to the scratch
-        block); the number newly captured. Only between steps: no fast step in flight (its rows are staged)."""
+        """Capture the decode graphs of ``buckets`` (default every bucket), each sampling variant, on padding rows
+        only (no request's slot is staged: their K/V goes to the scratch block); the number newly captured. Only
+        between steps: no fast step in flight (its rows are staged)."""
         graphs = self.decode_graphs
         if graphs is None:
             return 0
@@ -151,7 +151,7 @@ class FastStep:
         # the largest first, as the canonical pass does: the graphs share a pool, so the smaller ones' activations
         # can take the memory the larger ones left (replayed one at a time)
         for bucket in sorted(graphs.buckets if buckets is None else buckets, reverse=True):
-            for variant in self.decode_variants(bucket):
+            for variant in SAMPLING_VARIANTS:
                 self._decode_state.stage_batch([], bucket)
                 graphs.run(bucket, variant)
         return graphs.num_captured - before
@@ -172,7 +172,7 @@ class FastStep:
 
     def capture_mixed(self, decode_buckets: Sequence[int] | None = None) -> int:
         """Capture the mixed step's graphs (each decode bucket of ``decode_buckets``, default all, x each prompt
-        bucket x its sampler variants, ``decode_variants``) on padding rows; the number newly captured."""
+        bucket x its two sampler variants) on padding rows; the number newly captured."""
         mixed = self.mixed
         graphs = getattr(mixed, "graphs", None)
         if graphs is None:
@@ -181,21 +181,11 @@ class FastStep:
         for decode_bucket in sorted(mixed.decode_buckets() if decode_buckets is None else decode_buckets,
                                     reverse=True):  # the largest first (``capture_decode``)
             for prompt_bucket in sorted(mixed.prefill.graphs.buckets, reverse=True):
-                for variant in self.decode_variants(decode_bucket, mixed.MIXED_VARIANTS):
+                for variant in mixed.MIXED_VARIANTS:
                     self._decode_state.stage_batch([], decode_bucket)
                     mixed.prefill.stage([], self._kv, bucket=prompt_bucket)
                     graphs.run(decode_bucket, prompt_bucket, variant)
         return graphs.num_captured - before
-
-    def decode_variants(self, bucket: int, variants: Sequence[tuple[bool, bool | str]] = SAMPLING_VARIANTS
-                        ) -> list[tuple[bool, bool | str]]:
-        """The sampler variants a step of ``bucket`` decode rows may run (of ``variants``, with the listed filter's
-        where ``DecodeState.stage_batch`` lists a bucket's top-k / top-p rows: buckets above ``filter_slots``)."""
-        listed = (True, FILTER_LISTED)
-        out = [v for v in variants if v != listed]
-        if 0 < self._decode_state.filter_slots < bucket:
-            out.append(listed)
-        return out
 
     def tune_decode_buckets(self, *, reps: int = 5, rounds: int = 3) -> dict[int, int]:
         """Time every decode bucket's greedy graph on padding rows (CUDA events, ``reps`` replays, the median of
@@ -297,7 +287,7 @@ class FastStep:
         use_graph = graphs is not None and num <= graphs.max_batch_size and details is None
         variant = state.stage_batch([r.slot for r in decode], graphs.bucket_for(num) if use_graph else num)
         top = None
-        self._count_filter(variant)
+        self._pool.stats["filtered_steps"] += variant[1]
         if use_graph:
             tokens, logprobs = graphs.run(num, variant)
         elif details is not None:
@@ -307,13 +297,6 @@ class FastStep:
         else:
             tokens, logprobs = state.decode(num, variant=variant, max_context_len=max_context_len)
         record.add(decode, tokens, logprobs, top)
-
-    def _count_filter(self, variant: tuple[bool, bool | str]) -> None:
-        """``stats["filtered_steps"]``: a step with decode rows whose sampler runs the top-k / top-p filter;
-        ``stats["listed_filter_steps"]``: of those, one that sorts only its listed rows (``FILTER_LISTED``)."""
-        if variant[1]:
-            self._pool.stats["filtered_steps"] += 1
-            self._pool.stats["listed_filter_steps"] += variant[1] == FILTER_LISTED
 
     def _can_mix(self, decode: list[Request], segments: list[Segment]) -> bool:
         """Whether decode rows that ask for no details and the prompt chunks run as one pass (``MixedStep``):
@@ -342,7 +325,7 @@ class FastStep:
             self._launch_prefill(segments, record)
             return
         self._pool.stats["mixed_steps"] += 1
-        self._count_filter(mixed.last_variant)
+        self._pool.stats["filtered_steps"] += mixed.last_variant[1]
         record.add(decode, tokens, logprobs)
         self._prefilled(segments, prompt_tokens, prompt_logprobs, None, record)
 

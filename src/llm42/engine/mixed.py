@@ -24,15 +24,13 @@ from llm42.engine.decode_state import DecodeState
 from llm42.engine.prefill import FastPrefill
 from llm42.inputs import StepInputs
 from llm42.model.forward import forward
-from llm42.sampler import FILTER_LISTED, SamplingRows, sample_with_margins
+from llm42.sampler import SamplingRows, sample_with_margins
 
 
 class MixedStep:
     """Runs the decode rows staged in ``decode_state.batch`` and the prompt chunks staged in ``prefill`` as one pass."""
 
-    # the sampler variants a mixed step runs (``variant``); ``FILTER_LISTED`` only with a decode bucket larger than
-    # the decode state's ``filter_slots`` (``DecodeState.stage_batch``)
-    MIXED_VARIANTS = ((True, False), (True, FILTER_LISTED), (True, True))
+    MIXED_VARIANTS = ((True, False), (True, True))  # the sampler variants a mixed step runs (``variant``)
 
     def __init__(self, decode_state: DecodeState, prefill: FastPrefill, decode_graphs: DecodeGraphs | None, *,
                  use_graph: bool, bucket_step: int | None = None):
@@ -42,7 +40,7 @@ class MixedStep:
         self.prefill = prefill
         self._decode_graphs = decode_graphs
         self.graphs = MixedGraphs(self) if use_graph else None
-        self.last_variant: tuple[bool, bool | str] = (True, False)
+        self.last_variant = (True, False)  # the sampler variant of the step run last (``stats["filtered_steps"]``)
         self._decode_ladder = (row_buckets(decode_graphs.max_batch_size, bucket_step)
                                if use_graph and decode_graphs is not None else None)
 
@@ -68,17 +66,12 @@ class MixedStep:
         return next(b for b in self._decode_ladder if b >= num_decode)
 
     @staticmethod
-    def variant(decode_variant: tuple[bool, bool | str], prompt_variant: tuple[bool, bool]) -> tuple[bool, bool | str]:
+    def variant(decode_variant: tuple[bool, bool], prompt_variant: tuple[bool, bool]) -> tuple[bool, bool]:
         """The sampler a mixed step runs: always the sampling one (greedy rows still take their argmax, the
-        same tokens); filtered if any row filters: over the decode rows listed in the decode state's
-        ``filter_rows`` when the decode rows list theirs (``FILTER_LISTED``) and no prompt row filters, else over
-        every row. Three variants, not four: each is a graph per bucket pair."""
-        if prompt_variant[1]:
-            return True, True
-        return True, decode_variant[1]
+        same tokens), filtered if any row filters. Two variants, not three: each is a graph per bucket pair."""
+        return True, decode_variant[1] or prompt_variant[1]
 
-    def run(self, num_decode: int, decode_variant: tuple[bool, bool | str], decode_max_context_len: int, segments,
-            kv
+    def run(self, num_decode: int, decode_variant: tuple[bool, bool], decode_max_context_len: int, segments, kv
             ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
         """The decode batch (staged, ``decode_bucket(num_decode)`` rows) and ``segments`` (appended in ``kv``).
 
@@ -86,8 +79,7 @@ class MixedStep:
         token [s], its log-prob), on the device; the decode state is advanced as by a decode step.
         """
         bucket, prompt_variant, prompt_max_context_len = self.prefill.stage(segments, kv)
-        variant = self.variant(decode_variant, prompt_variant)
-        self.last_variant = variant  # the sampler variant of the step run last (``stats["filtered_steps"]``)
+        variant = self.last_variant = self.variant(decode_variant, prompt_variant)
         if self.graphs is not None:
             outputs = self.graphs.run(self.decode_bucket(num_decode), bucket, variant)
         else:
@@ -97,7 +89,7 @@ class MixedStep:
         num_seqs = len(segments)
         return tokens[:num_decode], logprobs[:num_decode], prompt_tokens[:num_seqs], prompt_logprobs[:num_seqs]
 
-    def forward_sample(self, num_decode: int, num_prompt_rows: int, *, variant: tuple[bool, bool | str],
+    def forward_sample(self, num_decode: int, num_prompt_rows: int, *, variant: tuple[bool, bool],
                        max_context_len: int | None
                        ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
         """One forward over the staged decode rows then the staged prompt rows, one sampler call (no host syncs)."""
@@ -113,8 +105,7 @@ class MixedStep:
             top_p=torch.cat([decode_rows.top_p, prompt_rows.top_p]),
             seeds=torch.cat([decode_rows.seeds, prompt_rows.seeds]),
             positions=torch.cat([decode_rows.positions, prompt_rows.positions]),
-            is_any_sampled=variant[0], is_any_filtered=bool(variant[1]),
-            filter_rows=decode_rows.filter_rows,  # batch rows: the decode rows come first
+            is_any_sampled=variant[0], is_any_filtered=variant[1],
         )
         tokens, logprobs, margins = sample_with_margins(logits, rows)
         state.advance(idx, positions, tokens[:num_decode])

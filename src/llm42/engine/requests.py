@@ -20,8 +20,8 @@ from llm42.scheduler import PrefillChunk, RequestView
 from llm42.verify.windows import Commit
 
 STAT_NAMES = (
-    "steps", "fast_steps", "mixed_steps", "mixed_dropped", "filtered_steps", "listed_filter_steps", "fast_tokens",
-    "canonical_passes", "prompt_passes", "confined_passes",
+    "steps", "fast_steps", "mixed_steps", "mixed_dropped", "filtered_steps", "fast_tokens", "canonical_passes",
+    "prompt_passes", "confined_passes",
     "canonical_rows", "canonical_rows_used",
     "committed_tokens", "accepted_tokens", "rollbacks", "recomputed_tokens", "prefix_cached_tokens",
     "score_passes", "scored_tokens", "ahead_tokens_kept", "ahead_tokens_dropped",

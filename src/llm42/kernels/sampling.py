@@ -233,17 +233,11 @@ def _unkey(key, GRAIN: tl.constexpr):
 
 
 @triton.jit
-def _filter_threshold_kernel(x_ptr, stride_x, vocab: tl.constexpr, rows_ptr, num_rows, out_ptr, temperature_ptr,
-                             max_ptr, min_ptr, top_k_ptr, top_p_ptr, LISTED: tl.constexpr, GRAIN: tl.constexpr,
-                             FAN: tl.constexpr, BLOCK: tl.constexpr):
-    # One program per row (or per entry of a static index of rows). A row's threshold is found by searching the
-    # keys of its values, FAN pivots a pass: every pass reads the row once and needs no temporaries.
-    if LISTED:
-        row = tl.load(rows_ptr + tl.program_id(0))
-    else:
-        row = tl.program_id(0).to(tl.int64)
-    is_row = row < num_rows  # a padding entry of the index writes nothing
-    row = tl.minimum(row, num_rows - 1)
+def _filter_threshold_kernel(x_ptr, stride_x, vocab: tl.constexpr, out_ptr, temperature_ptr, max_ptr, min_ptr,
+                             top_k_ptr, top_p_ptr, GRAIN: tl.constexpr, FAN: tl.constexpr, BLOCK: tl.constexpr):
+    # One program per row. A row's threshold is found by searching the keys of its values, FAN pivots a pass:
+    # every pass reads the row once and needs no temporaries. A row without a filter returns at once.
+    row = tl.program_id(0).to(tl.int64)
     base = x_ptr + row * stride_x
     offs = tl.arange(0, BLOCK)
     fan = tl.arange(0, FAN).to(tl.int64)
@@ -307,7 +301,7 @@ def _filter_threshold_kernel(x_ptr, stride_x, vocab: tl.constexpr, rows_ptr, num
         lo = lo + tl.max(tl.where(holds, fan, 0), 0) * step
         hi = tl.minimum(hi, lo + step - 1)
     threshold = tl.math.div_rn(_unkey(lo, GRAIN) - shift, temperature)
-    tl.store(out_ptr + row, tl.where(active, threshold, float("-inf")), mask=is_row)
+    tl.store(out_ptr + row, tl.where(active, threshold, float("-inf")))
 
 
 def _rows(logits: torch.Tensor) -> torch.Tensor:
@@ -377,10 +371,9 @@ def gumbel_argmax(scaled: torch.Tensor, threshold: torch.Tensor | None, keys: to
 
 
 def filter_threshold(logits: torch.Tensor, temperature: torch.Tensor, row_max: torch.Tensor, row_min: torch.Tensor,
-                     top_k: torch.Tensor, top_p: torch.Tensor, rows: torch.Tensor | None = None) -> torch.Tensor:
+                     top_k: torch.Tensor, top_p: torch.Tensor) -> torch.Tensor:
     """Each row's top-k / top-p threshold (float32 [N]) on the scaled logits ``div_rn(x - shift, T)`` (the values
-    ``gumbel_argmax(scale=...)`` compares it with); -inf for a greedy row (T <= 0), a row with neither filter, and a
-    row not in ``rows`` (``SamplingRows.filter_rows``: a static index, entries >= N are padding).
+    ``gumbel_argmax(scale=...)`` compares it with); -inf for a greedy row (T <= 0) and a row with neither filter.
 
     ``logits`` [N, V] raw (any float dtype, read as float32); ``row_max`` / ``row_min`` their rows' max and min
     (``row_stats``). A value's weight is ``exp2((s - s_max) log2 e)`` in float32, s its scaled value. The threshold
@@ -392,15 +385,12 @@ def filter_threshold(logits: torch.Tensor, temperature: torch.Tensor, row_max: t
     fixed order: a function of the row alone. The same thresholds from scaled float32 values with T = 1."""
     x = _rows(logits)
     num_rows, vocab = x.shape
-    out = torch.full((num_rows,), float("-inf"), dtype=torch.float32, device=x.device)
+    out = torch.empty(num_rows, dtype=torch.float32, device=x.device)
     grain = {torch.bfloat16: 16, torch.float16: 13}.get(x.dtype, 0)
-    index = rows.contiguous() if rows is not None else None
-    programs = len(index) if index is not None else num_rows
-    if num_rows and programs:
+    if num_rows:
         as_rows = [t.reshape(num_rows).contiguous() for t in (temperature.float(), row_max.float(), row_min.float(),
                                                              top_k.long(), top_p.float())]
-        _filter_threshold_kernel[(programs,)](x, x.stride(0), vocab, out if index is None else index, num_rows, out,
-                                              *as_rows, LISTED=index is not None, GRAIN=grain, FAN=FILTER_FAN,
+        _filter_threshold_kernel[(num_rows,)](x, x.stride(0), vocab, out, *as_rows, GRAIN=grain, FAN=FILTER_FAN,
                                               BLOCK=FILTER_BLOCK, num_warps=NUM_WARPS)
     return out
 

@@ -51,7 +51,6 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 import torch
 
-from llm42 import sampler
 from llm42.cuda_graphs import StaticRows, capture_graph, lend_streams, resolve_use_graph
 from llm42.inputs import StepInputs
 from llm42.model.config import ModelConfig
@@ -60,8 +59,7 @@ from llm42.model.weights import Weights
 from llm42.policies.base import ReductionPolicy
 from llm42.engine.config import positive_int
 from llm42.engine.decode_state import to_device
-from llm42.sampler import (FILTER_LISTED, SamplingRows, logprob_details, rows_to_list, sample, sampling_variant,
-                           write_listed)
+from llm42.sampler import SamplingRows, logprob_details, sample, sampling_variant
 from llm42.verify.pass_result import PassResult
 from llm42.verify.pass_shapes import (GemmRowBlocks, bucket_gemm_rows, confined_buckets, pass_buckets, result_sizes,
                                       slice_bounds)
@@ -179,11 +177,10 @@ class CanonicalPass:
         self._kv = None
         # (bucket, result rows) -> (graph, logits)
         self._forward_graphs: dict[tuple[int, int], tuple[torch.cuda.CUDAGraph, torch.Tensor]] = {}
-        self._samplers: dict[tuple[tuple[int, int], bool, bool | str],
+        self._samplers: dict[tuple[tuple[int, int], bool, bool],
                              tuple[torch.cuda.CUDAGraph, tuple[torch.Tensor, torch.Tensor]]] = {}
         self._pool = None
-        self._variant: tuple[bool, bool | str] = (False, False)  # (any row sampled, filtered: ``sampler_variants``)
-        self.filter_slots = sampler.FILTER_SLOTS  # the most result rows a pass lists for the filter (read once)
+        self._variant = (False, False)  # (any row sampled, any sampled row filtered)
         self._bucket = num_rows  # the bucket staged last
         self._results = num_rows  # the result rows of the pass staged last (head and sampler)
         self._wanted: np.ndarray | None = None  # the pass rows a wide staged pass computes results for
@@ -302,16 +299,12 @@ class CanonicalPass:
         # rows (``_select``)
         extra = (("sampling_ints", (3, max_rows), torch.int64),  # top_k, seeds, positions
                  ("sampling_floats", (2, max_rows), torch.float32),  # temperature, top_p
-                 ("select", (max_rows,), torch.int64),
-                 # the result rows with a top-k / top-p filter when they are few (``_stage_sampling``): the sampler
-                 # sorts those only (``SamplingRows.filter_rows``)
-                 ("filter_rows", (max(1, self.filter_slots),), torch.int64))
+                 ("select", (max_rows,), torch.int64))
         self._rows = StaticRows(max_rows, self.max_model_len, kv, device, max_seqs=num_rows, tile_rows=tile_rows,
                                 extra=extra)
         packed = self._rows.packed
         self._sampling_ints, self._sampling_floats = packed.device("sampling_ints"), packed.device("sampling_floats")
         self._select = packed.device("select")
-        self._filter_rows = packed.device("filter_rows")
         self._sampling_floats[1] = 1.0
         packed.host("sampling_floats")[1] = 1.0
         # every key's inputs now where graphs are captured for each; eagerly (the CPU) each when first staged:
@@ -334,19 +327,10 @@ class CanonicalPass:
             for key in reversed(self._keys()):  # the largest first: the others reuse its pool memory
                 self._capture(key)
             for key in self._keys():  # and each one's sampler variants (greedy, sampled, filtered), not mid-run
-                for variant in self.sampler_variants(key[1]):
+                for variant in ((False, False), (True, False), (True, True)):
                     self._variant = variant
                     self._sampler(key)
             self._variant = (False, False)
-
-    def sampler_variants(self, num_results: int) -> list[tuple[bool, bool | str]]:
-        """The sampler variants of a pass with ``num_results`` result rows: greedy, sampled, filtered, and filtered
-        over the listed rows (``FILTER_LISTED``) where ``_stage_sampling`` lists them: more than ``filter_slots``
-        result rows, in one sampler call (at most R)."""
-        variants: list[tuple[bool, bool | str]] = [(False, False), (True, False), (True, True)]
-        if 0 < self.filter_slots < num_results <= self.num_rows:
-            variants.append((True, FILTER_LISTED))
-        return variants
 
     def _key_inputs(self, key: tuple[int, int]) -> StepInputs:
         """The static inputs of ``key`` = (bucket rows, result rows); max_context_len is a bound (CUDA kernels
@@ -401,8 +385,7 @@ class CanonicalPass:
         ints, floats = self._sampling_ints[:, start:end], self._sampling_floats[:, start:end]
         return SamplingRows(temperature=floats[0], top_k=ints[0], top_p=floats[1], seeds=ints[1],
                             positions=ints[2], is_any_sampled=self._variant[0],
-                            is_any_filtered=bool(self._variant[1]),
-                            filter_rows=self._filter_rows if self._variant[1] == FILTER_LISTED else None)
+                            is_any_filtered=self._variant[1])
 
     def _sample(self, logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """The sampler on blocks of R result rows, each the call an R-row pass makes (so each row gets its bits);
@@ -487,12 +470,6 @@ class CanonicalPass:
             floats[0, :n] = runs.per_run([float(p.temperature) for p in params])
             floats[1, :n] = runs.per_run([float(p.top_p) for p in params])
         self._variant = sampling_variant(runs.params)
-        if self._variant[1] and num_results <= self.num_rows:  # one sampler call: its few filtered rows listed
-            filtered = rows_to_list((floats[0, :n] > 0) & ((ints[0, :n] > 0) | (floats[1, :n] < 1.0)), num_results,
-                                    self.filter_slots)
-            if filtered is not None:
-                write_listed(self._rows.packed.host("filter_rows"), filtered)
-                self._variant = (True, FILTER_LISTED)
 
     def _sampling_host(self) -> tuple[np.ndarray, np.ndarray]:
         """The host regions of the sampling rows: (top_k, seed, position) and (temperature, top_p) per result row."""
