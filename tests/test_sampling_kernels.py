@@ -202,19 +202,23 @@ def check_filter(device: str, vocab: int = 1500, num_rows: int = 12) -> None:
     logits[4, :] = 1.0  # one value
     logits[5, 100:] = float("-inf")  # a masked vocabulary
     logits[6, :10] = 9.0  # a tie at the top
-    logits = logits.to(device, torch.bfloat16)
     temps = (torch.rand(num_rows, generator=gen) * 1.5 + 0.3).to(device)
     temps[0], temps[9] = 0.0, 1e-40  # greedy (never filtered); |max| / T overflows
     top_k = torch.tensor([5, 0, 40, 0, 3, 0, 4, 1, 0, 7, vocab, 0], device=device)
     top_p = torch.tensor([0.9, 0.9, 1.0, 0.5, 0.8, 0.95, 1.0, 0.3, 0.99, 0.6, 0.7, 1.0], device=device)
     rows = SamplingRows(temperature=temps, top_k=top_k, top_p=top_p, seeds=top_k, positions=top_k)
-    _, row_max, _, row_min = row_stats(logits, row_min=True)
-    got = filter_threshold(logits, temps, row_max, row_min, top_k, top_p)
-    scaled = _scaled(logits.float(), rows, row_max)
     ones = torch.ones_like(temps)
-    from_copy = filter_threshold(scaled, ones, scaled.amax(-1), scaled.amin(-1), top_k, top_p)
     sampled_rows = temps > 0
-    assert torch.equal(got[sampled_rows], from_copy[sampled_rows]), (got, from_copy)
+    # raw logits scaled in the kernel (keys without the bits the dtype never sets: bf16 16, fp16 13, fp32 none)
+    # against a scaled float32 copy at T = 1 (every bit of the key): the same thresholds
+    for dtype in (torch.float16, torch.float32, torch.bfloat16):  # bf16 last: the checks below use it
+        x = logits.to(device, dtype)
+        _, row_max, _, row_min = row_stats(x, row_min=True)
+        got = filter_threshold(x, temps, row_max, row_min, top_k, top_p)
+        scaled = _scaled(x.float(), rows, row_max)
+        from_copy = filter_threshold(scaled, ones, scaled.amax(-1), scaled.amin(-1), top_k, top_p)
+        assert torch.equal(got[sampled_rows], from_copy[sampled_rows]), (dtype, got, from_copy)
+    logits = x
     assert float(got[0]) == float("-inf") and float(got[11]) == float("-inf")  # greedy; no filter
     checked = 0
     for i in range(1, num_rows - 1):
@@ -244,6 +248,44 @@ def check_filter(device: str, vocab: int = 1500, num_rows: int = 12) -> None:
     keep = torch.ones(num_rows, dtype=torch.bool, device=device)
     keep[[2, 3]] = False
     assert torch.equal(moved[keep], got[keep])
+    check_filter_edges(device)
+
+
+def check_filter_edges(device: str, cases: int = 24) -> None:
+    """``filter_threshold`` on small, tied rows: vocabularies of 1 to 600 values drawn from a few levels (ties
+    everywhere, a tie at the k-th value), top-k from 1 to V, top-p from 1e-3 to 0.999, -inf values: the float64
+    definition's threshold wherever the mass is not at an edge, always one of the row's values keeping at least
+    one token and, with top-k, at most k values above it."""
+    from llm42.kernels.sampling import filter_threshold
+
+    gen = torch.Generator().manual_seed(11)
+    checked = 0
+    for case in range(cases):
+        vocab = (1, 2, 3, 7, 64, 600)[case % 6]
+        levels = torch.randn(1 + case % 5, generator=gen) * 4
+        row = levels[torch.randint(len(levels), (1, vocab), generator=gen)]
+        if vocab > 2 and case % 4 == 0:
+            row[0, torch.randint(vocab, (vocab // 3,), generator=gen)] = float("-inf")
+            row[0, 0] = levels[0]
+        top_k = torch.tensor([int(torch.randint(0, vocab + 1, (), generator=gen))])
+        top_p = torch.tensor([(1e-3, 0.3, 0.7, 0.95, 0.999, 1.0)[case % 6]])
+        if int(top_k) == 0 and float(top_p) == 1.0:
+            top_k[0] = 1
+        x = row.to(device)
+        temperature = torch.tensor([0.7], device=device)
+        scaled = x / temperature
+        got = filter_threshold(scaled, torch.ones(1, device=device), scaled.amax(-1), scaled.amin(-1),
+                               top_k.to(device), top_p.to(device))
+        value = float(got[0])
+        assert value in set(scaled[0].cpu().tolist()), (case, value)
+        assert int((scaled[0] >= value).sum()) >= 1
+        if int(top_k) > 0:
+            assert int((scaled[0] > value).sum()) < int(top_k), case
+        want, margin = _reference_threshold(scaled[0].cpu(), int(top_k), float(top_p))
+        if margin > 1e-4:
+            assert value == want, (case, value, want)
+            checked += 1
+    assert checked >= cases // 2, checked
 
 
 def _uniforms(keys: torch.Tensor, vocab: int) -> torch.Tensor:

@@ -233,6 +233,49 @@ def _unkey(key, GRAIN: tl.constexpr):
 
 
 @triton.jit
+def _row_block(base, start, offs, vocab: tl.constexpr):
+    """One block of a row as float32 (-inf past its end), and which of it is in the vocabulary."""
+    idx = start + offs
+    in_vocab = idx < vocab
+    return tl.load(base + idx, mask=in_vocab, other=float("-inf")).to(tl.float32), in_vocab
+
+
+@triton.jit
+def _weight(x, shift, temperature, scaled_max):
+    """A value's weight in the top-p mass: exp(s - s_max) of its scaled value s, in float32."""
+    return tl.exp2((tl.math.div_rn(x - shift, temperature) - scaled_max) * 1.4426950408889634)
+
+
+@triton.jit
+def _search(base, offs, lo, hi, top_k, top_p, total, shift, temperature, scaled_max, vocab: tl.constexpr,
+            GRAIN: tl.constexpr, FAN: tl.constexpr, BLOCK: tl.constexpr, BY_MASS: tl.constexpr):
+    """The largest key in [lo, hi] that holds, ``lo`` holding: FAN pivots a pass, each pass one read of the row
+    narrowing the interval to one FAN-th. Top-k (``BY_MASS`` False): at least ``top_k`` values at or above it.
+    Top-p: values at or above it that weigh at least ``top_p`` of ``total`` (``total`` < 0: the first pass's
+    pivot 0, ``lo``, weighs it: the whole row)."""
+    fan = tl.arange(0, FAN).to(tl.int64)
+    while lo < hi:
+        step = (hi - lo) // FAN + 1
+        pivots = lo + step * fan
+        acc = tl.zeros([FAN], tl.float32)  # a count is exact in float32 up to 2^24 values
+        for start in range(0, vocab, BLOCK):
+            x, in_vocab = _row_block(base, start, offs, vocab)
+            at_or_above = (_key(x, GRAIN)[:, None] >= pivots[None, :]) & in_vocab[:, None]
+            if BY_MASS:
+                acc += tl.sum(tl.where(at_or_above, _weight(x, shift, temperature, scaled_max)[:, None], 0.0), 0)
+            else:
+                acc += tl.sum(at_or_above.to(tl.float32), 0)
+        if BY_MASS:
+            total = tl.where(total < 0, tl.sum(tl.where(fan == 0, acc, 0.0), 0), total)
+            holds = (acc >= top_p * total) | (fan == 0)
+        else:
+            holds = acc >= top_k.to(tl.float32)
+        lo = lo + tl.max(tl.where(holds & (pivots <= hi), fan, 0), 0) * step
+        hi = tl.minimum(hi, lo + step - 1)
+    return lo
+
+
+@triton.jit
 def _filter_threshold_kernel(x_ptr, stride_x, vocab: tl.constexpr, out_ptr, temperature_ptr, max_ptr, min_ptr,
                              top_k_ptr, top_p_ptr, GRAIN: tl.constexpr, FAN: tl.constexpr, BLOCK: tl.constexpr):
     # One program per row. A row's threshold is found by searching the keys of its values, FAN pivots a pass:
@@ -240,7 +283,6 @@ def _filter_threshold_kernel(x_ptr, stride_x, vocab: tl.constexpr, out_ptr, temp
     row = tl.program_id(0).to(tl.int64)
     base = x_ptr + row * stride_x
     offs = tl.arange(0, BLOCK)
-    fan = tl.arange(0, FAN).to(tl.int64)
     raw_temperature = tl.load(temperature_ptr + row)
     row_max = tl.load(max_ptr + row)
     row_min = tl.load(min_ptr + row)
@@ -253,19 +295,8 @@ def _filter_threshold_kernel(x_ptr, stride_x, vocab: tl.constexpr, out_ptr, temp
 
     # top-k: the largest key with at least k values at or above it (the k-th largest value)
     lo = _key(row_min, GRAIN)
-    hi = tl.where(has_k, _key(row_max, GRAIN), lo)
-    while lo < hi:
-        step = (hi - lo) // FAN + 1
-        pivots = lo + step * fan
-        count = tl.zeros([FAN], tl.int32)
-        for start in range(0, vocab, BLOCK):
-            idx = start + offs
-            in_vocab = idx < vocab
-            key = _key(tl.load(base + idx, mask=in_vocab, other=float("-inf")).to(tl.float32), GRAIN)
-            count += tl.sum(((key[:, None] >= pivots[None, :]) & in_vocab[:, None]).to(tl.int32), 0)
-        holds = (count >= top_k) & (pivots <= hi)  # pivot 0 (lo) always holds
-        lo = lo + tl.max(tl.where(holds, fan, 0), 0) * step
-        hi = tl.minimum(hi, lo + step - 1)
+    lo = _search(base, offs, lo, tl.where(has_k, _key(row_max, GRAIN), lo), top_k, top_p, -1.0, shift, temperature,
+                 scaled_max, vocab, GRAIN, FAN, BLOCK, False)
     kth = tl.math.div_rn(_unkey(lo, GRAIN) - shift, temperature)
 
     # the mass the top-p search measures against: with top-k, that of the k largest values (ties at the k-th
@@ -273,33 +304,16 @@ def _filter_threshold_kernel(x_ptr, stride_x, vocab: tl.constexpr, out_ptr, temp
     mass_above = tl.zeros((), tl.float32)
     count_above = tl.zeros((), tl.int32)
     for start in range(0, tl.where(has_k & (top_p < 1.0), vocab, 0), BLOCK):
-        idx = start + offs
-        in_vocab = idx < vocab
-        x = tl.load(base + idx, mask=in_vocab, other=float("-inf")).to(tl.float32)
-        scaled = tl.math.div_rn(x - shift, temperature)
-        above = (scaled > kth) & in_vocab
-        mass_above += tl.sum(tl.where(above, tl.exp2((scaled - scaled_max) * 1.4426950408889634), 0.0), 0)
+        x, in_vocab = _row_block(base, start, offs, vocab)
+        above = (tl.math.div_rn(x - shift, temperature) > kth) & in_vocab
+        mass_above += tl.sum(tl.where(above, _weight(x, shift, temperature, scaled_max), 0.0), 0)
         count_above += tl.sum(above.to(tl.int32), 0)
     kth_weight = tl.exp2((kth - scaled_max) * 1.4426950408889634)
     total = tl.where(has_k, mass_above + (top_k - count_above).to(tl.float32) * kth_weight, -1.0)
 
     # top-p: the largest key at or above the k-th value whose values at or above it hold at least p of the mass
-    hi = tl.where(active & (top_p < 1.0), _key(row_max, GRAIN), lo)
-    while lo < hi:
-        step = (hi - lo) // FAN + 1
-        pivots = lo + step * fan
-        mass = tl.zeros([FAN], tl.float32)
-        for start in range(0, vocab, BLOCK):
-            idx = start + offs
-            in_vocab = idx < vocab
-            x = tl.load(base + idx, mask=in_vocab, other=float("-inf")).to(tl.float32)
-            weight = tl.exp2((tl.math.div_rn(x - shift, temperature) - scaled_max) * 1.4426950408889634)
-            at_or_above = (_key(x, GRAIN)[:, None] >= pivots[None, :]) & in_vocab[:, None]
-            mass += tl.sum(tl.where(at_or_above, weight[:, None], 0.0), 0)
-        total = tl.where(total < 0, tl.sum(tl.where(fan == 0, mass, 0.0), 0), total)
-        holds = ((mass >= top_p * total) | (fan == 0)) & (pivots <= hi)
-        lo = lo + tl.max(tl.where(holds, fan, 0), 0) * step
-        hi = tl.minimum(hi, lo + step - 1)
+    lo = _search(base, offs, lo, tl.where(active & (top_p < 1.0), _key(row_max, GRAIN), lo), top_k, top_p, total,
+                 shift, temperature, scaled_max, vocab, GRAIN, FAN, BLOCK, True)
     threshold = tl.math.div_rn(_unkey(lo, GRAIN) - shift, temperature)
     tl.store(out_ptr + row, tl.where(active, threshold, float("-inf")))
 
