@@ -176,7 +176,8 @@ def filtered(args) -> int:
             del graphs, outs
             torch.cuda.empty_cache()
     out = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "reps": args.reps,
-           "filter_chunk_elements": chunk, "runs": entries}
+           "filter_chunk_elements": chunk, "filter_fan": sampling.FILTER_FAN, "filter_block": sampling.FILTER_BLOCK,
+           "filter_warps": sampling.FILTER_WARPS, "runs": entries}
     args.out.write_text(json.dumps(out, indent=1) + "\n")
     return 0 if all(e["other_rows_as_unfiltered"] for e in entries) else 1
 

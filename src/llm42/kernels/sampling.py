@@ -61,10 +61,12 @@ GUMBEL_TARGET_PROGRAMS: int | None = 1024
 # benchmarks' requests are half greedy). The same bits for every sampled row. Alone it measured 1.0-1.1x slower on an
 # H100 (round 51: a row's one program still runs); with the split above it is what makes half-greedy steps cheap.
 GUMBEL_SKIP_GREEDY = True
-# The top-k / top-p threshold's search (``filter_threshold``): pivots per pass over a row, and the block a pass reads
-# at a time. Pinned, like BLOCK_V: a row's sums follow them.
+# The top-k / top-p threshold's search (``filter_threshold``): pivots per pass over a row, the block a pass reads at
+# a time, and the warps of a row's program (four elements a thread, each with a running sum per pivot). Pinned,
+# like BLOCK_V: a row's sums follow them. Chosen, not yet timed (round 55 had no device).
 FILTER_FAN = 16
 FILTER_BLOCK = 512
+FILTER_WARPS = 4
 
 
 @triton.jit
@@ -257,14 +259,17 @@ def _search(base, offs, lo, hi, top_k, top_p, total, shift, temperature, scaled_
     while lo < hi:
         step = (hi - lo) // FAN + 1
         pivots = lo + step * fan
-        acc = tl.zeros([FAN], tl.float32)  # a count is exact in float32 up to 2^24 values
+        # per lane of the block, summed across lanes once after the pass (not per block); a count is exact in
+        # float32 up to 2^24 values
+        lanes = tl.zeros([BLOCK, FAN], tl.float32)
         for start in range(0, vocab, BLOCK):
             x, in_vocab = _row_block(base, start, offs, vocab)
             at_or_above = (_key(x, GRAIN)[:, None] >= pivots[None, :]) & in_vocab[:, None]
             if BY_MASS:
-                acc += tl.sum(tl.where(at_or_above, _weight(x, shift, temperature, scaled_max)[:, None], 0.0), 0)
+                lanes += tl.where(at_or_above, _weight(x, shift, temperature, scaled_max)[:, None], 0.0)
             else:
-                acc += tl.sum(at_or_above.to(tl.float32), 0)
+                lanes += at_or_above.to(tl.float32)
+        acc = tl.sum(lanes, 0)
         if BY_MASS:
             total = tl.where(total < 0, tl.sum(tl.where(fan == 0, acc, 0.0), 0), total)
             holds = (acc >= top_p * total) | (fan == 0)
@@ -301,15 +306,16 @@ def _filter_threshold_kernel(x_ptr, stride_x, vocab: tl.constexpr, out_ptr, temp
 
     # the mass the top-p search measures against: with top-k, that of the k largest values (ties at the k-th
     # counted up to k); without, the whole row's (read off the search's first pass, whose pivot 0 is the minimum)
-    mass_above = tl.zeros((), tl.float32)
-    count_above = tl.zeros((), tl.int32)
+    mass_above = tl.zeros([BLOCK], tl.float32)
+    count_above = tl.zeros([BLOCK], tl.int32)
     for start in range(0, tl.where(has_k & (top_p < 1.0), vocab, 0), BLOCK):
         x, in_vocab = _row_block(base, start, offs, vocab)
         above = (tl.math.div_rn(x - shift, temperature) > kth) & in_vocab
-        mass_above += tl.sum(tl.where(above, _weight(x, shift, temperature, scaled_max), 0.0), 0)
-        count_above += tl.sum(above.to(tl.int32), 0)
+        mass_above += tl.where(above, _weight(x, shift, temperature, scaled_max), 0.0)
+        count_above += above.to(tl.int32)
     kth_weight = tl.exp2((kth - scaled_max) * 1.4426950408889634)
-    total = tl.where(has_k, mass_above + (top_k - count_above).to(tl.float32) * kth_weight, -1.0)
+    total = tl.where(has_k, tl.sum(mass_above, 0) + (top_k - tl.sum(count_above, 0)).to(tl.float32) * kth_weight,
+                     -1.0)
 
     # top-p: the largest key at or above the k-th value whose values at or above it hold at least p of the mass
     lo = _search(base, offs, lo, tl.where(active & (top_p < 1.0), _key(row_max, GRAIN), lo), top_k, top_p, total,
@@ -405,7 +411,7 @@ def filter_threshold(logits: torch.Tensor, temperature: torch.Tensor, row_max: t
         as_rows = [t.reshape(num_rows).contiguous() for t in (temperature.float(), row_max.float(), row_min.float(),
                                                              top_k.long(), top_p.float())]
         _filter_threshold_kernel[(num_rows,)](x, x.stride(0), vocab, out, *as_rows, GRAIN=grain, FAN=FILTER_FAN,
-                                              BLOCK=FILTER_BLOCK, num_warps=NUM_WARPS)
+                                              BLOCK=FILTER_BLOCK, num_warps=FILTER_WARPS)
     return out
 
 
