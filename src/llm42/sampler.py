@@ -17,8 +17,9 @@ row and a pinned block size (``llm42.kernels.sampling``): one read of the
 logits each instead of dozens of float64 passes, and still a function of the
 row alone; they read the head's bf16 logits as they are, and the Gumbel kernel
 applies the temperature itself (``FUSED_CUDA_SAMPLER``; the bits of the torch
-ops on a float32 copy, which a step with a top-k / top-p row still runs). Either
-way they are plain ops with no host sync, so a CUDA graph can capture them.
+ops on a float32 copy). The top-k / top-p threshold is a third kernel
+(``FILTER_KERNEL``): a search over each row's values, a few reads of the row.
+Either way they are plain ops with no host sync, so a CUDA graph can capture them.
 """
 
 from __future__ import annotations
@@ -111,12 +112,13 @@ def sampling_variant(params) -> tuple[bool, bool]:
     return is_sampled, is_filtered
 
 
-# ``_filter_threshold`` works through a step's rows in chunks of at most this many [rows, V] elements. Its sort, float64
-# softmax and exact cumulative sum keep, by the code's count, some 100 bytes of temporaries per element: at the 8B
-# shape's 128,256-token vocabulary and 1,056 rows (a mixed step's largest bucket) about 13 GiB at once. The mixed
-# step's CUDA graphs ran out of memory at capture there, asking for 1.01 GiB, the size of 1,056 rows' int64 sort
-# indices (round 53). A chunk of 2^23 elements keeps about 1 GiB by the same count. Every value it computes is a
-# function of its own row (a stable sort, exact sums), so the chunks cannot show in the bits.
+# The torch ops' ``_filter_threshold`` (the CPU's; CUDA's with ``FILTER_KERNEL`` off) works through a step's rows in
+# chunks of at most this many [rows, V] elements. Its sort, float64 softmax and exact cumulative sum keep, by the
+# code's count, some 100 bytes of temporaries per element: at the 8B shape's 128,256-token vocabulary and 1,056 rows
+# (a mixed step's largest bucket) about 13 GiB at once. The mixed step's CUDA graphs ran out of memory at capture
+# there, asking for 1.01 GiB, the size of 1,056 rows' int64 sort indices (round 53). A chunk of 2^23 elements keeps
+# about 1 GiB by the same count. Every value it computes is a function of its own row (a stable sort, exact sums),
+# so the chunks cannot show in the bits.
 FILTER_CHUNK_ELEMENTS = 1 << 23
 
 

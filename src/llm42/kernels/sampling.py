@@ -1,4 +1,4 @@
-"""The sampler's two vocabulary sweeps on CUDA, in Triton: row statistics and Gumbel-max.
+"""The sampler's vocabulary sweeps on CUDA, in Triton: row statistics, Gumbel-max and the top-k / top-p threshold.
 
 ``llm42.sampler`` on the CPU builds its log-probs and noise from
 ``llm42.ops.exact`` (order-independent float64 arithmetic). On the GPU that
@@ -20,6 +20,10 @@ of the canonical config).
   tokens with ``scaled >= threshold``, g = -log(-log(u)) and u from the same
   counter-based hash of (row key, vocab id) as ``llm42.sampler.gumbel_noise``
   (23 random bits here, so that u is exact in float32).
+
+- ``filter_threshold(logits, ...)`` -> each row's top-k / top-p threshold on the
+  scaled logits, by a search over the keys of its values (a few reads of the
+  row, no sort), for ``gumbel_argmax``'s ``threshold``.
 
 Either sweep can also return each row's *runner-up* (``runner_up=True``): the
 second largest value it took the maximum over (the max itself again on a tie).
