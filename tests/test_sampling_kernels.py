@@ -255,7 +255,8 @@ def check_filter_edges(device: str, cases: int = 24) -> None:
     """``filter_threshold`` on small, tied rows: vocabularies of 1 to 600 values drawn from a few levels (ties
     everywhere, a tie at the k-th value), top-k from 1 to V, top-p from 1e-3 to 0.999, -inf values: the float64
     definition's threshold wherever the mass is not at an edge, always one of the row's values keeping at least
-    one token and, with top-k, at most k values above it."""
+    one token and, with top-k, fewer than k values above it; and temperatures that scale distinct logits to equal
+    values, where the kernel's search over raw keys gives the scaled copy's thresholds."""
     from llm42.kernels.sampling import filter_threshold
 
     gen = torch.Generator().manual_seed(11)
@@ -286,6 +287,26 @@ def check_filter_edges(device: str, cases: int = 24) -> None:
             assert value == want, (case, value, want)
             checked += 1
     assert checked >= cases // 2, checked
+
+    # temperatures that scale distinct logits to equal values (1e-38 overflows and takes (x - max) / T: a few
+    # distinct values left; 3e38 makes them tiny): raw keys searched in the kernel, scaled keys in the copy, the
+    # same thresholds
+    from llm42.kernels.sampling import row_stats
+    from llm42.sampler import SamplingRows, _scaled
+
+    num_rows = 8
+    temps = torch.tensor([1e30, 3e38, 1e-30, 1e-38, 7.0, 1e6, 1e20, 0.5], device=device)
+    top_k = torch.tensor([0, 5, 0, 3, 0, 40, 2, 0], device=device)
+    top_p = torch.tensor([0.5, 0.9, 0.3, 1.0, 0.9, 0.6, 0.99, 0.1], device=device)
+    rows = SamplingRows(temperature=temps, top_k=top_k, top_p=top_p, seeds=top_k, positions=top_k)
+    for dtype in (torch.bfloat16, torch.float16, torch.float32):
+        x = (torch.randn(num_rows, 700, generator=gen) * 3).to(device, dtype)
+        _, row_max, _, row_min = row_stats(x, row_min=True)
+        scaled = _scaled(x.float(), rows, row_max)
+        assert len(set(scaled[3].cpu().tolist())) < len(set(x[3].float().cpu().tolist()))  # the ties checked
+        assert torch.equal(filter_threshold(x, temps, row_max, row_min, top_k, top_p),
+                           filter_threshold(scaled, torch.ones_like(temps), scaled.amax(-1), scaled.amin(-1), top_k,
+                                            top_p)), dtype
 
 
 def _uniforms(keys: torch.Tensor, vocab: int) -> torch.Tensor:

@@ -537,7 +537,7 @@ def add_setup_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--warmup-requests", type=int, default=16, help="untimed warm-up requests per variant and mode")
     p.add_argument("--warmup-s", type=float, default=60.0, help="deadline of each warm-up run")
     p.add_argument("--top-p-requests", type=int, default=0,
-                   help="this many sampled requests (a seeded choice) ask for --top-p (round 54: the listed filter)")
+                   help="this many sampled requests (a seeded choice) ask for --top-p (round 55: the threshold kernel)")
     p.add_argument("--top-p", type=float, default=0.9)
 
 
