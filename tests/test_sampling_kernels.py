@@ -171,22 +171,20 @@ def _reference_threshold(scaled: torch.Tensor, top_k: int, top_p: float) -> tupl
     s = scaled.double()
     vocab = len(s)
     k = top_k if 0 < top_k < vocab else vocab
-    ordered = s.sort(descending=True).values
-    kth = float(ordered[k - 1])
+    kth = float(s.sort(descending=True).values[k - 1])
     weight = torch.exp(s - s.max())
     above = s > kth
     total = float(weight[above].sum()) + (k - int(above.sum())) * float(torch.exp(torch.tensor(kth) - s.max()))
     if top_p >= 1.0:
         return kth, float("inf")
-    threshold, margin = kth, float("inf")
-    for v in sorted({float(x) for x in ordered[:k]}):  # ascending: the largest value that holds wins
-        if v == kth:
-            continue
-        mass = float(weight[s >= v].sum())
-        margin = min(margin, abs(mass - top_p * total) / total)
-        if mass >= top_p * total:
-            threshold = v
-    return threshold, margin
+    values, group = torch.unique(s[above], sorted=True, return_inverse=True)  # the values above the k-th, ascending
+    if len(values) == 0:
+        return kth, float("inf")
+    group_mass = torch.zeros(len(values), dtype=torch.float64).index_add_(0, group, weight[above])
+    at_or_above = group_mass.flip(0).cumsum(0).flip(0)  # [i]: the mass of the values >= values[i]
+    holds = (at_or_above >= top_p * total).nonzero()
+    threshold = float(values[int(holds[-1])]) if len(holds) else kth  # the largest value that holds
+    return threshold, float(((at_or_above - top_p * total).abs() / total).min())
 
 
 def check_filter(device: str, vocab: int = 1500, num_rows: int = 12) -> None:
