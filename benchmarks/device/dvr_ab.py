@@ -311,6 +311,8 @@ VARIANTS = {
     # round 55: the top-k / top-p threshold by the torch ops (a sort, float64 sums over every row of a step with a
     # filtered row), as before round 55, against the threshold's kernel (the default); with --top-p-requests
     "admit_budget_torch_filter": {"scheduler_admission": "budget", "filter_kernel": False},
+    "admit_budget_no_mixed_torch_filter": {"scheduler_admission": "budget", "mixed_steps": False,
+                                           "filter_kernel": False},
     "admit_budget_order_head_longest": {"scheduler_admission": "budget", "decode_order": "head_longest"},
     # round 49: the K/V store at 0.85 of the free memory instead of 0.6 (vLLM takes 0.9 of the card): round 47's
     # profile found the 8B shape's decode batches bound by the store (256-354 rows at 1,024 seats on an H100, where
