@@ -165,33 +165,34 @@ def check_split(logits: torch.Tensor, threshold: torch.Tensor, keys: torch.Tenso
         sampling.GUMBEL_TARGET_PROGRAMS = old
 
 
-def _reference_threshold(scaled: torch.Tensor, top_k: int, top_p: float) -> tuple[float, float]:
-    """``filter_threshold``'s definition in float64 on one scaled row (CPU): (threshold, how close the row's
-    top-p mass came to deciding between two values, relative: where tiny, float32 sums may decide otherwise)."""
-    s = scaled.double()
-    vocab = len(s)
+def _reference_threshold(raw: torch.Tensor, temperature: float, top_k: int, top_p: float) -> tuple[float, float]:
+    """``filter_threshold``'s definition in float64 on one row of raw logits (CPU): (the threshold logit, how close
+    the row's top-p mass came to deciding between two logits, relative: where tiny, float32 sums may decide
+    otherwise)."""
+    x = raw.double()
+    vocab = len(x)
     k = top_k if 0 < top_k < vocab else vocab
-    kth = float(s.sort(descending=True).values[k - 1])
-    weight = torch.exp(s - s.max())
-    above = s > kth
-    total = float(weight[above].sum()) + (k - int(above.sum())) * float(torch.exp(torch.tensor(kth) - s.max()))
+    kth = float(x.sort(descending=True).values[k - 1])
+    weight = torch.exp((x - x.max()) / temperature)
+    above = x > kth
+    total = float(weight[above].sum()) + (k - int(above.sum())) * float(torch.exp((kth - x.max()) / temperature))
     if top_p >= 1.0:
         return kth, float("inf")
-    values, group = torch.unique(s[above], sorted=True, return_inverse=True)  # the values above the k-th, ascending
+    values, group = torch.unique(x[above], sorted=True, return_inverse=True)  # the logits above the k-th, ascending
     if len(values) == 0:
         return kth, float("inf")
     group_mass = torch.zeros(len(values), dtype=torch.float64).index_add_(0, group, weight[above])
-    at_or_above = group_mass.flip(0).cumsum(0).flip(0)  # [i]: the mass of the values >= values[i]
+    at_or_above = group_mass.flip(0).cumsum(0).flip(0)  # [i]: the mass of the logits >= values[i]
     holds = (at_or_above >= top_p * total).nonzero()
-    threshold = float(values[int(holds[-1])]) if len(holds) else kth  # the largest value that holds
+    threshold = float(values[int(holds[-1])]) if len(holds) else kth  # the largest logit that holds
     return threshold, float(((at_or_above - top_p * total).abs() / total).min())
 
 
 def check_filter(device: str, vocab: int = 1500, num_rows: int = 12) -> None:
-    """``filter_threshold`` (the top-k / top-p threshold's search): the float64 definition's value wherever the
-    row's mass is not at the edge, from bf16 logits scaled in the kernel and from a scaled float32 copy (the same
-    bits), a row's value the same alone and among other rows; greedy and unfiltered rows -inf; and controls
-    (another top-p or top-k moves its row's threshold, no other)."""
+    """``filter_threshold`` (the top-k / top-p threshold's search) on bf16, fp16 and float32 logits: the float64
+    definition's threshold wherever the row's mass is not at an edge, scaled as the Gumbel kernel scales (one of
+    the row's scaled values); a row's value the same alone and among other rows; greedy and unfiltered rows -inf;
+    and controls (a smaller top-p or top-k moves its row's threshold up, and no other row's)."""
     from llm42.kernels.sampling import filter_threshold, row_stats
     from llm42.sampler import SamplingRows, _scaled
 
@@ -201,47 +202,45 @@ def check_filter(device: str, vocab: int = 1500, num_rows: int = 12) -> None:
     logits[5, 100:] = float("-inf")  # a masked vocabulary
     logits[6, :10] = 9.0  # a tie at the top
     temps = (torch.rand(num_rows, generator=gen) * 1.5 + 0.3).to(device)
-    temps[0], temps[9] = 0.0, 1e-40  # greedy (never filtered); |max| / T overflows
+    temps[0], temps[9] = 0.0, 1e-40  # greedy (never filtered); |max| / T overflows: only the max weighs
+    temps[3] = 1.0  # the top-p control's row: its top-p of 0.5 keeps several tokens at any vocabulary here
     top_k = torch.tensor([5, 0, 40, 0, 3, 0, 4, 1, 0, 7, vocab, 0], device=device)
     top_p = torch.tensor([0.9, 0.9, 1.0, 0.5, 0.8, 0.95, 1.0, 0.3, 0.99, 0.6, 0.7, 1.0], device=device)
     rows = SamplingRows(temperature=temps, top_k=top_k, top_p=top_p, seeds=top_k, positions=top_k)
-    ones = torch.ones_like(temps)
-    sampled_rows = temps > 0
-    # raw logits scaled in the kernel (keys without the bits the dtype never sets: bf16 16, fp16 13, fp32 none)
-    # against a scaled float32 copy at T = 1 (every bit of the key): the same thresholds
+    checked = 0
     for dtype in (torch.float16, torch.float32, torch.bfloat16):  # bf16 last: the checks below use it
         x = logits.to(device, dtype)
         _, row_max, _, row_min = row_stats(x, row_min=True)
         got = filter_threshold(x, temps, row_max, row_min, top_k, top_p)
         scaled = _scaled(x.float(), rows, row_max)
-        from_copy = filter_threshold(scaled, ones, scaled.amax(-1), scaled.amin(-1), top_k, top_p)
-        assert torch.equal(got[sampled_rows], from_copy[sampled_rows]), (dtype, got, from_copy)
-    logits = x
-    assert float(got[0]) == float("-inf") and float(got[11]) == float("-inf")  # greedy; no filter
-    checked = 0
-    for i in range(1, num_rows - 1):
-        want, margin = _reference_threshold(scaled[i].cpu(), int(top_k[i]), float(top_p[i]))
-        assert float(got[i]) in set(scaled[i].cpu().tolist()), i  # one of the row's own values
-        if margin > 1e-4:
-            assert float(got[i]) == want, (i, float(got[i]), want)
-            checked += 1
-    assert checked >= 8, checked
-    assert float(got[4]) == 1.0 / float(temps[4]) or float(got[4]) == float(scaled[4, 0])  # one value: that value
+        assert float(got[0]) == float("-inf") and float(got[11]) == float("-inf")  # greedy; no filter
+        for i in range(1, num_rows - 1):
+            raw = x[i].float().cpu()
+            want, margin = _reference_threshold(raw, float(temps[i]), int(top_k[i]), float(top_p[i]))
+            at = scaled[i].cpu()[raw == want]  # the scaled value of the threshold logit
+            if margin > 1e-4:
+                assert float(got[i]) == float(at[0]), (dtype, i, float(got[i]), float(at[0]))
+                checked += 1
+            else:
+                assert float(got[i]) in set(scaled[i].cpu().tolist()), (dtype, i)  # one of the row's own values
+    assert checked >= 24, checked
+    assert float(got[4]) == float(scaled[4, 0])  # one value: that value
     assert int((scaled[7] >= got[7]).sum()) == 1  # top-k 1
+    assert float(got[9]) == float(scaled[9].max())  # a tiny T: the max alone
 
     # a row's threshold is its own: alone, among other rows
     other = (torch.randn(num_rows, vocab, generator=gen) * 5).to(device, torch.bfloat16)
     for i in (1, 3, 7):
-        alone = filter_threshold(logits[i:i + 1], temps[i:i + 1], row_max[i:i + 1], row_min[i:i + 1],
+        alone = filter_threshold(x[i:i + 1], temps[i:i + 1], row_max[i:i + 1], row_min[i:i + 1],
                                  top_k[i:i + 1], top_p[i:i + 1])
         assert torch.equal(alone, got[i:i + 1]), i
-        mixed = torch.cat([other[:i], logits[i:i + 1], other[i + 1:]])
+        mixed = torch.cat([other[:i], x[i:i + 1], other[i + 1:]])
         _, mixed_max, _, mixed_min = row_stats(mixed, row_min=True)
         assert torch.equal(filter_threshold(mixed, temps, mixed_max, mixed_min, top_k, top_p)[i], got[i]), i
     # controls: a smaller top-p or top-k moves its row's threshold up, and no other row's
     moved_p, moved_k = top_p.clone(), top_k.clone()
     moved_p[3], moved_k[2] = 0.05, 2
-    moved = filter_threshold(logits, temps, row_max, row_min, moved_k, moved_p)
+    moved = filter_threshold(x, temps, row_max, row_min, moved_k, moved_p)
     assert float(moved[3]) > float(got[3]) and float(moved[2]) > float(got[2])
     keep = torch.ones(num_rows, dtype=torch.bool, device=device)
     keep[[2, 3]] = False
@@ -250,11 +249,10 @@ def check_filter(device: str, vocab: int = 1500, num_rows: int = 12) -> None:
 
 
 def check_filter_edges(device: str, cases: int = 24) -> None:
-    """``filter_threshold`` on small, tied rows: vocabularies of 1 to 600 values drawn from a few levels (ties
-    everywhere, a tie at the k-th value), top-k from 1 to V, top-p from 1e-3 to 0.999, -inf values: the float64
+    """``filter_threshold`` on small, tied rows: vocabularies of 1 to 600 logits drawn from a few levels (ties
+    everywhere, a tie at the k-th value), top-k from 1 to V, top-p from 1e-3 to 0.999, -inf logits: the float64
     definition's threshold wherever the mass is not at an edge, always one of the row's values keeping at least
-    one token and, with top-k, fewer than k values above it; and temperatures that scale distinct logits to equal
-    values, where the kernel's search over raw keys gives the scaled copy's thresholds."""
+    one token and, with top-k, fewer than k values above it."""
     from llm42.kernels.sampling import filter_threshold
 
     gen = torch.Generator().manual_seed(11)
@@ -271,40 +269,18 @@ def check_filter_edges(device: str, cases: int = 24) -> None:
         if int(top_k) == 0 and float(top_p) == 1.0:
             top_k[0] = 1
         x = row.to(device)
-        temperature = torch.tensor([0.7], device=device)
-        scaled = x / temperature
-        got = filter_threshold(scaled, torch.ones(1, device=device), scaled.amax(-1), scaled.amin(-1),
-                               top_k.to(device), top_p.to(device))
+        got = filter_threshold(x, torch.ones(1, device=device), x.amax(-1), x.amin(-1), top_k.to(device),
+                               top_p.to(device))
         value = float(got[0])
-        assert value in set(scaled[0].cpu().tolist()), (case, value)
-        assert int((scaled[0] >= value).sum()) >= 1
+        assert value in set(x[0].cpu().tolist()), (case, value)
+        assert int((x[0] >= value).sum()) >= 1
         if int(top_k) > 0:
-            assert int((scaled[0] > value).sum()) < int(top_k), case
-        want, margin = _reference_threshold(scaled[0].cpu(), int(top_k), float(top_p))
+            assert int((x[0] > value).sum()) < int(top_k), case
+        want, margin = _reference_threshold(x[0].cpu(), 1.0, int(top_k), float(top_p))
         if margin > 1e-4:
             assert value == want, (case, value, want)
             checked += 1
     assert checked >= cases // 2, checked
-
-    # temperatures that scale distinct logits to equal values (1e-38 overflows and takes (x - max) / T: a few
-    # distinct values left; 3e38 makes them tiny): raw keys searched in the kernel, scaled keys in the copy, the
-    # same thresholds
-    from llm42.kernels.sampling import row_stats
-    from llm42.sampler import SamplingRows, _scaled
-
-    num_rows = 8
-    temps = torch.tensor([1e30, 3e38, 1e-30, 1e-38, 7.0, 1e6, 1e20, 0.5], device=device)
-    top_k = torch.tensor([0, 5, 0, 3, 0, 40, 2, 0], device=device)
-    top_p = torch.tensor([0.5, 0.9, 0.3, 1.0, 0.9, 0.6, 0.99, 0.1], device=device)
-    rows = SamplingRows(temperature=temps, top_k=top_k, top_p=top_p, seeds=top_k, positions=top_k)
-    for dtype in (torch.bfloat16, torch.float16, torch.float32):
-        x = (torch.randn(num_rows, 700, generator=gen) * 3).to(device, dtype)
-        _, row_max, _, row_min = row_stats(x, row_min=True)
-        scaled = _scaled(x.float(), rows, row_max)
-        assert len(set(scaled[3].cpu().tolist())) < len(set(x[3].float().cpu().tolist()))  # the ties checked
-        assert torch.equal(filter_threshold(x, temps, row_max, row_min, top_k, top_p),
-                           filter_threshold(scaled, torch.ones_like(temps), scaled.amax(-1), scaled.amin(-1), top_k,
-                                            top_p)), dtype
 
 
 def _uniforms(keys: torch.Tensor, vocab: int) -> torch.Tensor:

@@ -40,12 +40,13 @@ _GOLDEN = 0x9E3779B1
 # Before round 55 a step with a top-k / top-p row always took the copy. Read when the sampler runs (a graph: when
 # captured).
 FUSED_CUDA_SAMPLER = True
-# On CUDA the top-k / top-p threshold is ``kernels.sampling.filter_threshold``: a search over each row's values,
+# On CUDA the top-k / top-p threshold is ``kernels.sampling.filter_threshold``: a search over each row's raw logits,
 # a few reads of the row and no temporaries. False: the torch ops the CPU runs (a stable sort, a float64 softmax and
-# an exact cumulative sum over [N, V], about 40 passes and some 100 bytes of temporaries per element; every step
-# before round 55), for A/B benchmarks. The two define the same threshold in different arithmetic (float32 sums in
-# the kernel, exact float64 ones in the torch ops), so a row at the edge of its top-p mass can keep a token more or
-# less; each is a function of the row alone. Read when the sampler runs (a graph: when captured).
+# an exact cumulative sum over [N, V] of the scaled logits, about 40 passes and some 100 bytes of temporaries per
+# element; every step before round 55), for A/B benchmarks. The two define the same threshold in different
+# arithmetic (float32 weights of the raw logits in the kernel, exact float64 ones of the scaled logits in the torch
+# ops), so a row at the edge of its top-p mass can keep a token more or less; each is a function of the row alone.
+# Read when the sampler runs (a graph: when captured).
 FILTER_KERNEL = True
 
 
@@ -127,18 +128,13 @@ def _filter_threshold(scaled: torch.Tensor, top_k: torch.Tensor, top_p: torch.Te
 
     A row without a filter gets -inf by definition, not by arithmetic, so its
     draw is the same whether or not another row of the batch asked for one.
-    On CUDA (``FILTER_KERNEL``) the threshold's kernel, from these values at
-    T = 1 (the bits of the fused sampler's, which scales the logits itself).
-    On the CPU only the rows with a filter are sorted (a step with one top-p
-    row among a thousand sorts one row), in chunks of ``FILTER_CHUNK_ELEMENTS``
-    (its memory); a row's threshold is its own either way.
+    The torch ops: the CPU's, and CUDA's with ``FILTER_KERNEL`` off (else
+    ``_threshold`` takes the kernel, from the raw logits). On the CPU only the
+    rows with a filter are sorted (a step with one top-p row among a thousand
+    sorts one row), in chunks of ``FILTER_CHUNK_ELEMENTS`` (its memory); a row's
+    threshold is its own either way.
     """
     num_rows = scaled.shape[0]
-    if scaled.is_cuda and FILTER_KERNEL:
-        from llm42.kernels.sampling import filter_threshold
-
-        ones = torch.ones_like(top_p, dtype=torch.float32)
-        return filter_threshold(scaled, ones, scaled.amax(-1), scaled.amin(-1), top_k, top_p)[:, None]
     if scaled.is_cuda:  # finding the rows would wait for the device
         return _filter_threshold_chunks(scaled, top_k, top_p)
     rows = ((top_k > 0) | (top_p < 1.0)).nonzero().squeeze(1)
@@ -240,13 +236,28 @@ def _scaled(logits: torch.Tensor, rows: SamplingRows, row_max: torch.Tensor) -> 
     return torch.where(is_overflow, (logits - max32) / temperature, scaled)
 
 
+def _threshold(logits: torch.Tensor, scaled: torch.Tensor, rows: SamplingRows, row_max: torch.Tensor,
+               row_min: torch.Tensor | None = None) -> torch.Tensor:
+    """Each row's top-k / top-p threshold on ``scaled`` (the rows' ``_scaled`` values of the raw ``logits``): on
+    CUDA with ``FILTER_KERNEL`` the kernel's, from the raw logits (``row_max``, ``row_min``: theirs); else the torch
+    ops' (``_filter_threshold``) on ``scaled``. [N] or [N, 1], for a comparison with ``scaled``."""
+    if logits.is_cuda and FILTER_KERNEL:
+        from llm42.kernels.sampling import filter_threshold
+
+        row_min = logits.amin(-1) if row_min is None else row_min
+        return filter_threshold(logits, rows.temperature, row_max, row_min, rows.top_k, rows.top_p)
+    return _filter_threshold(scaled, rows.top_k, rows.top_p)
+
+
 def processed_scores(logits: torch.Tensor, rows: SamplingRows) -> torch.Tensor:
     """``logits / temperature`` restricted to the top-k / top-p support ([N, V] float32, -inf outside it).
 
     Greedy rows are scaled by 1; the sampler never reads them from here.
     """
-    scaled = _scaled(logits, rows, logits.amax(-1))
-    return torch.where(scaled >= _filter_threshold(scaled, rows.top_k, rows.top_p), scaled, float("-inf"))
+    row_max = logits.amax(-1)
+    scaled = _scaled(logits, rows, row_max)
+    threshold = _threshold(logits, scaled, rows, row_max).reshape(len(scaled), 1)
+    return torch.where(scaled >= threshold, scaled, float("-inf"))
 
 
 def sample(logits: torch.Tensor, rows: SamplingRows) -> tuple[torch.Tensor, torch.Tensor]:
@@ -293,14 +304,11 @@ def _sample(logits: torch.Tensor, rows: SamplingRows, *, with_margins: bool):
     margins = (row_max.float() - parts[3]) if with_margins else None
     if is_any_sampled:
         if fused:
-            scaled, threshold, scale = logits, None, (row_max, parts[-1])
-            if is_any_filtered:
-                from llm42.kernels.sampling import filter_threshold
-
-                threshold = filter_threshold(logits, rows.temperature, row_max, parts[-1], rows.top_k, rows.top_p)
+            scaled, scale = logits, (row_max, parts[-1])
+            threshold = _threshold(logits, logits, rows, row_max, parts[-1]) if is_any_filtered else None
         else:
             scaled, scale = _scaled(logits.float(), rows, row_max), None
-            threshold = _filter_threshold(scaled, rows.top_k, rows.top_p) if is_any_filtered else None
+            threshold = _threshold(logits, scaled, rows, row_max) if is_any_filtered else None
         if with_margins:
             drawn, best, second = _draw(scaled, threshold, rows, runner_up=True, scale=scale)
             margins = torch.where(is_sampled, (best - second) * rows.temperature, margins)

@@ -67,10 +67,10 @@ GUMBEL_TARGET_PROGRAMS: int | None = 1024
 GUMBEL_SKIP_GREEDY = True
 # The top-k / top-p threshold's search (``filter_threshold``): pivots per pass over a row, the block a pass reads at
 # a time, and the warps of a row's program (four elements a thread, each with a running sum per pivot). Pinned,
-# like BLOCK_V: a row's sums follow them. Chosen, not yet timed (round 55 had no device).
+# like BLOCK_V: a row's sums follow them.
 FILTER_FAN = 16
-FILTER_BLOCK = 512
-FILTER_WARPS = 4
+FILTER_BLOCK = 1024
+FILTER_WARPS = 8
 
 
 @triton.jit
@@ -225,16 +225,17 @@ def _gumbel_merge_kernel(idx_ptr, val_ptr, second_ptr, num_chunks, out_ptr, best
 
 @triton.jit
 def _key(x, GRAIN: tl.constexpr):
-    """An int64 key of float32 ``x`` in the floats' order (-0 as +0), without the low ``GRAIN`` bits (zero in every
+    """An int32 key of float32 ``x`` in the floats' order (-0 as +0), without the low ``GRAIN`` bits (zero in every
     value of the input's dtype: 16 for bf16, 13 for fp16), so that a search over keys takes fewer passes."""
     bits = tl.where(x == 0.0, 0.0, x).to(tl.int32, bitcast=True)
-    return (tl.where(bits < 0, bits ^ 0x7FFFFFFF, bits) >> GRAIN).to(tl.int64)
+    return tl.where(bits < 0, bits ^ 0x7FFFFFFF, bits) >> GRAIN
 
 
 @triton.jit
 def _unkey(key, GRAIN: tl.constexpr):
     """The float32 whose ``_key`` is ``key``."""
-    full = ((key << GRAIN) | tl.where(key < 0, (1 << GRAIN) - 1, 0)).to(tl.int32)
+    key = key.to(tl.int32)
+    full = (key << GRAIN) | tl.where(key < 0, (1 << GRAIN) - 1, 0)
     return tl.where(full < 0, full ^ 0x7FFFFFFF, full).to(tl.float32, bitcast=True)
 
 
@@ -247,14 +248,15 @@ def _row_block(base, start, offs, vocab: tl.constexpr):
 
 
 @triton.jit
-def _weight(x, shift, temperature, scaled_max):
-    """A value's weight in the top-p mass: exp(s - s_max) of its scaled value s, in float32."""
-    return tl.exp2((tl.math.div_rn(x - shift, temperature) - scaled_max) * 1.4426950408889634)
+def _weight(x, row_max, rate):
+    """A logit's weight in the top-p mass, exp((x - max) / T) in float32 as exp2((x - max) * rate), rate =
+    log2(e) / T: no division per value; the max weighs 1 even where the rate overflows (T tiny)."""
+    return tl.where(x == row_max, 1.0, tl.exp2((x - row_max) * rate))
 
 
 @triton.jit
-def _search(base, offs, lo, hi, top_k, top_p, total, shift, temperature, scaled_max, vocab: tl.constexpr,
-            GRAIN: tl.constexpr, FAN: tl.constexpr, BLOCK: tl.constexpr, BY_MASS: tl.constexpr):
+def _search(base, offs, lo, hi, top_k, top_p, total, row_max, rate, vocab: tl.constexpr, GRAIN: tl.constexpr,
+            FAN: tl.constexpr, BLOCK: tl.constexpr, BY_MASS: tl.constexpr):
     """The largest key in [lo, hi] that holds, ``lo`` holding: FAN pivots a pass, each pass one read of the row
     narrowing the interval to one FAN-th. Top-k (``BY_MASS`` False): at least ``top_k`` values at or above it.
     Top-p: values at or above it that weigh at least ``top_p`` of ``total`` (``total`` < 0: the first pass's
@@ -262,15 +264,16 @@ def _search(base, offs, lo, hi, top_k, top_p, total, shift, temperature, scaled_
     fan = tl.arange(0, FAN).to(tl.int64)
     while lo < hi:
         step = (hi - lo) // FAN + 1
-        pivots = lo + step * fan
+        pivots = lo + step * fan  # int64; as int32 for the compares (each within a key's range plus FAN)
+        pivots32 = pivots.to(tl.int32)
         # per lane of the block, summed across lanes once after the pass (not per block); a count is exact in
         # float32 up to 2^24 values
         lanes = tl.zeros([BLOCK, FAN], tl.float32)
         for start in range(0, vocab, BLOCK):
             x, in_vocab = _row_block(base, start, offs, vocab)
-            at_or_above = (_key(x, GRAIN)[:, None] >= pivots[None, :]) & in_vocab[:, None]
+            at_or_above = (_key(x, GRAIN)[:, None] >= pivots32[None, :]) & in_vocab[:, None]
             if BY_MASS:
-                lanes += tl.where(at_or_above, _weight(x, shift, temperature, scaled_max)[:, None], 0.0)
+                lanes += tl.where(at_or_above, _weight(x, row_max, rate)[:, None], 0.0)
             else:
                 lanes += at_or_above.to(tl.float32)
         acc = tl.sum(lanes, 0)
@@ -299,31 +302,32 @@ def _filter_threshold_kernel(x_ptr, stride_x, vocab: tl.constexpr, out_ptr, temp
     top_p = tl.load(top_p_ptr + row)
     temperature, shift = _row_scale(raw_temperature, row_max, row_min)
     active = (raw_temperature > 0) & ((top_k > 0) | (top_p < 1.0)) & (row_max > float("-inf"))
-    scaled_max = tl.math.div_rn(row_max - shift, temperature)
+    rate = 1.4426950408889634 / temperature
     has_k = active & (top_k > 0) & (top_k < vocab)
 
-    # top-k: the largest key with at least k values at or above it (the k-th largest value)
-    lo = _key(row_min, GRAIN)
-    lo = _search(base, offs, lo, tl.where(has_k, _key(row_max, GRAIN), lo), top_k, top_p, -1.0, shift, temperature,
-                 scaled_max, vocab, GRAIN, FAN, BLOCK, False)
-    kth = tl.math.div_rn(_unkey(lo, GRAIN) - shift, temperature)
+    # top-k: the largest key with at least k logits at or above it (the k-th largest logit)
+    lo = _key(row_min, GRAIN).to(tl.int64)
+    lo = _search(base, offs, lo, tl.where(has_k, _key(row_max, GRAIN).to(tl.int64), lo), top_k, top_p, -1.0, row_max,
+                 rate, vocab, GRAIN, FAN, BLOCK, False)
+    kth_key = lo.to(tl.int32)
 
-    # the mass the top-p search measures against: with top-k, that of the k largest values (ties at the k-th
+    # the mass the top-p search measures against: with top-k, that of the k largest logits (ties at the k-th
     # counted up to k); without, the whole row's (read off the search's first pass, whose pivot 0 is the minimum)
     mass_above = tl.zeros([BLOCK], tl.float32)
     count_above = tl.zeros([BLOCK], tl.int32)
     for start in range(0, tl.where(has_k & (top_p < 1.0), vocab, 0), BLOCK):
         x, in_vocab = _row_block(base, start, offs, vocab)
-        above = (tl.math.div_rn(x - shift, temperature) > kth) & in_vocab
-        mass_above += tl.where(above, _weight(x, shift, temperature, scaled_max), 0.0)
+        above = (_key(x, GRAIN) > kth_key) & in_vocab
+        mass_above += tl.where(above, _weight(x, row_max, rate), 0.0)
         count_above += above.to(tl.int32)
-    kth_weight = tl.exp2((kth - scaled_max) * 1.4426950408889634)
+    kth_weight = _weight(_unkey(lo, GRAIN), row_max, rate)
     total = tl.where(has_k, tl.sum(mass_above, 0) + (top_k - tl.sum(count_above, 0)).to(tl.float32) * kth_weight,
                      -1.0)
 
-    # top-p: the largest key at or above the k-th value whose values at or above it hold at least p of the mass
-    lo = _search(base, offs, lo, tl.where(active & (top_p < 1.0), _key(row_max, GRAIN), lo), top_k, top_p, total,
-                 shift, temperature, scaled_max, vocab, GRAIN, FAN, BLOCK, True)
+    # top-p: the largest key at or above the k-th logit whose logits at or above it hold at least p of the mass
+    lo = _search(base, offs, lo, tl.where(active & (top_p < 1.0), _key(row_max, GRAIN).to(tl.int64), lo), top_k,
+                 top_p, total, row_max, rate, vocab, GRAIN, FAN, BLOCK, True)
+    # in the scaled values the Gumbel kernel compares it with (``_scaled``'s bits)
     threshold = tl.math.div_rn(_unkey(lo, GRAIN) - shift, temperature)
     tl.store(out_ptr + row, tl.where(active, threshold, float("-inf")))
 
@@ -400,13 +404,14 @@ def filter_threshold(logits: torch.Tensor, temperature: torch.Tensor, row_max: t
     ``gumbel_argmax(scale=...)`` compares it with); -inf for a greedy row (T <= 0) and a row with neither filter.
 
     ``logits`` [N, V] raw (any float dtype, read as float32); ``row_max`` / ``row_min`` their rows' max and min
-    (``row_stats``). A value's weight is ``exp2((s - s_max) log2 e)`` in float32, s its scaled value. The threshold
-    is the k-th largest scaled value (k = top_k, or V without one), raised to the largest value t at which the
-    values >= t hold at least ``top_p`` of the k largest values' weight (ties at the k-th value counted up to k):
-    the smallest set of the most likely tokens holding p of the mass, and every token tied with its last. Found by
-    searching the keys of the row's values, ``FILTER_FAN`` pivots a pass, each pass one read of the row (a bf16
-    row: 16-bit keys, four passes for top-p): no sort and no temporaries. One program per row, its sums in a
-    fixed order: a function of the row alone. The same thresholds from scaled float32 values with T = 1."""
+    (``row_stats``). A logit's weight is exp((x - max) / T), in float32 as exp2((x - max) log2(e) / T). The
+    threshold is the k-th largest logit (k = top_k, or V without one), raised to the largest logit t at which the
+    logits >= t hold at least ``top_p`` of the k largest logits' weight (ties at the k-th counted up to k): the
+    smallest set of the most likely tokens holding p of the mass, and every token tied with its last; returned
+    scaled, as ``div_rn(t - shift, T)``, so every token whose scaled value ties it is kept too. Found by searching
+    the keys of the row's logits, ``FILTER_FAN`` pivots a pass, each pass one read of the row (a bf16 row: 16-bit
+    keys, four passes for top-p): no sort and no temporaries. One program per row, its sums in a fixed order: a
+    function of the row alone."""
     x = _rows(logits)
     num_rows, vocab = x.shape
     out = torch.empty(num_rows, dtype=torch.float32, device=x.device)
