@@ -373,7 +373,7 @@ def test_the_fused_sampler_keeps_the_bits_on_cuda(monkeypatch):
 @pytest.mark.gpu
 def test_the_filter_kernel_keeps_its_bits_in_the_sampler_and_a_graph_on_cuda(monkeypatch):
     """The threshold's kernel in the sampler (``FILTER_KERNEL``): the fused step (bf16 logits scaled in the kernels)
-    against the float32 copy's (``FUSED_CUDA_SAMPLER=False``: the kernel on scaled values at T = 1), eagerly and
+    against the float32 copy's (``FUSED_CUDA_SAMPLER=False``: the kernel on the same raw logits), eagerly and
     replayed from a graph: the same tokens, log-probs and margins; every row without a filter draws what a step
     without any filtered row draws; the torch filter (``FILTER_KERNEL=False``) agrees on the tokens of nearly every
     row. Control: a top-p changed in place moves that row's draw in the replay, and no other row's."""

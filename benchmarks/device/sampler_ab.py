@@ -145,12 +145,12 @@ def filtered(args) -> int:
                      "torch_every": (False, sampling_rows(every_k, every_p, True)),
                      "unfiltered": (True, sampling_rows(torch.zeros_like(ints), torch.ones_like(temps), False))}
             graphs, outs, peaks = {}, {}, {}
-            for name, (kernel, sampling_rows_) in cases.items():
+            for name, (kernel, case_rows) in cases.items():
                 sampler.FILTER_KERNEL = kernel  # read when the graph is captured
                 torch.cuda.synchronize()
                 torch.cuda.reset_peak_memory_stats()
                 base = torch.cuda.memory_allocated()
-                graphs[name], outs[name] = graphed(lambda r=sampling_rows_: sample_with_margins(logits, r))
+                graphs[name], outs[name] = graphed(lambda r=case_rows: sample_with_margins(logits, r))
                 torch.cuda.synchronize()
                 peaks[name] = (torch.cuda.max_memory_allocated() - base) / 2**30
             sampler.FILTER_KERNEL = True

@@ -240,12 +240,12 @@ def _threshold(logits: torch.Tensor, scaled: torch.Tensor, rows: SamplingRows, r
                row_min: torch.Tensor | None = None) -> torch.Tensor:
     """Each row's top-k / top-p threshold on ``scaled`` (the rows' ``_scaled`` values of the raw ``logits``): on
     CUDA with ``FILTER_KERNEL`` the kernel's, from the raw logits (``row_max``, ``row_min``: theirs); else the torch
-    ops' (``_filter_threshold``) on ``scaled``. [N] or [N, 1], for a comparison with ``scaled``."""
+    ops' (``_filter_threshold``) on ``scaled``. [N, 1], for a comparison with ``scaled``."""
     if logits.is_cuda and FILTER_KERNEL:
         from llm42.kernels.sampling import filter_threshold
 
         row_min = logits.amin(-1) if row_min is None else row_min
-        return filter_threshold(logits, rows.temperature, row_max, row_min, rows.top_k, rows.top_p)
+        return filter_threshold(logits, rows.temperature, row_max, row_min, rows.top_k, rows.top_p)[:, None]
     return _filter_threshold(scaled, rows.top_k, rows.top_p)
 
 
@@ -256,8 +256,7 @@ def processed_scores(logits: torch.Tensor, rows: SamplingRows) -> torch.Tensor:
     """
     row_max = logits.amax(-1)
     scaled = _scaled(logits, rows, row_max)
-    threshold = _threshold(logits, scaled, rows, row_max).reshape(len(scaled), 1)
-    return torch.where(scaled >= threshold, scaled, float("-inf"))
+    return torch.where(scaled >= _threshold(logits, scaled, rows, row_max), scaled, float("-inf"))
 
 
 def sample(logits: torch.Tensor, rows: SamplingRows) -> tuple[torch.Tensor, torch.Tensor]:
