@@ -189,10 +189,26 @@ def _reference_threshold(raw: torch.Tensor, temperature: float, top_k: int, top_
 
 
 def check_filter(device: str, vocab: int = 1500, num_rows: int = 12) -> None:
-    """``filter_threshold`` (the top-k / top-p threshold's search) on bf16, fp16 and float32 logits: the float64
-    definition's threshold wherever the row's mass is not at an edge, scaled as the Gumbel kernel scales (one of
-    the row's scaled values); a row's value the same alone and among other rows; greedy and unfiltered rows -inf;
-    and controls (a smaller top-p or top-k moves its row's threshold up, and no other row's)."""
+    """``filter_threshold`` (the top-k / top-p threshold's search) on bf16, fp16 and float32 logits, with a row's
+    search split as the tree splits it (``FILTER_CHUNK_BLOCKS``), over one block per program (several programs a
+    row, the last one ragged) and in one program per row: the float64 definition's threshold wherever the row's
+    mass is not at an edge, scaled as the Gumbel kernel scales (one of the row's scaled values); a row's value the
+    same alone and among other rows; greedy and unfiltered rows -inf; and controls (a smaller top-p or top-k moves
+    its row's threshold up, and no other row's). Then ``check_filter_edges``."""
+    from llm42.kernels import sampling
+
+    old = sampling.FILTER_CHUNK_BLOCKS
+    try:
+        for blocks in (old, 1, None):
+            sampling.FILTER_CHUNK_BLOCKS = blocks
+            _check_filter_split(device, vocab, num_rows)
+    finally:
+        sampling.FILTER_CHUNK_BLOCKS = old
+    check_filter_edges(device)
+
+
+def _check_filter_split(device: str, vocab: int, num_rows: int) -> None:
+    """``check_filter`` at one split."""
     from llm42.kernels.sampling import filter_threshold, row_stats
     from llm42.sampler import SamplingRows, _scaled
 
@@ -245,14 +261,27 @@ def check_filter(device: str, vocab: int = 1500, num_rows: int = 12) -> None:
     keep = torch.ones(num_rows, dtype=torch.bool, device=device)
     keep[[2, 3]] = False
     assert torch.equal(moved[keep], got[keep])
-    check_filter_edges(device)
 
 
 def check_filter_edges(device: str, cases: int = 24) -> None:
     """``filter_threshold`` on small, tied rows: vocabularies of 1 to 600 logits drawn from a few levels (ties
     everywhere, a tie at the k-th value), top-k from 1 to V, top-p from 1e-3 to 0.999, -inf logits: the float64
     definition's threshold wherever the mass is not at an edge, always one of the row's values keeping at least
-    one token and, with top-k, fewer than k values above it."""
+    one token and, with top-k, fewer than k values above it. In the tree's launch, and with 64-value blocks, one a
+    program (up to ten programs a row)."""
+    from llm42.kernels import sampling
+
+    old = sampling.FILTER_BLOCK, sampling.FILTER_CHUNK_BLOCKS
+    try:
+        for block, blocks in (old, (64, 1)):
+            sampling.FILTER_BLOCK, sampling.FILTER_CHUNK_BLOCKS = block, blocks
+            _check_filter_edges_at(device, cases)
+    finally:
+        sampling.FILTER_BLOCK, sampling.FILTER_CHUNK_BLOCKS = old
+
+
+def _check_filter_edges_at(device: str, cases: int) -> None:
+    """``check_filter_edges`` in one launch."""
     from llm42.kernels.sampling import filter_threshold
 
     gen = torch.Generator().manual_seed(11)

@@ -311,6 +311,7 @@ VARIANTS = {
     # round 55: the top-k / top-p threshold by the torch ops (a sort, float64 sums over every row of a step with a
     # filtered row), as before round 55, against the threshold's kernel (the default); with --top-p-requests
     "admit_budget_torch_filter": {"scheduler_admission": "budget", "filter_kernel": False},
+    "admit_budget_filter_whole": {"scheduler_admission": "budget", "filter_split": 0},
     "admit_budget_no_mixed_torch_filter": {"scheduler_admission": "budget", "mixed_steps": False,
                                            "filter_kernel": False},
     "admit_budget_order_head_longest": {"scheduler_admission": "budget", "decode_order": "head_longest"},
@@ -360,12 +361,14 @@ class KernelSwitches:
     - ``fused_sampler``: ``llm42.sampler.FUSED_CUDA_SAMPLER``;
     - ``gumbel_programs``: ``kernels.sampling.GUMBEL_TARGET_PROGRAMS`` (0 for one program per row);
     - ``gumbel_skip_greedy``: ``kernels.sampling.GUMBEL_SKIP_GREEDY``;
-    - ``filter_kernel``: ``llm42.sampler.FILTER_KERNEL`` (False: the torch ops' top-k / top-p threshold).
+    - ``filter_kernel``: ``llm42.sampler.FILTER_KERNEL`` (False: the torch ops' top-k / top-p threshold);
+    - ``filter_split``: ``kernels.sampling.FILTER_CHUNK_BLOCKS`` (0 for one program per row, round 55's launch).
 
     Set when a generator is built and kept until the next build sets its own (every variant is wrapped: a run
     builds its generator, captures its graphs, then serves with it)."""
 
-    KNOBS = ("decode_order", "fused_sampler", "gumbel_programs", "gumbel_skip_greedy", "filter_kernel")
+    KNOBS = ("decode_order", "fused_sampler", "gumbel_programs", "gumbel_skip_greedy", "filter_kernel",
+             "filter_split")
     _tree = None
 
     def __init__(self, engine, switches: dict):
@@ -385,7 +388,7 @@ class KernelSwitches:
 
         return ((attention, "DECODE_HEAD_MAJOR"), (attention, "DECODE_LONGEST_FIRST"),
                 (sampler, "FUSED_CUDA_SAMPLER"), (sampling, "GUMBEL_TARGET_PROGRAMS"),
-                (sampling, "GUMBEL_SKIP_GREEDY"), (sampler, "FILTER_KERNEL"))
+                (sampling, "GUMBEL_SKIP_GREEDY"), (sampler, "FILTER_KERNEL"), (sampling, "FILTER_CHUNK_BLOCKS"))
 
     def __getattr__(self, name: str):
         return getattr(self._engine, name)
@@ -405,6 +408,8 @@ class KernelSwitches:
             values["GUMBEL_SKIP_GREEDY"] = knobs["gumbel_skip_greedy"]
         if knobs.get("filter_kernel") is not None:
             values["FILTER_KERNEL"] = knobs["filter_kernel"]
+        if knobs.get("filter_split") is not None:
+            values["FILTER_CHUNK_BLOCKS"] = knobs["filter_split"] or None
         for module, name in self._attributes():
             setattr(module, name, values[name])
         return self._engine.generator(*args, **kwargs)

@@ -18,6 +18,8 @@ each variant's peak memory during its capture (``peak_GiB``: the filter's tempor
 Round 55 times the threshold's kernel (``llm42.sampler.FILTER_KERNEL``, ``kernels.sampling.filter_threshold``)
 against the torch filter in chunks, with one top-p row and with every row filtered (top-p 0.9, every fourth row also
 top-k 50), and records how many sampled rows' tokens the two agree on (the same threshold in other arithmetic).
+Round 56 adds the kernel with one program per row (``whole_*``: ``FILTER_CHUNK_BLOCKS = None``, round 55's launch)
+beside the tree's split of a row over programs of a few blocks each.
 """
 
 from __future__ import annotations
@@ -139,21 +141,26 @@ def filtered(args) -> int:
             one_p[1] = 0.9  # one sampled row asks for top-p
             every_p = torch.full_like(temps, 0.9)  # every row (top-p 0.9; every fourth also top-k 50)
             every_k = torch.where(ints % 4 == 1, 50, 0)
-            cases = {"kernel_one": (True, sampling_rows(torch.zeros_like(ints), one_p, True)),
-                     "torch_one": (False, sampling_rows(torch.zeros_like(ints), one_p, True)),
-                     "kernel_every": (True, sampling_rows(every_k, every_p, True)),
-                     "torch_every": (False, sampling_rows(every_k, every_p, True)),
-                     "unfiltered": (True, sampling_rows(torch.zeros_like(ints), torch.ones_like(temps), False))}
+            split = sampling.FILTER_CHUNK_BLOCKS  # the tree's split of a row's search; None: a program per row
+            cases = {"kernel_one": (True, split, sampling_rows(torch.zeros_like(ints), one_p, True)),
+                     "whole_one": (True, None, sampling_rows(torch.zeros_like(ints), one_p, True)),
+                     "torch_one": (False, split, sampling_rows(torch.zeros_like(ints), one_p, True)),
+                     "kernel_every": (True, split, sampling_rows(every_k, every_p, True)),
+                     "whole_every": (True, None, sampling_rows(every_k, every_p, True)),
+                     "torch_every": (False, split, sampling_rows(every_k, every_p, True)),
+                     "unfiltered": (True, split, sampling_rows(torch.zeros_like(ints), torch.ones_like(temps),
+                                                               False))}
             graphs, outs, peaks = {}, {}, {}
-            for name, (kernel, case_rows) in cases.items():
+            for name, (kernel, blocks, case_rows) in cases.items():
                 sampler.FILTER_KERNEL = kernel  # read when the graph is captured
+                sampling.FILTER_CHUNK_BLOCKS = blocks
                 torch.cuda.synchronize()
                 torch.cuda.reset_peak_memory_stats()
                 base = torch.cuda.memory_allocated()
                 graphs[name], outs[name] = graphed(lambda r=case_rows: sample_with_margins(logits, r))
                 torch.cuda.synchronize()
                 peaks[name] = (torch.cuda.max_memory_allocated() - base) / 2**30
-            sampler.FILTER_KERNEL = True
+            sampler.FILTER_KERNEL, sampling.FILTER_CHUNK_BLOCKS = True, split
             ms = interleaved_ms(graphs, args.reps)
             unfiltered = torch.ones(rows, dtype=torch.bool, device="cuda")
             unfiltered[1] = False
@@ -161,15 +168,21 @@ def filtered(args) -> int:
             entry = {"shape": shape, "vocab": vocab, "rows": rows, **{f"{n}_ms": round(ms[n], 4) for n in graphs},
                      "torch_over_kernel_one": round(ms["torch_one"] / ms["kernel_one"], 3),
                      "torch_over_kernel_every": round(ms["torch_every"] / ms["kernel_every"], 3),
+                     "whole_over_split_one": round(ms["whole_one"] / ms["kernel_one"], 3),
+                     "whole_over_split_every": round(ms["whole_every"] / ms["kernel_every"], 3),
+                     "kernel_one_over_unfiltered": round(ms["kernel_one"] / ms["unfiltered"], 3),
                      "kernel_every_over_unfiltered": round(ms["kernel_every"] / ms["unfiltered"], 3),
                      **{f"{n}_peak_GiB": round(peaks[n], 3) for n in graphs},
                      # the two define the same threshold in other arithmetic: the sampled rows' tokens that agree
                      "same_tokens_one": float((outs["kernel_one"][0] == outs["torch_one"][0])[sampled].float().mean()),
                      "same_tokens_every": float((outs["kernel_every"][0] == outs["torch_every"][0])[sampled]
                                                 .float().mean()),
+                     # the split and a program per row add a row's sums in other orders: tokens that agree
+                     "same_tokens_split_whole": float((outs["kernel_every"][0] == outs["whole_every"][0])[sampled]
+                                                      .float().mean()),
                      # every row but the top-p one draws what it draws in a step without it
                      "other_rows_as_unfiltered": all(torch.equal(a[unfiltered], b[unfiltered])
-                                                     for name in ("kernel_one", "torch_one")
+                                                     for name in ("kernel_one", "whole_one", "torch_one")
                                                      for a, b in zip(outs[name], outs["unfiltered"]))}
             entries.append(entry)
             print(json.dumps(entry), flush=True)
@@ -177,7 +190,8 @@ def filtered(args) -> int:
             torch.cuda.empty_cache()
     out = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "reps": args.reps,
            "filter_chunk_elements": chunk, "filter_fan": sampling.FILTER_FAN, "filter_block": sampling.FILTER_BLOCK,
-           "filter_warps": sampling.FILTER_WARPS, "runs": entries}
+           "filter_warps": sampling.FILTER_WARPS,
+           "filter_chunk_blocks": sampling.FILTER_CHUNK_BLOCKS, "runs": entries}
     args.out.write_text(json.dumps(out, indent=1) + "\n")
     return 0 if all(e["other_rows_as_unfiltered"] for e in entries) else 1
 
