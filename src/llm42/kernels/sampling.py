@@ -280,9 +280,9 @@ def _chunk_sums(base, offs, begin, end, lo, hi, row_max, rate, vocab: tl.constex
 
 @triton.jit
 def _filter_pass_kernel(x_ptr, stride_x, vocab: tl.constexpr, temperature_ptr, max_ptr, min_ptr, top_k_ptr,
-                        top_p_ptr, lo_ptr, hi_ptr, total_ptr, part_ptr, out_ptr, num_rows, slot,
+                        top_p_ptr, lo_ptr, hi_ptr, total_ptr, part_ptr, out_ptr, num_rows, num_chunks, slot,
                         PREV: tl.constexpr, THIS: tl.constexpr, GRAIN: tl.constexpr, FAN: tl.constexpr,
-                        BLOCK: tl.constexpr, CHUNK: tl.constexpr, NUM_CHUNKS: tl.constexpr):
+                        BLOCK: tl.constexpr, CHUNK: tl.constexpr):
     # One launch of the threshold's search; program (row, chunk) covers the row's values [chunk * CHUNK, ...).
     # Every program first takes the row's search state a step further from what the launch before left (the state
     # at ``1 - slot``: the interval its pivots spanned, and its chunks' sums at [1 - slot, row, :, :], added in chunk
@@ -314,7 +314,7 @@ def _filter_pass_kernel(x_ptr, stride_x, vocab: tl.constexpr, temperature_ptr, m
         lo = tl.load(lo_ptr + before)
         hi = tl.load(hi_ptr + before)
         total = tl.load(total_ptr + before)
-        sums = part_ptr + before * NUM_CHUNKS * FAN
+        sums = part_ptr + before * num_chunks * FAN
         if PREV == 2:
             # the mass the top-p search measures against: with top-k, that of the k largest logits (ties at the
             # k-th counted up to k); without, the whole row's (-1 here: the first top-p pass's pivot 0, the row's
@@ -322,7 +322,7 @@ def _filter_pass_kernel(x_ptr, stride_x, vocab: tl.constexpr, temperature_ptr, m
             if k_then_p:
                 mass = 0.0
                 count = 0.0
-                for c in range(NUM_CHUNKS):
+                for c in range(num_chunks):
                     mass += tl.load(sums + c * FAN)
                     count += tl.load(sums + c * FAN + 1)
                 kth_weight = _weight(_unkey(lo, GRAIN), row_max, rate)
@@ -331,7 +331,7 @@ def _filter_pass_kernel(x_ptr, stride_x, vocab: tl.constexpr, temperature_ptr, m
         else:
             if lo < hi:  # the pass before ran: narrow the interval to the largest pivot that holds
                 acc = tl.zeros([FAN], tl.float32)
-                for c in range(NUM_CHUNKS):
+                for c in range(num_chunks):
                     acc += tl.load(sums + c * FAN + fan)
                 step = (hi - lo) // FAN + 1
                 pivots = lo + step * fan.to(tl.int64)
@@ -349,7 +349,7 @@ def _filter_pass_kernel(x_ptr, stride_x, vocab: tl.constexpr, temperature_ptr, m
 
     begin = chunk * CHUNK
     end = tl.minimum(begin + CHUNK, vocab)
-    here = part_ptr + ((slot * num_rows + row) * NUM_CHUNKS + chunk) * FAN
+    here = part_ptr + ((slot * num_rows + row) * num_chunks + chunk) * FAN
     if THIS == 4:  # in the scaled values the Gumbel kernel compares it with (``_scaled``'s bits)
         threshold = tl.math.div_rn(_unkey(lo, GRAIN) - shift, temperature)
         tl.store(out_ptr + row, tl.where(active, threshold, float("-inf")))
@@ -471,9 +471,9 @@ def filter_threshold(logits: torch.Tensor, temperature: torch.Tensor, row_max: t
     launches = [(0, 1)] + [(1, 1)] * (passes - 1) + [(1, 2), (2, 3)] + [(3, 3)] * (passes - 1) + [(3, 4)]
     for i, (prev, this) in enumerate(launches):
         grid = (num_rows, 1 if this == 4 else num_chunks)
-        _filter_pass_kernel[grid](x, x.stride(0), vocab, *as_rows, lo, hi, total, part, out, num_rows, i % 2,
-                                  PREV=prev, THIS=this, GRAIN=grain, FAN=FILTER_FAN, BLOCK=FILTER_BLOCK, CHUNK=chunk,
-                                  NUM_CHUNKS=num_chunks, num_warps=FILTER_WARPS)
+        _filter_pass_kernel[grid](x, x.stride(0), vocab, *as_rows, lo, hi, total, part, out, num_rows, num_chunks,
+                                  i % 2, PREV=prev, THIS=this, GRAIN=grain, FAN=FILTER_FAN, BLOCK=FILTER_BLOCK,
+                                  CHUNK=chunk, num_warps=FILTER_WARPS)
     return out
 
 
