@@ -19,7 +19,8 @@ Round 55 times the threshold's kernel (``llm42.sampler.FILTER_KERNEL``, ``kernel
 against the torch filter in chunks, with one top-p row and with every row filtered (top-p 0.9, every fourth row also
 top-k 50), and records how many sampled rows' tokens the two agree on (the same threshold in other arithmetic).
 Round 56 adds the kernel with one program per row (``whole_*``: ``FILTER_CHUNK_BLOCKS = None``, round 55's launch)
-beside the tree's split of a row over programs of a few blocks each.
+beside the tree's split of a row over programs of a few blocks each, and the split with 8 and 4 pivots a pass
+(``fan8_every``, ``fan4_every``: fewer compares per value, more passes) on every row.
 """
 
 from __future__ import annotations
@@ -141,26 +142,26 @@ def filtered(args) -> int:
             one_p[1] = 0.9  # one sampled row asks for top-p
             every_p = torch.full_like(temps, 0.9)  # every row (top-p 0.9; every fourth also top-k 50)
             every_k = torch.where(ints % 4 == 1, 50, 0)
-            split = sampling.FILTER_CHUNK_BLOCKS  # the tree's split of a row's search; None: a program per row
-            cases = {"kernel_one": (True, split, sampling_rows(torch.zeros_like(ints), one_p, True)),
-                     "whole_one": (True, None, sampling_rows(torch.zeros_like(ints), one_p, True)),
-                     "torch_one": (False, split, sampling_rows(torch.zeros_like(ints), one_p, True)),
-                     "kernel_every": (True, split, sampling_rows(every_k, every_p, True)),
-                     "whole_every": (True, None, sampling_rows(every_k, every_p, True)),
-                     "torch_every": (False, split, sampling_rows(every_k, every_p, True)),
-                     "unfiltered": (True, split, sampling_rows(torch.zeros_like(ints), torch.ones_like(temps),
-                                                               False))}
+            split, fan = sampling.FILTER_CHUNK_BLOCKS, sampling.FILTER_FAN  # the tree's (None: a program per row)
+            one, every = sampling_rows(torch.zeros_like(ints), one_p, True), sampling_rows(every_k, every_p, True)
+            cases = {"kernel_one": (True, split, fan, one), "whole_one": (True, None, fan, one),
+                     "torch_one": (False, split, fan, one), "kernel_every": (True, split, fan, every),
+                     "whole_every": (True, None, fan, every), "torch_every": (False, split, fan, every),
+                     # fewer pivots a pass: fewer compares per value, more passes
+                     "fan8_every": (True, split, 8, every), "fan4_every": (True, split, 4, every),
+                     "unfiltered": (True, split, fan, sampling_rows(torch.zeros_like(ints), torch.ones_like(temps),
+                                                                    False))}
             graphs, outs, peaks = {}, {}, {}
-            for name, (kernel, blocks, case_rows) in cases.items():
+            for name, (kernel, blocks, pivots, case_rows) in cases.items():
                 sampler.FILTER_KERNEL = kernel  # read when the graph is captured
-                sampling.FILTER_CHUNK_BLOCKS = blocks
+                sampling.FILTER_CHUNK_BLOCKS, sampling.FILTER_FAN = blocks, pivots
                 torch.cuda.synchronize()
                 torch.cuda.reset_peak_memory_stats()
                 base = torch.cuda.memory_allocated()
                 graphs[name], outs[name] = graphed(lambda r=case_rows: sample_with_margins(logits, r))
                 torch.cuda.synchronize()
                 peaks[name] = (torch.cuda.max_memory_allocated() - base) / 2**30
-            sampler.FILTER_KERNEL, sampling.FILTER_CHUNK_BLOCKS = True, split
+            sampler.FILTER_KERNEL, sampling.FILTER_CHUNK_BLOCKS, sampling.FILTER_FAN = True, split, fan
             ms = interleaved_ms(graphs, args.reps)
             unfiltered = torch.ones(rows, dtype=torch.bool, device="cuda")
             unfiltered[1] = False
@@ -170,6 +171,8 @@ def filtered(args) -> int:
                      "torch_over_kernel_every": round(ms["torch_every"] / ms["kernel_every"], 3),
                      "whole_over_split_one": round(ms["whole_one"] / ms["kernel_one"], 3),
                      "whole_over_split_every": round(ms["whole_every"] / ms["kernel_every"], 3),
+                     "fan8_over_fan_every": round(ms["fan8_every"] / ms["kernel_every"], 3),
+                     "fan4_over_fan_every": round(ms["fan4_every"] / ms["kernel_every"], 3),
                      "kernel_one_over_unfiltered": round(ms["kernel_one"] / ms["unfiltered"], 3),
                      "kernel_every_over_unfiltered": round(ms["kernel_every"] / ms["unfiltered"], 3),
                      **{f"{n}_peak_GiB": round(peaks[n], 3) for n in graphs},
