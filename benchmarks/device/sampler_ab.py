@@ -19,8 +19,8 @@ Round 55 times the threshold's kernel (``llm42.sampler.FILTER_KERNEL``, ``kernel
 against the torch filter in chunks, with one top-p row and with every row filtered (top-p 0.9, every fourth row also
 top-k 50), and records how many sampled rows' tokens the two agree on (the same threshold in other arithmetic).
 Round 56 adds the kernel with one program per row (``whole_*``: ``FILTER_CHUNK_BLOCKS = None``, round 55's launch)
-beside the tree's split of a row over programs of a few blocks each, and the split with 8 and 4 pivots a pass
-(``fan8_every``, ``fan4_every``: fewer compares per value, more passes) on every row.
+beside the tree's split of a row over programs of a few blocks each, and the split with 16 and 8 pivots a pass
+(``fan16_every``, ``fan8_every``; the tree's 4 since round 56: fewer compares per value, more passes) on every row.
 """
 
 from __future__ import annotations
@@ -148,7 +148,7 @@ def filtered(args) -> int:
                      "torch_one": (False, split, fan, one), "kernel_every": (True, split, fan, every),
                      "whole_every": (True, None, fan, every), "torch_every": (False, split, fan, every),
                      # fewer pivots a pass: fewer compares per value, more passes
-                     "fan8_every": (True, split, 8, every), "fan4_every": (True, split, 4, every),
+                     "fan16_every": (True, split, 16, every), "fan8_every": (True, split, 8, every),
                      "unfiltered": (True, split, fan, sampling_rows(torch.zeros_like(ints), torch.ones_like(temps),
                                                                     False))}
             graphs, outs, peaks = {}, {}, {}
@@ -171,8 +171,8 @@ def filtered(args) -> int:
                      "torch_over_kernel_every": round(ms["torch_every"] / ms["kernel_every"], 3),
                      "whole_over_split_one": round(ms["whole_one"] / ms["kernel_one"], 3),
                      "whole_over_split_every": round(ms["whole_every"] / ms["kernel_every"], 3),
+                     "fan16_over_fan_every": round(ms["fan16_every"] / ms["kernel_every"], 3),
                      "fan8_over_fan_every": round(ms["fan8_every"] / ms["kernel_every"], 3),
-                     "fan4_over_fan_every": round(ms["fan4_every"] / ms["kernel_every"], 3),
                      "kernel_one_over_unfiltered": round(ms["kernel_one"] / ms["unfiltered"], 3),
                      "kernel_every_over_unfiltered": round(ms["kernel_every"] / ms["unfiltered"], 3),
                      **{f"{n}_peak_GiB": round(peaks[n], 3) for n in graphs},

@@ -67,9 +67,12 @@ GUMBEL_TARGET_PROGRAMS: int | None = 1024
 # H100 (round 51: a row's one program still runs); with the split above it is what makes half-greedy steps cheap.
 GUMBEL_SKIP_GREEDY = True
 # The top-k / top-p threshold's search (``filter_threshold``): pivots per pass over a row, the block a pass reads at
-# a time, and the warps of a row's program (four elements a thread, each with a running sum per pivot). Pinned,
-# like BLOCK_V: a row's sums follow them.
-FILTER_FAN = 16
+# a time, and the warps of a program (four elements a thread, each with a running sum per pivot). Pinned, like
+# BLOCK_V: a row's sums follow them. Four pivots (eight passes on bf16 logits) against sixteen (four passes), on an
+# H100 (round 56, sampler_ab.py --filtered): 0.64x / 0.69x the time with every row of 1,056 filtered (8B / SmolLM2
+# vocabulary), 0.72x / 0.91x at 256 rows, 1.08x / 0.99x at 64, one top-p row the same (0.92 against 0.96 ms at
+# 1,056 rows); served, the 8B shape with 400 top-p requests 1.013x.
+FILTER_FAN = 4
 FILTER_BLOCK = 1024
 FILTER_WARPS = 8
 # A row's search is split over programs of this many blocks each (None: one program per row), its chunks' sums added
@@ -448,10 +451,11 @@ def filter_threshold(logits: torch.Tensor, temperature: torch.Tensor, row_max: t
     smallest set of the most likely tokens holding p of the mass, and every token tied with its last; returned
     scaled, as ``div_rn(t - shift, T)``, so every token whose scaled value ties it is kept too. Found by searching
     the keys of the row's logits, ``FILTER_FAN`` pivots a pass, each pass one read of the row (a bf16 row: 16-bit
-    keys, four passes for top-p): no sort and no [N, V] temporaries. Each pass is one launch over (row, chunk)
+    keys, eight passes of four pivots for top-p): no sort and no [N, V] temporaries. Each pass is one launch over (row, chunk)
     programs of ``filter_chunk(V)`` values each, so a lone filtered row is searched by many SMs; every program
-    adds its row's chunk sums in chunk order: the threshold is a function of the row (and V) alone. Ten launches
-    for bf16 logits, twelve for fp16, eighteen for float32; a row without a filter returns at once from each."""
+    adds its row's chunk sums in chunk order: the threshold is a function of the row (and V) alone. 18 launches
+    for bf16 logits, 22 for fp16, 34 for float32 (two searches and two more); a row without a filter returns at
+    once from each."""
     x = _rows(logits)
     num_rows, vocab = x.shape
     out = torch.empty(num_rows, dtype=torch.float32, device=x.device)
