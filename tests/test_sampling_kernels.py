@@ -191,10 +191,11 @@ def _reference_threshold(raw: torch.Tensor, temperature: float, top_k: int, top_
 def check_filter(device: str, vocab: int = 1500, num_rows: int = 12) -> None:
     """``filter_threshold`` (the top-k / top-p threshold's search) on bf16, fp16 and float32 logits, with a row's
     search split as the tree splits it (``FILTER_CHUNK_BLOCKS``), over one block per program (several programs a
-    row, the last one ragged) and in one program per row, and with 16 pivots a pass (``FILTER_FAN``, round 55's): the float64 definition's threshold wherever the row's
-    mass is not at an edge, scaled as the Gumbel kernel scales (one of the row's scaled values); a row's value the
-    same alone and among other rows; greedy and unfiltered rows -inf; and controls (a smaller top-p or top-k moves
-    its row's threshold up, and no other row's). Then ``check_filter_edges``."""
+    row, the last one ragged), in one program per row, and with 16 pivots a pass (``FILTER_FAN``, round 55's):
+    the float64 definition's threshold wherever the row's mass is not at an edge, scaled as the Gumbel kernel
+    scales (one of the row's scaled values); a row's value the same alone and among other rows; greedy and
+    unfiltered rows -inf; and controls (a smaller top-p or top-k moves its row's threshold up, and no other
+    row's). Then ``check_filter_edges``."""
     from llm42.kernels import sampling
 
     old = sampling.FILTER_CHUNK_BLOCKS, sampling.FILTER_FAN

@@ -451,11 +451,11 @@ def filter_threshold(logits: torch.Tensor, temperature: torch.Tensor, row_max: t
     smallest set of the most likely tokens holding p of the mass, and every token tied with its last; returned
     scaled, as ``div_rn(t - shift, T)``, so every token whose scaled value ties it is kept too. Found by searching
     the keys of the row's logits, ``FILTER_FAN`` pivots a pass, each pass one read of the row (a bf16 row: 16-bit
-    keys, eight passes of four pivots for top-p): no sort and no [N, V] temporaries. Each pass is one launch over (row, chunk)
-    programs of ``filter_chunk(V)`` values each, so a lone filtered row is searched by many SMs; every program
-    adds its row's chunk sums in chunk order: the threshold is a function of the row (and V) alone. 18 launches
-    for bf16 logits, 22 for fp16, 34 for float32 (two searches and two more); a row without a filter returns at
-    once from each."""
+    keys, eight passes of four pivots for top-p): no sort and no [N, V] temporaries. Each pass is one launch over
+    (row, chunk) programs of ``filter_chunk(V)`` values each, so a lone filtered row is searched by many SMs;
+    every program adds its row's chunk sums in chunk order: the threshold is a function of the row (and V) alone.
+    18 launches for bf16 logits, 22 for fp16, 34 for float32 (two searches and two more); a row without a filter
+    returns at once from each."""
     x = _rows(logits)
     num_rows, vocab = x.shape
     out = torch.empty(num_rows, dtype=torch.float32, device=x.device)
