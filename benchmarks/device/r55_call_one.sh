@@ -9,13 +9,8 @@
 #
 #   [ONE_CAP=560] [ONE_MEM=1] [TEST_CAP=240] bash benchmarks/device/r55_call_one.sh
 source "$(dirname "$0")/session_preamble.sh"
-left() { echo $(( ${ONE_CAP:-560} - ($(date +%s) - START) )); }
-nvidia-smi --query-gpu=name,memory.total,clocks.max.sm,power.limit --format=csv | tee -a "$LOG"
-export LLM42_GPU_REPORT="$OUT/gpu_report.jsonl" LLM42_FAIL_LOG="$OUT/failures.txt"
-timeout "${TEST_CAP:-240}" python3 -m pytest -v -m gpu tests/test_sampling_kernels.py \
-    tests/gpu/test_filter_kernel_cuda.py tests/gpu/test_mixed_cuda.py tests/gpu/test_engine_cuda.py \
-    -p no:cacheprovider -rfE --durations=8 >"$OUT/gpu_tests.txt" 2>&1
-log "gpu tests exit $?"; grep -E "passed|failed|FAILED|ERROR" "$OUT/gpu_tests.txt" | tail -n 12
+run_gpu_tests tests/test_sampling_kernels.py tests/gpu/test_filter_kernel_cuda.py tests/gpu/test_mixed_cuda.py \
+    tests/gpu/test_engine_cuda.py
 SUFFIX=""
 if ! timeout 60 python3 -c "
 import torch
