@@ -8,6 +8,7 @@ when Triton is installed, at small sizes.
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import os
 import subprocess
@@ -196,16 +197,25 @@ def check_filter(device: str, vocab: int = 1500, num_rows: int = 12) -> None:
     scales (one of the row's scaled values); a row's value the same alone and among other rows; greedy and
     unfiltered rows -inf; and controls (a smaller top-p or top-k moves its row's threshold up, and no other
     row's). Then ``check_filter_edges``."""
+    for launch in ({}, {"FILTER_CHUNK_BLOCKS": 1}, {"FILTER_CHUNK_BLOCKS": None}, {"FILTER_FAN": 16}):
+        with _filter_launch(**launch):
+            _check_filter_split(device, vocab, num_rows)
+    check_filter_edges(device)
+
+
+@contextlib.contextmanager
+def _filter_launch(**values):
+    """``kernels.sampling``'s launch constants (``FILTER_*``) set to ``values`` inside the block, restored after."""
     from llm42.kernels import sampling
 
-    old = sampling.FILTER_CHUNK_BLOCKS, sampling.FILTER_FAN
+    old = {name: getattr(sampling, name) for name in values}
     try:
-        for blocks, fan in ((old[0], old[1]), (1, old[1]), (None, old[1]), (old[0], 16)):
-            sampling.FILTER_CHUNK_BLOCKS, sampling.FILTER_FAN = blocks, fan
-            _check_filter_split(device, vocab, num_rows)
+        for name, value in values.items():
+            setattr(sampling, name, value)
+        yield
     finally:
-        sampling.FILTER_CHUNK_BLOCKS, sampling.FILTER_FAN = old
-    check_filter_edges(device)
+        for name, value in old.items():
+            setattr(sampling, name, value)
 
 
 def _check_filter_split(device: str, vocab: int, num_rows: int) -> None:
@@ -270,15 +280,9 @@ def check_filter_edges(device: str, cases: int = 24) -> None:
     definition's threshold wherever the mass is not at an edge, always one of the row's values keeping at least
     one token and, with top-k, fewer than k values above it. In the tree's launch, and with 64-value blocks, one a
     program (up to ten programs a row)."""
-    from llm42.kernels import sampling
-
-    old = sampling.FILTER_BLOCK, sampling.FILTER_CHUNK_BLOCKS
-    try:
-        for block, blocks in (old, (64, 1)):
-            sampling.FILTER_BLOCK, sampling.FILTER_CHUNK_BLOCKS = block, blocks
+    for launch in ({}, {"FILTER_BLOCK": 64, "FILTER_CHUNK_BLOCKS": 1}):
+        with _filter_launch(**launch):
             _check_filter_edges_at(device, cases)
-    finally:
-        sampling.FILTER_BLOCK, sampling.FILTER_CHUNK_BLOCKS = old
 
 
 def _check_filter_edges_at(device: str, cases: int) -> None:
