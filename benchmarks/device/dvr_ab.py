@@ -320,7 +320,17 @@ VARIANTS = {
     # 0.6 holds half the set), its GEMMs at 543-595 TFLOP/s there against 703-706 at wider steps. Measured (round 49,
     # an H100): 9,065 and 9,807 tok/s against 11,076, the same 1,030 steps, each longer
     "admit_budget_kv_0.85": {"scheduler_admission": "budget", "kv_free_fraction": 0.85},
+    # round 57: the K/V store at a fixed number of positions, whatever the card's memory (capped at
+    # KV_POSITIONS_MAX_FRACTION of the free memory). The default store takes 0.6 of the free memory: 247K positions
+    # on an H100 (about half the 8B set reserved whole), more than twice that on an H200, where round 35 measured
+    # the 8B shape's steps slower than an H100's (30.5 against 25 ms, the same 1,030 steps) and round 49 a larger
+    # store slower on an H100 (it front-loads the rows and leaves the last steps thin)
+    "admit_budget_kv_250k": {"scheduler_admission": "budget", "kv_positions": 250_000},
+    "admit_budget_kv_350k": {"scheduler_admission": "budget", "kv_positions": 350_000},
+    # round 57: at most 384 running requests (round 49's pacing model: 288 gave 1.02x on an H100)
+    "admit_budget_seqs_384": {"scheduler_admission": "budget", "max_num_seqs": 384},
 }
+KV_POSITIONS_MAX_FRACTION = 0.85
 
 
 # a run's share of the budget starts at its first request: building its generator (every graph captured) is not
@@ -441,6 +451,17 @@ class PinnedTiles:
         return self._engine.generator(*args, **kwargs)
 
 
+def store_positions(knobs: dict, kv_tokens) -> int | None:
+    """The K/V positions a variant's ``kv_free_fraction`` or ``kv_positions`` asks for (None: the default store)."""
+    if "kv_free_fraction" not in knobs and "kv_positions" not in knobs:
+        return None
+    if kv_tokens is None:
+        raise ValueError("engine_variant: a kv_free_fraction or kv_positions variant needs kv_tokens")
+    if "kv_free_fraction" in knobs:
+        return kv_tokens(knobs["kv_free_fraction"])
+    return min(knobs["kv_positions"], kv_tokens(KV_POSITIONS_MAX_FRACTION))
+
+
 def engine_variant(base, knobs: dict, *, kv_tokens=None):
     """``base`` (the benchmarks' Engine) with a variant's knobs; ``fast_decode_kernel`` names the fast path's
     ``FastPolicy(decode_kernel=...)``, ``segment_tiles`` the canonical pass's tile tables (``SegmentTiles``),
@@ -448,11 +469,11 @@ def engine_variant(base, knobs: dict, *, kv_tokens=None):
     ``kv_free_fraction`` the K/V store's share of the free CUDA memory (``kv_tokens(fraction)`` gives its size;
     default ``serving.KV_FREE_FRACTION``)."""
     knobs = dict(knobs)
-    fraction = knobs.pop("kv_free_fraction", None)
-    if fraction is not None:
-        if kv_tokens is None:
-            raise ValueError("engine_variant: a kv_free_fraction variant needs kv_tokens")
-        knobs["kv_cache_tokens"] = kv_tokens(fraction)
+    store = store_positions(knobs, kv_tokens)
+    knobs.pop("kv_free_fraction", None)
+    knobs.pop("kv_positions", None)
+    if store is not None:
+        knobs["kv_cache_tokens"] = store
     kernel = knobs.pop("fast_decode_kernel", None)
     tile_m = knobs.get("canonical_tile_m", base.canonical_tile_m)
     chunk = knobs.pop("canonical_key_chunk", None)
@@ -575,8 +596,12 @@ def setup(args, variants: list[str]):
     def kv_tokens(fraction: float) -> int:
         return kv_tokens_for(model, workload, config.max_num_seqs, free_fraction=fraction)
 
-    return config, model, workload, det_order, {v: engine_variant(base, VARIANTS[v], kv_tokens=kv_tokens)
-                                                for v in variants}
+    engines = {v: engine_variant(base, VARIANTS[v], kv_tokens=kv_tokens) for v in variants}
+    for v in variants:
+        store = store_positions(VARIANTS[v], kv_tokens) or base.kv_cache_tokens
+        seats = VARIANTS[v].get("max_num_seqs", base.max_num_seqs)
+        print(f"[dvr_ab] {v}: K/V store {store:,} positions, {seats} seats", flush=True)
+    return config, model, workload, det_order, engines
 
 
 def warm_up(args, engines: dict, workload, config, *, warm_modes: str, tag: str = "dvr_ab") -> None:
