@@ -467,7 +467,7 @@ def engine_variant(base, knobs: dict, *, kv_tokens=None):
     ``FastPolicy(decode_kernel=...)``, ``segment_tiles`` the canonical pass's tile tables (``SegmentTiles``),
     ``KernelSwitches.KNOBS`` module-level kernel switches (the decode order, the sampler's; default the tree's),
     ``kv_free_fraction`` the K/V store's share of the free CUDA memory (``kv_tokens(fraction)`` gives its size;
-    default ``serving.KV_FREE_FRACTION``)."""
+    default ``serving.KV_FREE_FRACTION``), ``kv_positions`` its size in positions (``store_positions``)."""
     knobs = dict(knobs)
     store = store_positions(knobs, kv_tokens)
     knobs.pop("kv_free_fraction", None)
