@@ -105,6 +105,9 @@ def schedule(lengths: list[tuple[int, int]], *, seats: int, kv_positions: int, m
             waiting.pop(0)
             reserved += prompt + output
             running.append({"prompt": prompt, "output": output, "context": 0, "reserve": prompt + output})
+        if not running:
+            raise ValueError(f"schedule: a request of {sum(lengths[waiting[0]])} positions does not fit a store of "
+                             f"{kv_positions}")
         decoding = [r for r in running if r["prompt"] == 0]
         read = sum(r["context"] + 1 for r in decoding)
         for r in decoding:

@@ -35,6 +35,8 @@ def test_steps_and_time_follow_by_hand():
     paced = m.simulate([(2, 3), (1, 1)], seats=4, kv_positions=100, max_rows=64, max_running=1, **COST)
     assert short["steps"] == paced["steps"] == 4
     assert short["output_tok_s"] < both["output_tok_s"]
+    with pytest.raises(ValueError, match="does not fit"):  # a store smaller than a request: never admitted
+        m.simulate([(2, 3)], seats=4, kv_positions=4, max_rows=64, max_running=None, **COST)
 
 
 def test_table_gemm_prices_a_step_at_its_graph_bucket():
