@@ -436,7 +436,7 @@ def test_kv_tokens_for_caps_the_store_at_its_share_of_free_memory_and_a_variant_
                        "kv_cache_tokens")  # other variants keep the base's store
     with pytest.raises(ValueError, match="kv_free_fraction"):
         dvr_ab.engine_variant(base, dvr_ab.VARIANTS["admit_budget_kv_0.85"])
-    # kv_positions: that many positions, unless more than KV_POSITIONS_MAX_FRACTION of the free memory holds
+    # kv_positions: that many positions, capped at what KV_POSITIONS_MAX_FRACTION of the free memory holds
     roomy = dvr_ab.engine_variant(base, dvr_ab.VARIANTS["admit_budget_kv_250k"], kv_tokens=lambda f: int(f * 10**6))
     assert roomy.kv_cache_tokens == 250_000 and not hasattr(roomy, "kv_positions")
     tight = dvr_ab.engine_variant(base, dvr_ab.VARIANTS["admit_budget_kv_250k"], kv_tokens=lambda f: int(f * 10**5))
