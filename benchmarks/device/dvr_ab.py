@@ -325,7 +325,7 @@ VARIANTS = {
     # on an H100 (about half the 8B set reserved whole), more than twice that on an H200, where round 35 measured
     # the 8B shape's steps slower than an H100's (30.5 against 25 ms, the same 1,030 steps) and round 49 a larger
     # store slower on an H100 (11-18 %; its schedule, front-loaded with thin last steps, explains 3-6 % by round 57's
-    # admission model, and those runs lost graph captures for memory)
+    # admission model; those runs most likely lost graph captures for memory, round 53)
     "admit_budget_kv_250k": {"scheduler_admission": "budget", "kv_positions": 250_000},
     "admit_budget_kv_350k": {"scheduler_admission": "budget", "kv_positions": 350_000},
     # round 57: at most 384 running requests (round 49's pacing model: 288 gave 1.02x on an H100)
