@@ -33,7 +33,6 @@ from __future__ import annotations
 import argparse
 import bisect
 import json
-import statistics
 import sys
 from pathlib import Path
 from typing import Callable, NamedTuple
@@ -86,6 +85,11 @@ def table_gemm(step_ms_by_m: dict[int, float], weight_tbps: float) -> Callable[[
         return step_ms_by_m[ms[min(bisect.bisect_left(ms, bucket), len(ms) - 1)]]
 
     return gemm_ms
+
+
+def gemm_cost(weight_tbps: float, gemm_tflops: float, table: dict[int, float] | None) -> Callable[[int], float]:
+    """``table_gemm`` of ``table`` where one is given, else ``roofline_gemm``."""
+    return roofline_gemm(weight_tbps, gemm_tflops) if table is None else table_gemm(table, weight_tbps)
 
 
 def schedule(lengths: list[tuple[int, int]], *, seats: int, kv_positions: int, max_rows: int,
@@ -151,8 +155,8 @@ def simulate(lengths: list[tuple[int, int]], *, seats: int, kv_positions: int, m
              gemm_table: dict[int, float] | None = None) -> dict:
     """Steps, seconds, output tok/s and the decode rows' distribution of one offline run of ``lengths``."""
     steps = schedule(lengths, seats=seats, kv_positions=kv_positions, max_rows=max_rows, max_running=max_running)
-    gemm = (roofline_gemm(weight_tbps, gemm_tflops) if gemm_table is None else table_gemm(gemm_table, weight_tbps))
-    return price(steps, sum(o for _, o in lengths), gemm_ms=gemm, attn_tbps=attn_tbps, overhead_ms=overhead_ms)
+    return price(steps, sum(o for _, o in lengths), gemm_ms=gemm_cost(weight_tbps, gemm_tflops, gemm_table),
+                 attn_tbps=attn_tbps, overhead_ms=overhead_ms)
 
 
 def engine_trace(lengths: list[tuple[int, int]], *, seats: int, kv_positions: int, max_rows: int) -> list[StepShape]:
@@ -225,9 +229,9 @@ def main() -> None:
     workload = sharegpt_like(1000, length_scale=1.0, vocab_size=128256, seed=0)
     lengths = [(len(r.prompt), r.max_new_tokens) for r in workload.requests]
     num_tokens = sum(o for _, o in lengths)
-    gemm = (roofline_gemm(args.weight_tbps, args.gemm_tflops) if args.gemm_table is None
-            else table_gemm(gemm_table_of(args.gemm_table), args.weight_tbps))
-    cost = dict(gemm_ms=gemm, attn_tbps=args.attn_tbps, overhead_ms=args.step_overhead_ms)
+    table = None if args.gemm_table is None else gemm_table_of(args.gemm_table)
+    cost = dict(gemm_ms=gemm_cost(args.weight_tbps, args.gemm_tflops, table), attn_tbps=args.attn_tbps,
+                overhead_ms=args.step_overhead_ms)
     shape = dict(seats=args.seats, max_rows=args.max_rows)
     out = {"model": "benchmarks/admission_pacing_model.py (a model, not a measurement)",
            "args": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
